@@ -9,6 +9,7 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -256,6 +257,9 @@ func (f *FSM) applyInit(c *fsmv1.Init) *Result {
 	if c.ClusterId == "" {
 		return fail(CodeInvalid, "init without cluster id")
 	}
+	if c.Epoch >= maxEpoch {
+		return fail(CodeInvalid, "init epoch %d is not below %d", c.Epoch, uint64(maxEpoch))
+	}
 	f.clusterID = c.ClusterId
 	f.epoch = c.Epoch
 	if f.lastToken < c.Epoch {
@@ -314,7 +318,7 @@ func (f *FSM) request(id string, seq, ack uint64) (*session, *Result) {
 		return nil, &Result{Code: Code(r.Code), Msg: dupMsg(Code(r.Code)), Status: statusOf(r), Token: r.Token, Position: r.Position, Released: r.Flag, Duplicate: true}
 	}
 	if seq < s.ack {
-		return nil, fail(CodeInvalid, "request seq %d was already answered and acknowledged", seq)
+		return nil, fail(CodeInvalid, "request seq %d is below %d: already answered and acknowledged, or too old to tell", seq, s.ack)
 	}
 	if ack > s.ack && ack <= seq {
 		for k := range s.results {
@@ -354,6 +358,11 @@ func (f *FSM) remember(s *session, seq uint64, r *Result) *Result {
 			}
 		}
 		delete(s.results, oldest)
+		// The evicted answer can no longer be replayed, so a retry of that
+		// request (or of any older one) must be refused, not applied again.
+		if s.ack <= oldest {
+			s.ack = oldest + 1
+		}
 	}
 	s.results[seq] = &fsmv1.Result{Seq: seq, Code: int32(r.Code), Token: r.Token, Position: r.Position, Flag: r.Released}
 	return r
@@ -507,21 +516,21 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 // removeSession releases every hold and drops every wait of s, then grants
 // the next waiters of each affected lock, in lock-name order.
 func (f *FSM) removeSession(s *session, now int64) {
-	names := make([]string, 0, len(s.holds)+len(s.waits))
-	for name, w := range s.waits {
-		f.removeWait(f.locks[name], w)
-		names = append(names, name)
+	// Sorted, so the Observer hears the same events in the same order on
+	// every replica.
+	waits := slices.Sorted(maps.Keys(s.waits))
+	holds := slices.Sorted(maps.Keys(s.holds))
+	for _, name := range waits {
+		f.removeWait(f.locks[name], s.waits[name])
 	}
-	for name, h := range s.holds {
-		f.removeHold(f.locks[name], h)
-		names = append(names, name)
+	for _, name := range holds {
+		f.removeHold(f.locks[name], s.holds[name])
 	}
 	delete(f.sessions, s.id)
 	if s.requestID != "" {
 		delete(f.byRequest, s.requestID)
 	}
-	slices.Sort(names)
-	for _, name := range slices.Compact(names) {
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(append(waits, holds...)))) {
 		if l := f.locks[name]; l != nil {
 			f.promote(l, now)
 		}
@@ -704,4 +713,17 @@ func (f *FSM) Info() Info {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return Info{ClusterID: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: len(f.sessions), Locks: len(f.locks), Stats: f.stats}
+}
+
+// WithSessions calls fn with every session while no command can be applied,
+// so fn sees a state that later observer calls continue exactly (used to
+// start the leader's lease timers without missing a session).
+func (f *FSM) WithSessions(fn func([]SessionInfo)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]SessionInfo, 0, len(f.sessions))
+	for _, s := range f.sessions {
+		out = append(out, sessionInfo(s))
+	}
+	fn(out)
 }

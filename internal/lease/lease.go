@@ -1,0 +1,211 @@
+// Package lease keeps the leader-side session deadlines.
+//
+// Leases live on the leader, not in the Raft log: a KeepAlive moves a
+// session's deadline to receive time + TTL + grace on the leader's monotonic
+// clock, and when a deadline passes the manager asks its owner to propose an
+// ExpireSession command. A manager is inactive (answers no KeepAlive and
+// expires nothing) until Promote is called after the new leader's Barrier;
+// Promote restarts every deadline in full, so a leader change can only make a
+// lease last longer, never shorter. Demote clears every timer.
+package lease
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// Errors returned by KeepAlive.
+var (
+	// ErrNotActive means this node is not a leader that has finished its
+	// Barrier; the client should retry (on the leader).
+	ErrNotActive = errors.New("lease: not the active leader")
+	// ErrUnknown means the session does not exist (never created, closed or
+	// expired).
+	ErrUnknown = errors.New("lease: session not found")
+	// ErrExpiring means the leader decided to expire the session; it is never
+	// revived.
+	ErrExpiring = errors.New("lease: session expired")
+	// ErrRevoked means an operator force-released the session.
+	ErrRevoked = errors.New("lease: session revoked")
+)
+
+// Session is what Promote needs to know of a session.
+type Session struct {
+	ID      string
+	TTL     time.Duration
+	Revoked bool
+}
+
+type entry struct {
+	ttl      time.Duration
+	deadline time.Time
+	timer    *time.Timer
+	revoked  bool
+	expiring bool
+}
+
+// Manager holds the deadlines. Its methods are safe for concurrent use.
+type Manager struct {
+	grace  time.Duration
+	expire func(id string)
+
+	mu       sync.Mutex
+	active   bool
+	gen      uint64 // bumped by Promote and Demote; stale timers check it
+	sessions map[string]*entry
+}
+
+// New returns an inactive manager. expire is called (in its own goroutine)
+// when a session's deadline passes; it should verify leadership and propose
+// the expiry, then call Retry if the proposal failed while still leader.
+func New(grace time.Duration, expire func(id string)) *Manager {
+	return &Manager{grace: grace, expire: expire, sessions: map[string]*entry{}}
+}
+
+// Promote activates the manager with every session's deadline at
+// now + TTL + grace.
+func (m *Manager) Promote(sessions []Session) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clearLocked()
+	m.active = true
+	for _, s := range sessions {
+		e := &entry{ttl: s.TTL, revoked: s.Revoked}
+		m.sessions[s.ID] = e
+		m.armLocked(s.ID, e, now.Add(s.TTL+m.grace))
+	}
+}
+
+// Demote deactivates the manager and stops every timer.
+func (m *Manager) Demote() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.clearLocked()
+	m.active = false
+}
+
+func (m *Manager) clearLocked() {
+	m.gen++
+	for _, e := range m.sessions {
+		e.timer.Stop()
+	}
+	clear(m.sessions)
+}
+
+func (m *Manager) armLocked(id string, e *entry, deadline time.Time) {
+	e.deadline = deadline
+	gen := m.gen
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.timer = time.AfterFunc(time.Until(deadline), func() { m.fire(id, e, gen) })
+}
+
+func (m *Manager) fire(id string, e *entry, gen uint64) {
+	m.mu.Lock()
+	if m.gen != gen || m.sessions[id] != e || e.expiring {
+		m.mu.Unlock()
+		return
+	}
+	if now := time.Now(); now.Before(e.deadline) {
+		// A KeepAlive moved the deadline after the timer was set.
+		m.armLocked(id, e, e.deadline)
+		m.mu.Unlock()
+		return
+	}
+	e.expiring = true
+	m.mu.Unlock()
+	m.expire(id)
+}
+
+// Retry re-arms the expiry of a session whose ExpireSession proposal failed
+// while this node may still be leader; it tries again after delay.
+func (m *Manager) Retry(id string, delay time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.sessions[id]
+	if !m.active || e == nil || !e.expiring {
+		return
+	}
+	e.expiring = false
+	gen := m.gen
+	e.timer = time.AfterFunc(delay, func() { m.fire(id, e, gen) })
+}
+
+// Created starts the lease of a new session (deadline now + TTL + grace).
+// It is a no-op on an inactive manager: Promote will pick the session up.
+func (m *Manager) Created(id string, ttl time.Duration) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.active || m.sessions[id] != nil {
+		return
+	}
+	e := &entry{ttl: ttl}
+	m.sessions[id] = e
+	m.armLocked(id, e, now.Add(ttl+m.grace))
+}
+
+// Removed forgets a session that was closed or expired.
+func (m *Manager) Removed(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.sessions[id]; e != nil {
+		e.timer.Stop()
+		delete(m.sessions, id)
+	}
+}
+
+// Revoked marks a session as force-released: it accepts no more KeepAlives
+// and expires at its current deadline.
+func (m *Manager) Revoked(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.sessions[id]; e != nil {
+		e.revoked = true
+	}
+}
+
+// KeepAlive extends a session's deadline to received + TTL + grace, where
+// received is when the request reached this node. The caller must have
+// verified leadership after received. It returns the session's TTL.
+func (m *Manager) KeepAlive(id string, received time.Time) (time.Duration, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.active {
+		return 0, ErrNotActive
+	}
+	e := m.sessions[id]
+	switch {
+	case e == nil:
+		return 0, ErrUnknown
+	case e.expiring:
+		return 0, ErrExpiring
+	case e.revoked:
+		return 0, ErrRevoked
+	}
+	if d := received.Add(e.ttl + m.grace); d.After(e.deadline) {
+		e.deadline = d // the armed timer re-arms itself when it fires early
+	}
+	return e.ttl, nil
+}
+
+// Active reports whether the manager accepts KeepAlives.
+func (m *Manager) Active() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.active
+}
+
+// Deadline returns a session's current deadline, for tests and status.
+func (m *Manager) Deadline(id string) (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.sessions[id]
+	if e == nil {
+		return time.Time{}, false
+	}
+	return e.deadline, true
+}

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config is a node's configuration. Every field maps 1:1 to a `lockd serve`
+// flag of the same name in kebab case.
+type Config struct {
+	// DataDir holds the Raft log, snapshots, the node id and the lock file.
+	// Default "./lockd-data".
+	DataDir string
+	// Listen is the API address (Connect, JSON, /metrics, /healthz, /readyz).
+	// Default "127.0.0.1:7070".
+	Listen string
+	// RaftListen is the Raft transport address. Default "127.0.0.1:7071".
+	RaftListen string
+	// Advertise is the API URL other nodes and clients use to reach this node;
+	// default derived from Listen. Required when Listen is a wildcard address.
+	Advertise string
+	// RaftAdvertise is the Raft address peers use; default RaftListen.
+	// Required when RaftListen is a wildcard address.
+	RaftAdvertise string
+	// NodeID names this node. Persisted in the data dir on first start; a
+	// later start with a different value is refused. Default: a random id.
+	NodeID string
+	// Bootstrap starts a new one-node cluster when the data dir is empty. A
+	// node with an empty data dir bootstraps anyway (there is no --join yet).
+	Bootstrap bool
+
+	// HeartbeatTimeout is Raft's follower timeout before an election.
+	// Default 1s.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout is Raft's candidate timeout. Default 1s.
+	ElectionTimeout time.Duration
+	// Grace is added to every session deadline on the leader (TTL is a lower
+	// bound of a lease). Default: ElectionTimeout.
+	Grace time.Duration
+
+	// DefaultTTL is the session TTL when a client asks none. Default 10s.
+	DefaultTTL time.Duration
+	// MinTTL and MaxTTL bound the TTLs a client may ask. Default 1s and 1h.
+	MinTTL, MaxTTL time.Duration
+	// MaxPollTimeout caps how long one queued Acquire call blocks before it
+	// answers QUEUED. Default 30s.
+	MaxPollTimeout time.Duration
+	// ApplyTimeout bounds one Raft proposal. Default 10s.
+	ApplyTimeout time.Duration
+
+	// SnapshotInterval is how often Raft checks whether to snapshot.
+	// Default 2m.
+	SnapshotInterval time.Duration
+	// SnapshotThreshold is how many log entries since the last snapshot
+	// trigger a new one. Default 8192.
+	SnapshotThreshold uint64
+	// SnapshotRetain is how many snapshots are kept on disk. Default 2.
+	SnapshotRetain int
+}
+
+// DefaultConfig returns the defaults of `lockd serve` with no flags.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:           "./lockd-data",
+		Listen:            "127.0.0.1:7070",
+		RaftListen:        "127.0.0.1:7071",
+		HeartbeatTimeout:  time.Second,
+		ElectionTimeout:   time.Second,
+		DefaultTTL:        10 * time.Second,
+		MinTTL:            time.Second,
+		MaxTTL:            time.Hour,
+		MaxPollTimeout:    30 * time.Second,
+		ApplyTimeout:      10 * time.Second,
+		SnapshotInterval:  2 * time.Minute,
+		SnapshotThreshold: 8192,
+		SnapshotRetain:    2,
+	}
+}
+
+// Validate reports every problem in c, or nil. It fills derived defaults
+// (Grace, Advertise, RaftAdvertise) when left empty.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.DataDir == "" {
+		bad("data-dir must not be empty")
+	}
+	checkAddr := func(flag, addr, adv string) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			bad("%s %q: %v", flag, addr, err)
+			return
+		}
+		if port == "" {
+			bad("%s %q: missing port", flag, addr)
+		}
+		if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && adv == "" {
+			bad("%s %q is a wildcard address: give an advertise address too", flag, addr)
+		}
+	}
+	checkAddr("listen", c.Listen, c.Advertise)
+	checkAddr("raft-listen", c.RaftListen, c.RaftAdvertise)
+	if c.Grace == 0 {
+		c.Grace = c.ElectionTimeout
+	}
+	positive := map[string]time.Duration{
+		"heartbeat-timeout": c.HeartbeatTimeout, "election-timeout": c.ElectionTimeout,
+		"default-ttl": c.DefaultTTL, "min-ttl": c.MinTTL, "max-ttl": c.MaxTTL,
+		"max-poll-timeout": c.MaxPollTimeout, "apply-timeout": c.ApplyTimeout,
+		"snapshot-interval": c.SnapshotInterval, "grace": c.Grace,
+	}
+	for _, name := range []string{"heartbeat-timeout", "election-timeout", "grace", "default-ttl", "min-ttl", "max-ttl", "max-poll-timeout", "apply-timeout", "snapshot-interval"} {
+		if positive[name] <= 0 {
+			bad("%s must be positive, got %v", name, positive[name])
+		}
+	}
+	if c.HeartbeatTimeout > 0 && c.HeartbeatTimeout < 5*time.Millisecond {
+		bad("heartbeat-timeout %v is below 5ms", c.HeartbeatTimeout)
+	}
+	if c.MinTTL > c.MaxTTL {
+		bad("min-ttl %v is above max-ttl %v", c.MinTTL, c.MaxTTL)
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		bad("default-ttl %v is outside [min-ttl %v, max-ttl %v]", c.DefaultTTL, c.MinTTL, c.MaxTTL)
+	}
+	if c.SnapshotThreshold == 0 {
+		bad("snapshot-threshold must be positive")
+	}
+	if c.SnapshotRetain < 1 {
+		bad("snapshot-retain must be at least 1")
+	}
+	if len(c.NodeID) > 64 {
+		bad("node-id is longer than 64 bytes")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,454 @@
+// Package server runs one lockd node: it owns the *raft.Raft, the FSM, the
+// leader's lease timers, the API handlers and the HTTP listener. See
+// DESIGN.md in this folder.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/lease"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+// Option changes how New builds a server.
+type Option func(*options)
+
+type options struct {
+	logger   *slog.Logger
+	registry prometheus.Registerer
+	version  string
+}
+
+// WithLogger sets the logger (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegistry registers the server's metrics in r (default: a private
+// registry, still served on /metrics).
+func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithVersion sets the version string reported by Status.
+func WithVersion(v string) Option { return func(o *options) { o.version = v } }
+
+// Server is one running lockd node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	version string
+	nodeID  string
+	apiURL  string
+
+	dirLock *os.File
+	fsm     *fsm.FSM
+	wal     *wal.WAL
+	meta    *metadb.BoltMetaDB
+	trans   *raft.NetworkTransport
+	raft    *raft.Raft
+	lease   *lease.Manager
+	waiters *waiters
+	metrics *metrics
+
+	lis     net.Listener
+	httpSrv *http.Server
+
+	// leaderMu orders leadership changes: gen counts them, promotedTerm is
+	// the term whose Barrier finished and whose lease timers run (0: none).
+	leaderMu     sync.Mutex
+	leaderGen    uint64
+	promotedTerm atomic.Uint64
+
+	firstReady     chan struct{} // closed when this node first becomes the established leader
+	firstReadyOnce sync.Once
+
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New opens the data dir, starts Raft and serves the API on cfg.Listen. A
+// node whose data dir is empty bootstraps a one-node cluster.
+func New(cfg Config, opts ...Option) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	o := options{logger: slog.New(slog.DiscardHandler), version: "dev"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	reg := o.registry
+	var gatherer prometheus.Gatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gatherer = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gatherer = g
+	}
+	s := &Server{cfg: cfg, log: o.logger, version: o.version, done: make(chan struct{}), firstReady: make(chan struct{})}
+	var closers []io.Closer
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i].Close()
+			}
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	if s.dirLock, err = lockDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	closers = append(closers, s.dirLock)
+	if s.nodeID, err = loadNodeID(cfg.DataDir, cfg.NodeID); err != nil {
+		return nil, err
+	}
+
+	s.lis, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	closers = append(closers, s.lis)
+	s.apiURL = cfg.Advertise
+	if s.apiURL == "" {
+		s.apiURL = "http://" + s.lis.Addr().String()
+	} else if !strings.Contains(s.apiURL, "://") {
+		s.apiURL = "http://" + s.apiURL
+	}
+
+	s.metrics = newMetrics(reg, gatherer)
+	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
+	s.lease = lease.New(cfg.Grace, s.expire)
+	s.fsm = fsm.New(&observer{lease: s.lease, waiters: s.waiters})
+	s.metrics.registerState(reg, s)
+
+	raftDir := filepath.Join(cfg.DataDir, "raft")
+	walDir := filepath.Join(raftDir, "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create raft dir: %w", err)
+	}
+	hl := newHclog(s.log, "raft")
+	// raft-wal's Close leaves its metadata DB (and its flock) open, so the
+	// server owns the meta store and closes it itself.
+	s.meta = &metadb.BoltMetaDB{}
+	closers = append(closers, s.meta)
+	if s.wal, err = wal.Open(walDir, wal.WithLogger(hl), wal.WithMetaStore(s.meta)); err != nil {
+		return nil, fmt.Errorf("open raft log %s: %w", walDir, err)
+	}
+	closers = append(closers, s.wal)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, cfg.SnapshotRetain, hl)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot store: %w", err)
+	}
+	var adv net.Addr
+	if cfg.RaftAdvertise != "" {
+		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
+			return nil, fmt.Errorf("raft-advertise %q: %w", cfg.RaftAdvertise, err)
+		}
+	}
+	if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl); err != nil {
+		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftListen, err)
+	}
+	closers = append(closers, s.trans)
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(s.nodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/2, 5*time.Millisecond)
+	rc.CommitTimeout = min(50*time.Millisecond, cfg.HeartbeatTimeout/4)
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 256
+	rc.Logger = hl
+	notify := make(chan bool, 16)
+	rc.NotifyCh = notify
+
+	has, err := raft.HasExistingState(s.wal, s.wal, snaps)
+	if err != nil {
+		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	if !has {
+		s.log.Info("bootstrapping a new cluster", "node_id", s.nodeID)
+		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(rc, s.wal, s.wal, snaps, s.trans, conf); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	if s.raft, err = raft.NewRaft(rc, s.fsm, s.wal, s.wal, snaps, s.trans); err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+
+	s.wg.Add(1)
+	go s.watchLeadership(notify)
+
+	s.httpSrv = &http.Server{Handler: s.Handler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv.Protocols = new(http.Protocols)
+	s.httpSrv.Protocols.SetHTTP1(true)
+	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("api server stopped", "err", err)
+		}
+	}()
+	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", string(s.trans.LocalAddr()), "data_dir", cfg.DataDir)
+	return s, nil
+}
+
+// lockDir takes an exclusive flock on dir/LOCK so two servers cannot share a
+// data dir.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, "LOCK")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another lockd server (%s is locked)", dir, path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// loadNodeID returns the node id persisted in dir, writing want (or a new
+// random id) on first start. A different want on a later start is refused:
+// node ids are never reused or changed.
+func loadNodeID(dir, want string) (string, error) {
+	path := filepath.Join(dir, "node-id")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		have := strings.TrimSpace(string(b))
+		if want != "" && want != have {
+			return "", fmt.Errorf("data dir %s belongs to node %q, not %q (node ids never change; use a fresh data dir for a new node)", dir, have, want)
+		}
+		return have, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("read node id: %w", err)
+	}
+	id := want
+	if id == "" {
+		id = randomID(8)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write node id: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write node id: %w", err)
+	}
+	return id, nil
+}
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// watchLeadership follows Raft's leadership notifications: a new leader runs
+// a Barrier, initializes a new cluster, then starts every session's lease
+// timer in full; losing leadership stops every timer at once.
+func (s *Server) watchLeadership(notify <-chan bool) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.done:
+			return
+		case isLeader := <-notify:
+			s.leaderMu.Lock()
+			s.leaderGen++
+			gen := s.leaderGen
+			s.promotedTerm.Store(0)
+			s.lease.Demote()
+			s.leaderMu.Unlock()
+			if isLeader {
+				s.wg.Add(1)
+				go s.establish(gen)
+			} else {
+				s.log.Info("leadership lost")
+			}
+		}
+	}
+}
+
+func (s *Server) establish(gen uint64) {
+	defer s.wg.Done()
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-s.done:
+			return
+		default:
+		}
+		if s.raft.State() != raft.Leader {
+			return
+		}
+		term := s.raft.CurrentTerm()
+		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil && s.fsm.Info().ClusterID == "" {
+			_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
+				ClusterId:    randomID(16),
+				Epoch:        uint64(time.Now().UnixMicro()),
+				TimeUnixNano: time.Now().UnixNano(),
+			})
+		}
+		if err == nil {
+			s.leaderMu.Lock()
+			if s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term {
+				s.fsm.WithSessions(func(ss []fsm.SessionInfo) {
+					ls := make([]lease.Session, len(ss))
+					for i, x := range ss {
+						ls[i] = lease.Session{ID: x.ID, TTL: time.Duration(x.TTLMs) * time.Millisecond, Revoked: x.Revoked}
+					}
+					s.lease.Promote(ls)
+				})
+				s.promotedTerm.Store(term)
+				s.firstReadyOnce.Do(func() { close(s.firstReady) })
+				s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
+			}
+			s.leaderMu.Unlock()
+			return
+		}
+		s.log.Warn("leader barrier failed", "err", err, "attempt", attempt)
+		select {
+		case <-s.done:
+			return
+		case <-time.After(s.cfg.ElectionTimeout):
+		}
+	}
+}
+
+// expire is the lease manager's callback for a session whose deadline
+// passed: verify leadership, then propose the expiry.
+func (s *Server) expire(id string) {
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return // no longer leader: Demote clears the timers
+	}
+	if _, err := s.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		s.log.Warn("propose session expiry failed", "session", id, "err", err)
+		s.lease.Retry(id, s.cfg.ElectionTimeout)
+		return
+	}
+	s.metrics.sessionsExpired.Inc()
+	s.log.Info("session expired", "session", id)
+}
+
+// propose appends a command to the Raft log and returns the FSM's result
+// once it is committed and applied here.
+func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
+	b, err := fsm.Encode(t, m)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
+	r, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
+	}
+	return r, nil
+}
+
+// linearizable makes a read on this node linearizable: this node must be the
+// leader of a term whose Barrier has finished (so every entry an earlier
+// leader acknowledged is applied here), still leader after the request was
+// received (VerifyLeader), and in the same term. Every write acknowledged
+// before the read began is then applied in the FSM.
+func (s *Server) linearizable() error {
+	term := s.promotedTerm.Load()
+	if term == 0 {
+		return raft.ErrNotLeader
+	}
+	if err := s.raft.VerifyLeader().Error(); err != nil {
+		return err
+	}
+	if s.raft.CurrentTerm() != term || s.promotedTerm.Load() != term {
+		return raft.ErrLeadershipLost
+	}
+	return nil
+}
+
+// NodeID returns this node's id.
+func (s *Server) NodeID() string { return s.nodeID }
+
+// URL returns this node's API URL.
+func (s *Server) URL() string { return s.apiURL }
+
+// Addr returns the API listener's address.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Ready reports whether this node can serve requests: it is the leader of an
+// initialized cluster with its lease timers running.
+func (s *Server) Ready() bool {
+	return s.promotedTerm.Load() != 0 && s.fsm.Info().ClusterID != ""
+}
+
+// WaitLeader blocks until this node has become the established leader once
+// (Barrier done, lease timers running), or ctx ends.
+func (s *Server) WaitLeader(ctx context.Context) error {
+	select {
+	case <-s.firstReady:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return errors.New("server closed")
+	}
+}
+
+// Close stops serving and shuts Raft down. Blocked calls end with an
+// unavailable error; clients retry elsewhere.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.httpSrv.Shutdown(ctx)
+		s.httpSrv.Close()
+		var errs []error
+		if err := s.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		s.lease.Demote()
+		s.wg.Wait()
+		errs = append(errs, s.trans.Close(), s.wal.Close(), s.meta.Close(), s.dirLock.Close())
+		s.closeErr = errors.Join(errs...)
+		s.log.Info("lockd node stopped", "node_id", s.nodeID)
+	})
+	return s.closeErr
+}
+
+// RaftAddr returns the Raft transport's address.
+func (s *Server) RaftAddr() string { return string(s.trans.LocalAddr()) }
