@@ -37,6 +37,13 @@ const (
 	// maxResults bounds the duplicate table of one session even when a
 	// client never advances its ack.
 	maxResults = 256
+	// maxEpoch bounds the epoch an Init may set, and maxLastToken the token
+	// counter a snapshot may carry, so the counter can never wrap: a cluster
+	// has at least 2^62 grants (146 years at a billion a second) before its
+	// snapshots are refused, and 2^63 more before the counter would wrap.
+	// Unix microseconds (the epoch) stay below 2^62 for 146,000 years.
+	maxEpoch     = 1 << 62
+	maxLastToken = 1 << 63
 )
 
 // Encode returns the log entry for a command.

@@ -101,7 +101,16 @@ func (f *FSM) RestoreBytes(b []byte) error {
 }
 
 // Load replaces the state with snap after checking it is consistent.
+//
+// Load refuses a snapshot that breaks the safety invariants (an exclusive
+// holder not alone, more shared holders than the limit, a token repeated or
+// above the counter, a counter that could wrap), so a corrupt or hostile
+// snapshot cannot become the state that later grants are made from.
 func (f *FSM) Load(snap *fsmv1.Snapshot) error {
+	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
+		return fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
+	}
+	tokens := map[uint64]bool{}
 	sessions := map[string]*session{}
 	byRequest := map[string]string{}
 	for _, ps := range snap.Sessions {
@@ -124,11 +133,24 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 			return fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
 		l := &lock{name: pl.Name, limit: pl.Limit}
-		for _, ph := range pl.Holders {
+		for i, ph := range pl.Holders {
 			s := sessions[ph.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
 				return fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
 			}
+			switch {
+			case !validMode(ph.Mode):
+				return fmt.Errorf("snapshot: lock %q: holder %q has mode %d", pl.Name, ph.SessionId, ph.Mode)
+			case ph.Mode != pl.Holders[0].Mode || ph.Mode == ModeExclusive && i > 0:
+				return fmt.Errorf("snapshot: lock %q: exclusive holder not alone", pl.Name)
+			case pl.Limit > 0 && uint32(i) >= pl.Limit:
+				return fmt.Errorf("snapshot: lock %q: more holders than its limit %d", pl.Name, pl.Limit)
+			case ph.Token == 0 || ph.Token > snap.LastToken || tokens[ph.Token]:
+				return fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
+			case i > 0 && ph.Token < pl.Holders[i-1].Token:
+				return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
+			}
+			tokens[ph.Token] = true
 			h := &hold{session: ph.SessionId, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
 			l.holders = append(l.holders, h)
 			s.holds[l.name] = h
@@ -137,6 +159,9 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 			s := sessions[pw.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
 				return fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
+			}
+			if !validMode(pw.Mode) {
+				return fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 			}
 			w := &wait{session: pw.SessionId, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
 			l.queue = append(l.queue, w)

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// DescribeCommand is `lockd describe NAME [--json]`: a lock's holders and
+// its queue, in order.
+type DescribeCommand struct {
+	env commandEnv
+}
+
+// Run describes the lock. A lock that does not exist (free, nobody waiting)
+// is not an error.
+func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("describe", c.env.stderr)
+	var cf clientFlags
+	cf.register(fs, c.env.getenv)
+	cf.registerTimeout(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON (DescribeLockResponse)")
+	stale := fs.Bool("stale", false, "read this node's state, possibly behind the leader")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 1, 1, "lockd describe NAME [--json]"); err != nil {
+		return err
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := cf.withTimeout(ctx)
+	defer cancel()
+	resp, err := cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{
+		Name: pos[0], Consistency: consistency(*stale),
+	}))
+	if err != nil {
+		return callError(fmt.Sprintf("describe %q", pos[0]), err)
+	}
+	if *asJSON {
+		return printJSON(c.env.stdout, resp.Msg)
+	}
+	l := resp.Msg.GetLock()
+	if l == nil {
+		fmt.Fprintf(c.env.stdout, "lock %q is free, nobody waits\n", pos[0])
+		return nil
+	}
+	w := c.env.stdout
+	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", l.GetName(), limitString(l.GetLimit()))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "holders (%d):\n", len(l.GetHolders()))
+	if len(l.GetHolders()) > 0 {
+		fmt.Fprintln(tw, "  TOKEN\tMODE\tSESSION\tOWNER\tGRANTED\tVALUE")
+		for _, h := range l.GetHolders() {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%q\n", h.GetToken(), modeName(h.GetMode()),
+				h.GetSessionId(), h.GetOwner(), since(h.GetGrantedAt()), h.GetValue())
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "waiters (%d), first in line first:\n", len(l.GetWaiters()))
+	if len(l.GetWaiters()) > 0 {
+		fmt.Fprintln(tw, "  #\tMODE\tSESSION\tOWNER\tQUEUED")
+		for i, q := range l.GetWaiters() {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i+1, modeName(q.GetMode()),
+				q.GetSessionId(), q.GetOwner(), since(q.GetQueuedAt()))
+		}
+		tw.Flush()
+	}
+	return nil
+}
+
+// since renders a server timestamp (wall clock, for display) with its age.
+func since(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	t := ts.AsTime().Local()
+	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), time.Since(t).Round(time.Second))
+}

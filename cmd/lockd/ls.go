@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// LsCommand is `lockd ls [PREFIX] [--json]`: list locks by name prefix.
+type LsCommand struct {
+	env commandEnv
+}
+
+// Run lists every lock whose name starts with PREFIX, in name order,
+// following the pages to the end.
+func (c *LsCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("ls", c.env.stderr)
+	var cf clientFlags
+	cf.register(fs, c.env.getenv)
+	cf.registerTimeout(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON (ListLocksResponse)")
+	stale := fs.Bool("stale", false, "read this node's state, possibly behind the leader")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, 1, "lockd ls [PREFIX] [--json]"); err != nil {
+		return err
+	}
+	prefix := ""
+	if len(pos) == 1 {
+		prefix = pos[0]
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := cf.withTimeout(ctx)
+	defer cancel()
+	all := &lockdv1.ListLocksResponse{}
+	req := &lockdv1.ListLocksRequest{Prefix: prefix, PageSize: 1000, Consistency: consistency(*stale)}
+	for {
+		resp, err := cl.Service().ListLocks(ctx, connect.NewRequest(req))
+		if err != nil {
+			return callError("list locks", err)
+		}
+		all.Locks = append(all.Locks, resp.Msg.GetLocks()...)
+		if resp.Msg.GetNextPageToken() == "" {
+			break
+		}
+		req.PageToken = resp.Msg.GetNextPageToken()
+	}
+	if *asJSON {
+		return printJSON(c.env.stdout, all)
+	}
+	if len(all.Locks) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tLIMIT\tHOLDERS\tWAITERS\tTOKENS")
+	for _, l := range all.Locks {
+		var tokens []string
+		for _, h := range l.GetHolders() {
+			tokens = append(tokens, fmt.Sprint(h.GetToken()))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.GetName(), limitString(l.GetLimit()),
+			len(l.GetHolders()), len(l.GetWaiters()), strings.Join(tokens, ","))
+	}
+	return tw.Flush()
+}
+
+func limitString(n uint32) string {
+	if n == 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}

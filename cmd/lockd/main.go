@@ -1,0 +1,190 @@
+// Command lockd is the lockd server and its command-line client.
+//
+//	lockd serve                        run a node (a durable one-node cluster by default)
+//	lockd run NAME -- CMD [ARGS...]    run CMD while holding lock NAME
+//	lockd ls [PREFIX]                  list locks
+//	lockd describe NAME                show a lock's holders and queue
+//	lockd sessions                     list sessions
+//	lockd release --force NAME         revoke a lock's holders (admin)
+//	lockd status                       show this node and the cluster
+//	lockd version                      print the version
+//
+// Exit statuses are stable and documented in the README; see exitError.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/lockd-dev/lockd/internal/supervise"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3";
+// otherwise it comes from the module's build info.
+var version = ""
+
+func init() {
+	if version != "" {
+		return
+	}
+	version = "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+}
+
+// Exit statuses other than a supervised command's own.
+const (
+	exitOK          = 0
+	exitFailure     = 1  // anything else
+	exitUsage       = 64 // bad flags or arguments, or a request the server refused as invalid
+	exitUnavailable = 69 // no endpoint reachable, or no leader, until the wait ended
+	exitStopped     = 71 // lockd stopped the command: lease lost or in jeopardy, or --max-hold ran out
+	exitConflict    = 75 // lock not obtained (busy, or the wait ran out); --conflict-exit-code
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == supervise.Command {
+		os.Exit(supervise.Main(os.Args[2:]))
+	}
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	err := m.Run(context.Background(), os.Args[1:])
+	os.Exit(m.exitStatus(err))
+}
+
+// Main is the lockd command: it dispatches to a subcommand.
+type Main struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads the environment (LOCKD_ENDPOINTS).
+	Getenv func(string) string
+}
+
+// Run runs the subcommand named by args[0] with the rest of args. Signals
+// SIGINT and SIGTERM cancel ctx for every subcommand but run, which forwards
+// them to its command instead.
+func (m *Main) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		m.usage()
+		return usageError{errors.New("no command given")}
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "run" {
+		return (&RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
+	}
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	env := m.env()
+	switch cmd {
+	case "serve":
+		return (&ServeCommand{Stderr: m.Stderr}).Run(ctx, args)
+	case "ls":
+		return (&LsCommand{env: env}).Run(ctx, args)
+	case "describe":
+		return (&DescribeCommand{env: env}).Run(ctx, args)
+	case "sessions":
+		return (&SessionsCommand{env: env}).Run(ctx, args)
+	case "release":
+		return (&ReleaseCommand{env: env}).Run(ctx, args)
+	case "status":
+		return (&StatusCommand{env: env}).Run(ctx, args)
+	case "version":
+		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
+	case "help", "-h", "--help", "-help":
+		m.usage()
+		return nil
+	}
+	m.usage()
+	return usageError{fmt.Errorf("unknown command %q", cmd)}
+}
+
+func (m *Main) env() commandEnv {
+	return commandEnv{stdout: m.Stdout, stderr: m.Stderr, getenv: m.Getenv}
+}
+
+func (m *Main) usage() {
+	fmt.Fprint(m.Stderr, strings.TrimLeft(`
+lockd is a distributed lock service.
+
+Usage:
+
+	lockd <command> [arguments]
+
+Commands:
+
+	serve      run a lockd node
+	run        run a command while holding a lock
+	ls         list locks
+	describe   show a lock's holders and queue
+	sessions   list sessions
+	release    revoke a lock's holders (admin; needs --force)
+	status     show this node and the cluster
+	version    print the version
+
+Use "lockd <command> -h" for a command's flags. Client commands talk to
+--endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070.
+`, "\n"))
+}
+
+// exitStatus prints err, if it is to be printed, and returns the process's
+// exit status.
+func (m *Main) exitStatus(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	var ue usageError
+	switch {
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(ee.err))
+		}
+		return ee.code
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(ue.err))
+		return exitUsage
+	}
+	fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(err))
+	return exitFailure
+}
+
+// oneLine keeps messages to one line, as scripts and people expect.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// usageError is a bad flag or argument: exit status 64.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// exitError ends lockd with a given status. err is printed on stderr; a nil
+// err exits silently (a supervised command's own status).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitWith(code int, err error) error { return &exitError{code: code, err: err} }

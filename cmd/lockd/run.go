@@ -1,0 +1,478 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/supervise"
+)
+
+// Environment variables lockd run gives the command.
+const (
+	envLock    = "LOCKD_LOCK"
+	envToken   = "LOCKD_TOKEN"
+	envSession = "LOCKD_SESSION"
+)
+
+// releaseTimeout bounds the release after the command ended normally.
+const releaseTimeout = 10 * time.Second
+
+// RunCommand is `lockd run NAME -- CMD [ARGS...]`: run CMD while holding
+// lock NAME.
+//
+// The command runs in its own process group led by a supervisor (the lockd
+// binary re-executed, see internal/supervise) that ends the group before the
+// session's lease can be lost on the server, even when lockd run itself is
+// killed or frozen. The lock is released once the group is empty.
+type RunCommand struct {
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// runFlags are lockd run's flags, after validation.
+type runFlags struct {
+	client           clientFlags
+	ttl              time.Duration
+	wait             time.Duration // with waitSet; 0 = try once
+	waitSet          bool
+	limit            uint
+	limitSet         bool
+	shared           bool
+	maxHold          time.Duration
+	killGrace        time.Duration
+	killGraceSet     bool
+	conflictExitCode int
+	name             string
+	command          []string
+}
+
+const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] NAME -- CMD [ARGS...]"
+
+func (c *RunCommand) parse(args []string) (*runFlags, error) {
+	var f runFlags
+	fs := newFlagSet("run", c.Stderr)
+	f.client.register(fs, c.Getenv)
+	fs.DurationVar(&f.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
+	fs.Func("wait", "wait at most this long for the lock (default: until granted; 0: try once)", func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration of 0 or more, like 30s")
+		}
+		f.wait, f.waitSet = d, true
+		return nil
+	})
+	noWait := fs.Bool("no-wait", false, "try once; do not wait (same as --wait 0)")
+	fs.Func("limit", "take one of N permits of a semaphore instead of an exclusive lock", func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a number of permits of 1 or more")
+		}
+		f.limit, f.limitSet = uint(n), true
+		return nil
+	})
+	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
+	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
+	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
+
+	// Everything after the first "--" is the command.
+	flagArgs, command := args, []string(nil)
+	for i, a := range args {
+		if a == "--" {
+			flagArgs, command = args[:i], args[i+1:]
+			break
+		}
+	}
+	var pos []string
+	if command != nil {
+		p, err := parseArgs(fs, flagArgs)
+		if err != nil {
+			return nil, err
+		}
+		pos = p
+	} else {
+		// No "--": flags, NAME, flags, then the command from its first word
+		// on, its own flags untouched.
+		for len(flagArgs) > 0 && len(pos) < 2 {
+			if err := fs.Parse(flagArgs); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return nil, err
+				}
+				return nil, usageError{err}
+			}
+			flagArgs = fs.Args()
+			if len(flagArgs) > 0 {
+				pos = append(pos, flagArgs[0])
+				flagArgs = flagArgs[1:]
+			}
+		}
+		if len(pos) == 2 {
+			command = append([]string{pos[1]}, flagArgs...)
+			pos = pos[:1]
+		}
+	}
+	if len(pos) != 1 || len(command) == 0 {
+		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}
+	}
+	f.name, f.command = pos[0], command
+
+	if *noWait {
+		if f.waitSet && f.wait != 0 {
+			return nil, usageError{errors.New("--no-wait and --wait cannot be used together")}
+		}
+		f.wait, f.waitSet = 0, true
+	}
+	if f.shared && f.limitSet {
+		return nil, usageError{errors.New("--shared and --limit cannot be used together: --limit N takes one of N shared permits")}
+	}
+	if f.ttl <= 0 {
+		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.ttl)}
+	}
+	if f.maxHold < 0 {
+		return nil, usageError{fmt.Errorf("--max-hold %v must not be negative", f.maxHold)}
+	}
+	if f.conflictExitCode < 0 || f.conflictExitCode > 255 {
+		return nil, usageError{fmt.Errorf("--conflict-exit-code %d: want 0 to 255", f.conflictExitCode)}
+	}
+	f.killGrace, f.killGraceSet = defaultKillGrace(f.ttl), *killGrace != ""
+	if f.killGraceSet {
+		d, err := time.ParseDuration(*killGrace)
+		if err != nil || d < 0 {
+			return nil, usageError{fmt.Errorf("--kill-grace %q: want a duration of 0 or more", *killGrace)}
+		}
+		// The lease deadline is renewed every TTL/3 to about TTL·0.99 −
+		// margin ahead: a longer grace would SIGTERM a healthy command.
+		if d > f.ttl/2 {
+			return nil, usageError{fmt.Errorf("--kill-grace %v is more than half the TTL %v: the command would be stopped while the lease is healthy", d, f.ttl)}
+		}
+		f.killGrace = d
+	}
+	return &f, nil
+}
+
+func defaultKillGrace(ttl time.Duration) time.Duration { return min(2*time.Second, ttl/4) }
+
+// heldLock is the lock taken, whichever its kind.
+type heldLock interface {
+	Token() uint64
+	Done() <-chan struct{}
+}
+
+// Run acquires the lock, runs the command under a supervisor, releases the
+// lock when the command's group is empty and returns an *exitError with the
+// documented status.
+func (c *RunCommand) Run(ctx context.Context, args []string) error {
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	f, err := c.parse(args)
+	if err != nil {
+		return err
+	}
+
+	// SIGINT, SIGTERM and SIGHUP: while waiting, stop waiting; while the
+	// command runs, forward them to its group.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	cl, err := f.client.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	// The acquisition: session and lock, bounded by --wait, ended by a signal.
+	actx, cancelAcquire := context.WithCancelCause(ctx)
+	defer cancelAcquire(nil)
+	if f.waitSet && f.wait > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(actx, f.wait)
+		defer cancel()
+	}
+	acquired := make(chan struct{})
+	watcher := make(chan syscall.Signal, 1) // the signal that ended the wait, or 0
+	go func() {
+		select {
+		case s := <-sigs:
+			cancelAcquire(errInterrupted)
+			watcher <- s.(syscall.Signal)
+		case <-acquired:
+			watcher <- 0
+		}
+	}()
+
+	dl := &deadlineRelay{changed: make(chan struct{}, 1)}
+	sess, err := cl.NewSession(actx, lockd.WithTTL(f.ttl), lockd.WithDeadlineFunc(dl.set))
+	var lock heldLock
+	if err == nil {
+		lock, err = c.acquire(actx, sess, f)
+	}
+	close(acquired)
+	if sig := <-watcher; sig != 0 {
+		// Interrupted while waiting (or just as the grant came): the
+		// command does not start.
+		if sess != nil {
+			c.closeSession(sess, releaseTimeout)
+		}
+		return exitWith(128+int(sig), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(sig), f.name))
+	}
+	if err != nil {
+		if sess != nil {
+			c.closeSession(sess, releaseTimeout)
+		}
+		return c.acquireError(f, err)
+	}
+	return c.supervise(f, sess, lock, dl, sigs)
+}
+
+var errInterrupted = errors.New("interrupted")
+
+// acquire takes the lock in the mode the flags ask.
+func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFlags) (heldLock, error) {
+	try := f.waitSet && f.wait == 0
+	switch {
+	case f.limitSet:
+		l := sess.NewSemaphore(f.name, uint32(f.limit))
+		if try {
+			return l, l.TryLock(ctx)
+		}
+		return l, l.Lock(ctx)
+	case f.shared:
+		l := sess.NewRWMutex(f.name)
+		if try {
+			return l, l.TryRLock(ctx)
+		}
+		return l, l.RLock(ctx)
+	default:
+		l := sess.NewMutex(f.name)
+		if try {
+			return l, l.TryLock(ctx)
+		}
+		return l, l.Lock(ctx)
+	}
+}
+
+// acquireError maps a failed acquisition to an exit status.
+func (c *RunCommand) acquireError(f *runFlags, err error) error {
+	var busy *lockd.BusyError
+	switch {
+	case errors.As(err, &busy):
+		return exitWith(f.conflictExitCode, busyError(busy))
+	case errors.Is(err, lockd.ErrUnavailable):
+		return exitWith(exitUnavailable, fmt.Errorf("lock %q not obtained: no server reachable or no leader: %w", f.name, err))
+	case errors.Is(err, context.DeadlineExceeded):
+		return exitWith(f.conflictExitCode, fmt.Errorf("lock %q not obtained within --wait %v", f.name, f.wait))
+	case errors.Is(err, lockd.ErrInvalidArgument), errors.Is(err, lockd.ErrLimitMismatch), errors.Is(err, lockd.ErrAlreadyHeld):
+		return exitWith(exitUsage, fmt.Errorf("lock %q refused: %w", f.name, err))
+	case errors.Is(err, lockd.ErrLeaseLost):
+		// The session could not be kept alive while waiting: the cluster
+		// was out of reach for longer than the TTL.
+		return exitWith(exitUnavailable, fmt.Errorf("lock %q not obtained: session lost while waiting: %w", f.name, err))
+	}
+	return exitWith(exitFailure, fmt.Errorf("lock %q not obtained: %w", f.name, err))
+}
+
+// supervise runs the command while the lock is held and releases the lock
+// when its group is empty.
+func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, dl *deadlineRelay, sigs <-chan os.Signal) error {
+	if !f.killGraceSet {
+		// The server may grant another TTL than the one asked.
+		f.killGrace = defaultKillGrace(sess.TTL())
+	}
+	env := withEnv(os.Environ(), map[string]string{
+		envLock:    f.name,
+		envToken:   strconv.FormatUint(lock.Token(), 10),
+		envSession: sess.ID(),
+	})
+	deadline := dl.get()
+	if deadline.IsZero() {
+		deadline = sess.Deadline()
+	}
+	proc, err := supervise.Start(supervise.Config{
+		Command:   f.command,
+		Env:       env,
+		Stdin:     os.Stdin,
+		Stdout:    os.Stdout,
+		Stderr:    os.Stderr,
+		Deadline:  deadline,
+		KillGrace: f.killGrace,
+		MaxHold:   f.maxHold,
+	})
+	if err != nil {
+		c.closeSession(sess, releaseTimeout)
+		return exitWith(exitFailure, fmt.Errorf("run %s: %w", f.command[0], err))
+	}
+
+	// Renew the supervisor's deadline from the session's keepalives. The
+	// session calls dl.set on its keepalive goroutine, which must not block
+	// on the pipe.
+	stopRelay := make(chan struct{})
+	var relay sync.WaitGroup
+	relay.Go(func() {
+		for {
+			select {
+			case <-dl.changed:
+				_ = proc.SetDeadline(dl.get())
+			case <-stopRelay:
+				return
+			}
+		}
+	})
+	defer func() { close(stopRelay); relay.Wait() }()
+	if d := dl.get(); !d.IsZero() && !d.Equal(deadline) {
+		_ = proc.SetDeadline(d)
+	}
+
+	lost, lockLost := sess.Done(), lock.Done()
+	for waiting := true; waiting; {
+		select {
+		case <-proc.Done():
+			waiting = false
+		case <-lost:
+			// The lease is gone: someone else may hold the lock now.
+			_ = proc.Stop("lease lost")
+			lost, lockLost = nil, nil
+		case <-lockLost:
+			_ = proc.Stop("lock lost")
+			lost, lockLost = nil, nil
+		case s := <-sigs:
+			_ = proc.Signal(s.(syscall.Signal))
+		}
+	}
+	res, err := proc.Wait()
+	if err != nil {
+		// The supervisor died and Wait killed the group itself.
+		c.closeSession(sess, releaseTimeout)
+		return exitWith(exitStopped, fmt.Errorf("stopped %s: %w", f.command[0], err))
+	}
+	switch {
+	case res.Killed != supervise.ReasonNone:
+		if res.Killed == supervise.ReasonDeadline {
+			// The lease is in jeopardy, most likely lost: release if the
+			// server answers quickly, without outliving the deadline, and
+			// without a warning when it does not.
+			left := time.Until(sess.Deadline())
+			c.closeSessionQuietly(sess, min(left/2, left-100*time.Millisecond))
+		} else {
+			c.closeSession(sess, releaseTimeout)
+		}
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, lock.Token(), killReason(res.Killed, f)))
+	case res.ExecError != "":
+		c.closeSession(sess, releaseTimeout)
+		return exitWith(res.ExitCode, errors.New(res.ExecError))
+	}
+	c.closeSession(sess, releaseTimeout)
+	return exitWith(res.Status(), nil)
+}
+
+// closeSession ends the session, which releases the lock, trying for at
+// most timeout (at least once). A failure is reported but changes nothing
+// else: the server frees the lock when the session expires.
+func (c *RunCommand) closeSession(sess *lockd.Session, timeout time.Duration) {
+	if err := closeSession(sess, timeout); err != nil {
+		fmt.Fprintf(c.Stderr, "lockd: warning: release: %s (the server frees the lock when the session's TTL runs out)\n", oneLine(err))
+	}
+}
+
+// closeSessionQuietly is closeSession without the warning, for a session
+// that is most likely lost.
+func (c *RunCommand) closeSessionQuietly(sess *lockd.Session, timeout time.Duration) {
+	_ = closeSession(sess, timeout)
+}
+
+func closeSession(sess *lockd.Session, timeout time.Duration) error {
+	// Even with no time left, Close marks the session closed, so the
+	// client's own Close does not try again.
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, 0))
+	defer cancel()
+	return sess.Close(ctx)
+}
+
+// deadlineRelay hands the session's lease deadline from the keepalive
+// goroutine to the supervisor without blocking the former.
+type deadlineRelay struct {
+	mu      sync.Mutex
+	t       time.Time
+	changed chan struct{}
+}
+
+func (d *deadlineRelay) set(t time.Time) {
+	d.mu.Lock()
+	d.t = t
+	d.mu.Unlock()
+	select {
+	case d.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (d *deadlineRelay) get() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.t
+}
+
+// withEnv returns env with the given variables set, replacing any
+// values they had.
+func withEnv(env []string, set map[string]string) []string {
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range []string{envLock, envToken, envSession} {
+		if v, ok := set[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
+
+// busyError says who holds the lock.
+func busyError(b *lockd.BusyError) error {
+	var holders []string
+	for _, h := range b.Holders {
+		holders = append(holders, fmt.Sprintf("session %s (%s, token %d)", h.SessionID, h.Owner, h.Token))
+	}
+	if len(holders) == 0 {
+		return fmt.Errorf("lock %q is busy: other requests wait for it", b.Name)
+	}
+	return fmt.Errorf("lock %q is busy: held by %s", b.Name, strings.Join(holders, ", "))
+}
+
+// killReason explains why the supervisor stopped the command.
+func killReason(r supervise.Reason, f *runFlags) string {
+	switch r {
+	case supervise.ReasonDeadline:
+		return fmt.Sprintf("lease in jeopardy: no keepalive confirmed in time, stopped %v before the lease deadline", f.killGrace)
+	case supervise.ReasonMaxHold:
+		return fmt.Sprintf("--max-hold %v ran out", f.maxHold)
+	}
+	return string(r)
+}

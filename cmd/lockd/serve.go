@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lockd-dev/lockd/internal/server"
+)
+
+// ServeCommand is `lockd serve`: run a lockd node.
+type ServeCommand struct {
+	Stderr io.Writer
+}
+
+// Run parses the flags, starts the node and serves until ctx ends (SIGINT
+// or SIGTERM), then shuts down cleanly.
+func (c *ServeCommand) Run(ctx context.Context, args []string) error {
+	stderr := c.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	cfg := server.DefaultConfig()
+	fs := flag.NewFlagSet("lockd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the Raft log, snapshots and node id")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "API address (Connect, JSON, /metrics, /healthz, /readyz)")
+	fs.StringVar(&cfg.RaftListen, "raft-listen", cfg.RaftListen, "Raft transport address")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "API URL others use to reach this node (default: from --listen; required for a wildcard --listen)")
+	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "Raft address peers use (default: --raft-listen; required for a wildcard --raft-listen)")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "node id, persisted in the data dir on first start (default: random)")
+	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "bootstrap a new one-node cluster if the data dir is empty (the default without --join)")
+	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft follower timeout before an election")
+	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft candidate election timeout")
+	fs.DurationVar(&cfg.Grace, "grace", 0, "lease grace added to every session deadline on the leader (default: --election-timeout)")
+	fs.DurationVar(&cfg.DefaultTTL, "default-ttl", cfg.DefaultTTL, "session TTL when a client asks none")
+	fs.DurationVar(&cfg.MinTTL, "min-ttl", cfg.MinTTL, "smallest session TTL accepted")
+	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "largest session TTL accepted")
+	fs.DurationVar(&cfg.MaxPollTimeout, "max-poll-timeout", cfg.MaxPollTimeout, "longest one queued Acquire call blocks before answering QUEUED")
+	fs.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "bound on one Raft proposal")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
+	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+	fs.IntVar(&cfg.SnapshotRetain, "snapshot-retain", cfg.SnapshotRetain, "snapshots kept on disk")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("serve takes no arguments, got %q", fs.Args())}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)}
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch strings.ToLower(*logFormat) {
+	case "text":
+		h = slog.NewTextHandler(stderr, hopts)
+	case "json":
+		h = slog.NewJSONHandler(stderr, hopts)
+	default:
+		return usageError{fmt.Errorf("--log-format %q: want text or json", *logFormat)}
+	}
+	logger := slog.New(h)
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	reg := prometheus.NewRegistry()
+	srv, err := server.New(cfg, server.WithLogger(logger), server.WithRegistry(reg), server.WithVersion(version))
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	logger.Info("shutting down")
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		return errors.New("shutdown did not finish in 30s")
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// StatusCommand is `lockd status [--json]`: the node answering and the
+// cluster as it sees it.
+type StatusCommand struct {
+	env commandEnv
+}
+
+// Run prints the status of the first endpoint that answers.
+func (c *StatusCommand) Run(ctx context.Context, args []string) error {
+	fs := newFlagSet("status", c.env.stderr)
+	var cf clientFlags
+	cf.register(fs, c.env.getenv)
+	cf.registerTimeout(fs)
+	asJSON := fs.Bool("json", false, "print the API's JSON (StatusResponse)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs(pos, 0, 0, "lockd status [--json]"); err != nil {
+		return err
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := cf.withTimeout(ctx)
+	defer cancel()
+	resp, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
+	if err != nil {
+		return callError("status", err)
+	}
+	s := resp.Msg
+	if *asJSON {
+		return printJSON(c.env.stdout, s)
+	}
+	leader := s.GetLeader()
+	if leader == "" {
+		leader = "(none)"
+	}
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "node:\t%s (%s)\n", s.GetNodeId(), s.GetState())
+	fmt.Fprintf(tw, "leader:\t%s\n", leader)
+	fmt.Fprintf(tw, "cluster:\t%s\n", s.GetClusterId())
+	fmt.Fprintf(tw, "term:\t%d\n", s.GetTerm())
+	fmt.Fprintf(tw, "commit index:\t%d\n", s.GetCommitIndex())
+	fmt.Fprintf(tw, "applied index:\t%d\n", s.GetAppliedIndex())
+	fmt.Fprintf(tw, "sessions:\t%d\n", s.GetSessions())
+	fmt.Fprintf(tw, "locks:\t%d\n", s.GetLocks())
+	fmt.Fprintf(tw, "last token:\t%d\n", s.GetLastToken())
+	fmt.Fprintf(tw, "version:\t%s\n", s.GetVersion())
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(s.GetMembers()) == 0 {
+		return nil
+	}
+	fmt.Fprintln(c.env.stdout, "members:")
+	tw = tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ID\tROLE\tVOTER\tAPI\tRAFT")
+	for _, m := range s.GetMembers() {
+		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%s\n", m.GetId(), m.GetRole(), m.GetVoter(), m.GetApi(), m.GetRaft())
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,250 @@
+package lockd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// Sentinel errors. Every error a call returns can be tested with errors.Is
+// against these; errors that came from the server also wrap the
+// *connect.Error, so errors.As(err, &connectErr) keeps working.
+var (
+	// ErrNotHeld means the lock is not held: Unlock of a lock this handle does
+	// not hold, or a release the server refused because the token is no
+	// longer a current grant of the session. A held lock's Err returns it
+	// after Unlock.
+	ErrNotHeld = errors.New("lockd: lock not held")
+
+	// ErrLeaseLost means the session's lease is gone (or may be gone): the
+	// client-side deadline passed without a confirmed KeepAlive, or the
+	// server no longer knows the session (expired, closed or force-released).
+	// Every lock the session held must be assumed taken by someone else.
+	ErrLeaseLost = errors.New("lockd: lease lost")
+
+	// ErrBusy means the lock is not free and the call did not wait
+	// (TryLock). The error is a *BusyError listing the holders.
+	ErrBusy = errors.New("lockd: lock busy")
+
+	// ErrAlreadyHeld means the session already holds the lock, or already
+	// waits for it. lockd locks are not re-entrant.
+	ErrAlreadyHeld = errors.New("lockd: lock already held or waited for by this session")
+
+	// ErrLimitMismatch means the lock exists with a different limit (number
+	// of permits) than the request asked for, for example a semaphore of 3
+	// and one of 5 under the same name.
+	ErrLimitMismatch = errors.New("lockd: lock limit mismatch")
+
+	// ErrInvalidArgument means a request was refused as invalid (a bad lock
+	// name, TTL out of bounds, an oversized value, ...), by the server or
+	// already by the client.
+	ErrInvalidArgument = errors.New("lockd: invalid argument")
+
+	// ErrUnavailable means no endpoint could serve the call: none was
+	// reachable, or the cluster had no leader, until the retries ran out.
+	ErrUnavailable = errors.New("lockd: unavailable")
+
+	// ErrClusterMismatch means an endpoint answered with a cluster id other
+	// than the one this Client saw first. The client stops using it; when no
+	// endpoint of the first cluster is left, calls fail with this error.
+	ErrClusterMismatch = errors.New("lockd: endpoint belongs to another cluster")
+
+	// ErrSessionClosed means the session was closed with Session.Close (or
+	// Client.Close) and can no longer be used.
+	ErrSessionClosed = errors.New("lockd: session closed")
+
+	// ErrWaitDropped means the server dropped a queued wait before granting
+	// it, for example because it was cancelled from elsewhere.
+	ErrWaitDropped = errors.New("lockd: wait dropped")
+
+	// ErrTooMany means a server limit (sessions, locks, queue length) was
+	// reached.
+	ErrTooMany = errors.New("lockd: server limit reached")
+
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("lockd: client closed")
+)
+
+// Holder describes one current holder of a lock, as reported in a
+// *BusyError.
+type Holder struct {
+	// SessionID is the holding session.
+	SessionID string
+	// Owner is the holding session's owner label (host/pid by default).
+	Owner string
+	// Shared is true for a shared (semaphore or read) hold, false for an
+	// exclusive one.
+	Shared bool
+	// Token is the hold's fencing token.
+	Token uint64
+	// GrantedAt is when the hold was granted (server wall clock, for
+	// display only).
+	GrantedAt time.Time
+	// Value is the holder's metadata (WithValue).
+	Value []byte
+}
+
+// BusyError is returned by TryLock when the lock is not free. It matches
+// ErrBusy with errors.Is; use errors.As to read the holders.
+type BusyError struct {
+	// Name is the lock's name.
+	Name string
+	// Holders are the current holders; the server may truncate the list, and
+	// it is empty when the lock is free but other requests wait in its queue.
+	Holders []Holder
+
+	err error // the server's error
+}
+
+// Error implements error.
+func (e *BusyError) Error() string {
+	switch len(e.Holders) {
+	case 0:
+		return fmt.Sprintf("lockd: lock %q busy (requests queued)", e.Name)
+	case 1:
+		h := e.Holders[0]
+		return fmt.Sprintf("lockd: lock %q busy: held by session %s (%s) with token %d", e.Name, h.SessionID, h.Owner, h.Token)
+	default:
+		return fmt.Sprintf("lockd: lock %q busy: %d holders", e.Name, len(e.Holders))
+	}
+}
+
+// Is reports whether target is ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// Unwrap returns the server's error.
+func (e *BusyError) Unwrap() error { return e.err }
+
+// statusError is an error mapped to one of the sentinels. It matches the
+// sentinel with errors.Is and wraps the underlying (usually *connect.Error)
+// error.
+type statusError struct {
+	kind error
+	err  error
+}
+
+func (e *statusError) Error() string {
+	msg := e.err.Error()
+	var ce *connect.Error
+	if errors.As(e.err, &ce) && ce.Message() != "" {
+		msg = ce.Message()
+	}
+	return e.kind.Error() + ": " + msg
+}
+
+func (e *statusError) Unwrap() []error { return []error{e.kind, e.err} }
+
+// wrap marks err as kind unless it already is.
+func wrap(kind, err error) error {
+	if errors.Is(err, kind) {
+		return err
+	}
+	return &statusError{kind: kind, err: err}
+}
+
+// errorDetail returns the lockd ErrorDetail attached to err, if any.
+func errorDetail(err error) *lockdv1.ErrorDetail {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			continue
+		}
+		if ed, ok := v.(*lockdv1.ErrorDetail); ok {
+			return ed
+		}
+	}
+	return nil
+}
+
+// mapError turns an error returned by the API into one that matches the
+// package's sentinels: by the ErrorDetail's reason first, then by the Connect
+// code. name is the lock concerned, if any. Errors that are already mapped,
+// and context errors, are returned unchanged.
+func mapError(err error, name string) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	if errors.Is(err, ErrClusterMismatch) {
+		return err
+	}
+	if d := errorDetail(err); d != nil {
+		switch d.GetReason() {
+		case lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT:
+			return wrap(ErrInvalidArgument, err)
+		case lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND,
+			lockdv1.ErrorReason_ERROR_REASON_SESSION_REVOKED:
+			return wrap(ErrLeaseLost, err)
+		case lockdv1.ErrorReason_ERROR_REASON_BUSY:
+			return &BusyError{Name: name, Holders: holders(d.GetHolders()), err: err}
+		case lockdv1.ErrorReason_ERROR_REASON_ALREADY_HELD:
+			return wrap(ErrAlreadyHeld, err)
+		case lockdv1.ErrorReason_ERROR_REASON_NOT_HELD:
+			return wrap(ErrNotHeld, err)
+		case lockdv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH:
+			return wrap(ErrLimitMismatch, err)
+		case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
+			lockdv1.ErrorReason_ERROR_REASON_NO_LEADER,
+			lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN:
+			return wrap(ErrUnavailable, err)
+		case lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED:
+			return wrap(ErrWaitDropped, err)
+		case lockdv1.ErrorReason_ERROR_REASON_TOO_MANY:
+			return wrap(ErrTooMany, err)
+		}
+	}
+	switch ce.Code() {
+	case connect.CodeInvalidArgument:
+		return wrap(ErrInvalidArgument, err)
+	case connect.CodeNotFound:
+		return wrap(ErrLeaseLost, err)
+	case connect.CodeAlreadyExists:
+		return wrap(ErrAlreadyHeld, err)
+	case connect.CodeUnavailable:
+		return wrap(ErrUnavailable, err)
+	case connect.CodeAborted:
+		return wrap(ErrWaitDropped, err)
+	case connect.CodeResourceExhausted:
+		return wrap(ErrTooMany, err)
+	}
+	return err
+}
+
+func holders(hs []*lockdv1.Holder) []Holder {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]Holder, 0, len(hs))
+	for _, h := range hs {
+		var at time.Time
+		if h.GetGrantedAt() != nil {
+			at = h.GetGrantedAt().AsTime()
+		}
+		out = append(out, Holder{
+			SessionID: h.GetSessionId(),
+			Owner:     h.GetOwner(),
+			Shared:    h.GetMode() == lockdv1.Mode_MODE_SHARED,
+			Token:     h.GetToken(),
+			GrantedAt: at,
+			Value:     h.GetValue(),
+		})
+	}
+	return out
+}
+
+// isContextErr reports whether err is (only) a context ending.
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

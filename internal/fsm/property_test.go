@@ -1,0 +1,682 @@
+package fsm_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+// The model is a deliberately plain lock table: slices, no indexes. The
+// property test predicts each command's outcome with it and compares the
+// FSM's whole lock table against it after every step.
+
+type mHold struct {
+	session    string
+	mode       int32
+	token, seq uint64
+}
+
+type mWait struct {
+	session string
+	mode    int32
+	seq     uint64
+}
+
+type mLock struct {
+	limit   uint32
+	holders []mHold
+	queue   []mWait
+}
+
+type model struct {
+	revoked map[string]bool // live sessions: id -> revoked
+	locks   map[string]*mLock
+	last    uint64
+}
+
+// outcome is the part of a Result the model predicts.
+type outcome struct {
+	code     fsm.Code
+	status   int
+	token    uint64
+	position uint32
+	released bool
+}
+
+func (l *mLock) fits(mode int32) bool {
+	if mode == excl {
+		return len(l.holders) == 0
+	}
+	if len(l.holders) > 0 && l.holders[0].mode == excl {
+		return false
+	}
+	return l.limit == 0 || uint32(len(l.holders)) < l.limit
+}
+
+func (l *mLock) has(session string) bool {
+	return slices.ContainsFunc(l.holders, func(h mHold) bool { return h.session == session }) ||
+		slices.ContainsFunc(l.queue, func(w mWait) bool { return w.session == session })
+}
+
+func (m *model) grant(l *mLock, session string, mode int32, seq uint64) uint64 {
+	m.last++
+	l.holders = append(l.holders, mHold{session, mode, m.last, seq})
+	return m.last
+}
+
+// settle grants queued requests from the head while they fit, and forgets
+// a lock nobody holds or waits for.
+func (m *model) settle(name string) {
+	l := m.locks[name]
+	if l == nil {
+		return
+	}
+	for len(l.queue) > 0 && l.fits(l.queue[0].mode) {
+		w := l.queue[0]
+		l.queue = l.queue[1:]
+		m.grant(l, w.session, w.mode, w.seq)
+	}
+	if len(l.holders) == 0 && len(l.queue) == 0 {
+		delete(m.locks, name)
+	}
+}
+
+func (m *model) acquire(a *fsmv1.Acquire) outcome {
+	revoked, ok := m.revoked[a.SessionId]
+	switch {
+	case !ok:
+		return outcome{code: fsm.CodeSessionUnknown}
+	case revoked:
+		return outcome{code: fsm.CodeRevoked}
+	}
+	l := m.locks[a.Name]
+	if l != nil && l.has(a.SessionId) {
+		return outcome{code: fsm.CodeAlreadyHeld}
+	}
+	if l == nil {
+		l = &mLock{limit: 1}
+		if a.Limit != nil {
+			l.limit = *a.Limit
+		}
+	} else if a.Limit != nil && *a.Limit != l.limit {
+		return outcome{code: fsm.CodeLimitMismatch}
+	}
+	if len(l.queue) == 0 && l.fits(a.Mode) {
+		m.locks[a.Name] = l
+		return outcome{status: fsm.StatusGranted, token: m.grant(l, a.SessionId, a.Mode, a.Seq)}
+	}
+	if !a.Wait {
+		return outcome{code: fsm.CodeBusy}
+	}
+	m.locks[a.Name] = l
+	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq})
+	return outcome{status: fsm.StatusQueued, position: uint32(len(l.queue))}
+}
+
+func (m *model) release(r *fsmv1.Release) outcome {
+	if _, ok := m.revoked[r.SessionId]; !ok {
+		return outcome{code: fsm.CodeSessionUnknown}
+	}
+	l := m.locks[r.Name]
+	if l == nil {
+		return outcome{code: fsm.CodeNotHeld}
+	}
+	i := slices.IndexFunc(l.holders, func(h mHold) bool { return h.session == r.SessionId && h.token == r.Token })
+	if i < 0 {
+		return outcome{code: fsm.CodeNotHeld}
+	}
+	l.holders = slices.Delete(l.holders, i, i+1)
+	m.settle(r.Name)
+	return outcome{}
+}
+
+func (m *model) cancel(c *fsmv1.Cancel) outcome {
+	if _, ok := m.revoked[c.SessionId]; !ok {
+		return outcome{code: fsm.CodeSessionUnknown}
+	}
+	l := m.locks[c.Name]
+	if l == nil {
+		return outcome{}
+	}
+	if i := slices.IndexFunc(l.queue, func(w mWait) bool { return w.session == c.SessionId && w.seq == c.AcquireSeq }); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+		m.settle(c.Name)
+		return outcome{}
+	}
+	if i := slices.IndexFunc(l.holders, func(h mHold) bool { return h.session == c.SessionId && h.seq == c.AcquireSeq }); i >= 0 {
+		l.holders = slices.Delete(l.holders, i, i+1)
+		m.settle(c.Name)
+		return outcome{released: true}
+	}
+	return outcome{}
+}
+
+// remove drops a session's waits and holds everywhere, then grants what
+// became free, lock by lock in name order.
+func (m *model) remove(id string) {
+	if _, ok := m.revoked[id]; !ok {
+		return
+	}
+	delete(m.revoked, id)
+	for _, l := range m.locks {
+		l.queue = slices.DeleteFunc(l.queue, func(w mWait) bool { return w.session == id })
+		l.holders = slices.DeleteFunc(l.holders, func(h mHold) bool { return h.session == id })
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.locks)) {
+		m.settle(name)
+	}
+}
+
+// compare reports how the FSM's lock table differs from the model's.
+func (m *model) compare(snap *fsmv1.Snapshot) error {
+	if snap.LastToken != m.last {
+		return fmt.Errorf("last token: got %d, want %d", snap.LastToken, m.last)
+	}
+	var ids []string
+	for _, s := range snap.Sessions {
+		ids = append(ids, s.Id)
+		if s.Revoked != m.revoked[s.Id] {
+			return fmt.Errorf("session %s revoked: got %v, want %v", s.Id, s.Revoked, m.revoked[s.Id])
+		}
+	}
+	if want := slices.Sorted(maps.Keys(m.revoked)); !slices.Equal(ids, want) {
+		return fmt.Errorf("sessions: got %v, want %v", ids, want)
+	}
+	var names []string
+	for _, pl := range snap.Locks {
+		names = append(names, pl.Name)
+		l := m.locks[pl.Name]
+		if l == nil {
+			continue
+		}
+		var holders []mHold
+		for _, h := range pl.Holders {
+			holders = append(holders, mHold{h.SessionId, h.Mode, h.Token, h.Seq})
+		}
+		var queue []mWait
+		for _, w := range pl.Queue {
+			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq})
+		}
+		if pl.Limit != l.limit || !slices.Equal(holders, l.holders) || !slices.Equal(queue, l.queue) {
+			return fmt.Errorf("lock %q:\n got limit %d holders %v queue %v\nwant limit %d holders %v queue %v", pl.Name, pl.Limit, holders, queue, l.limit, l.holders, l.queue)
+		}
+	}
+	if want := slices.Sorted(maps.Keys(m.locks)); !slices.Equal(names, want) {
+		return fmt.Errorf("locks: got %v, want %v", names, want)
+	}
+	return nil
+}
+
+// client is a test session's view: its next seq, and the tokens it held.
+type client struct {
+	id      string
+	next    uint64
+	granted map[string][]uint64 // lock name -> tokens ever granted
+}
+
+type applied struct {
+	data   []byte
+	msg    proto.Message
+	result *fsm.Result
+}
+
+// machine drives one FSM ("main") and checks it after each command against
+// the model, a twin FSM fed the same commands, and a shadow FSM restored
+// from a snapshot taken just before the command.
+type machine struct {
+	main, twin     *fsm.FSM
+	mainRec        *recorder
+	twinRec        *recorder
+	model          *model
+	clients        []*client
+	history        []applied
+	maxToken       uint64
+	now            int64
+	queueGrantsObs int
+}
+
+func newMachine(t *rapid.T) *machine {
+	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch}}
+	m.main, m.twin = fsm.New(m.mainRec), fsm.New(m.twinRec)
+	m.exec(t, &fsmv1.Init{ClusterId: "c1", Epoch: epoch}, outcome{}, false)
+	m.maxToken = epoch
+	return m
+}
+
+func resultString(r *fsm.Result) string { return fmt.Sprintf("%+v", *r) }
+
+// exec applies msg to every FSM and checks everything. want is the model's
+// prediction; replay marks a re-applied earlier command, which must change
+// nothing at all.
+func (m *machine) exec(t *rapid.T, msg proto.Message, want outcome, replay bool) *fsm.Result {
+	t.Helper()
+	return m.execData(t, msg, cmd(t, msg), want, replay)
+}
+
+func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outcome, replay bool) *fsm.Result {
+	t.Helper()
+	m.now++
+	pre := m.main.State()
+	shadow := fsm.New(nil)
+	if err := shadow.RestoreBytes(persist(t, m.main)); err != nil {
+		t.Fatalf("restore of a snapshot: %v", err)
+	}
+	if got := shadow.State(); !proto.Equal(got, pre) {
+		t.Fatalf("restored state differs:\n got %v\nwant %v", got, pre)
+	}
+
+	r := m.main.ApplyCommand(data)
+	events := m.mainRec.take()
+	if rt := m.twin.ApplyCommand(data); resultString(rt) != resultString(r) {
+		t.Fatalf("twin result %s, main %s", resultString(rt), resultString(r))
+	}
+	if te := m.twinRec.take(); !slices.Equal(te, events) {
+		t.Fatalf("twin events %q, main %q", te, events)
+	}
+	if rs := shadow.ApplyCommand(data); resultString(rs) != resultString(r) {
+		t.Fatalf("restored FSM result %s, original %s", resultString(rs), resultString(r))
+	}
+	post := m.main.State()
+	if got := m.twin.State(); !proto.Equal(got, post) {
+		t.Fatalf("twin state differs:\n got %v\nwant %v", got, post)
+	}
+	if got := shadow.State(); !proto.Equal(got, post) {
+		t.Fatalf("restored FSM state differs after the same command:\n got %v\nwant %v", got, post)
+	}
+	if err := checkInvariants(post); err != nil {
+		t.Fatalf("after %T %v: %v", msg, msg, err)
+	}
+	m.checkGrants(t, pre, post, events)
+	if replay {
+		if !proto.Equal(pre, post) {
+			t.Fatalf("re-applied %T %v changed the state:\n got %v\nwant %v", msg, msg, post, pre)
+		}
+	} else {
+		got := outcome{r.Code, r.Status, r.Token, r.Position, r.Released}
+		if got != want {
+			t.Fatalf("%T %v: got %+v (%s), model says %+v", msg, msg, got, r.Msg, want)
+		}
+		if r.Code != fsm.OK && r.Msg == "" {
+			t.Fatalf("%T %v: refused without a message", msg, msg)
+		}
+		m.history = append(m.history, applied{data, msg, r})
+	}
+	if err := m.model.compare(post); err != nil {
+		t.Fatalf("after %T %v: %v", msg, msg, err)
+	}
+	return r
+}
+
+type waitKey struct {
+	session, name string
+	seq           uint64
+}
+
+// checkGrants checks the step's new grants against the one before: tokens
+// fresh and increasing in grant order, exactly one WaitGranted per queue
+// grant, one WaitDropped per waiter that left without a grant, and queue
+// order respected.
+func (m *machine) checkGrants(t *rapid.T, pre, post *fsmv1.Snapshot, events []string) {
+	t.Helper()
+	old := map[uint64]bool{}
+	queued := map[waitKey]int{} // pre-step queue position
+	preQueue := map[string][]waitKey{}
+	for _, l := range pre.Locks {
+		for _, h := range l.Holders {
+			old[h.Token] = true
+		}
+		for i, w := range l.Queue {
+			k := waitKey{w.SessionId, l.Name, w.Seq}
+			queued[k] = i
+			preQueue[l.Name] = append(preQueue[l.Name], k)
+		}
+	}
+	stillQueued := map[waitKey]bool{}
+	var fresh []uint64
+	var wantEvents []string
+	granted := map[waitKey]bool{}
+	for _, l := range post.Locks {
+		for _, w := range l.Queue {
+			stillQueued[waitKey{w.SessionId, l.Name, w.Seq}] = true
+		}
+		for _, h := range l.Holders {
+			if old[h.Token] {
+				continue
+			}
+			fresh = append(fresh, h.Token)
+			k := waitKey{h.SessionId, l.Name, h.Seq}
+			if _, ok := queued[k]; ok {
+				granted[k] = true
+				wantEvents = append(wantEvents, fmt.Sprintf("granted %s %q %d %d", k.session, k.name, k.seq, h.Token))
+			}
+		}
+	}
+	slices.Sort(fresh)
+	for _, tok := range fresh {
+		if tok <= m.maxToken {
+			t.Fatalf("new grant with token %d, not above every earlier token (max %d)", tok, m.maxToken)
+		}
+		m.maxToken = tok
+	}
+	if got := post.LastToken - pre.LastToken; pre.ClusterId != "" && got != uint64(len(fresh)) {
+		t.Fatalf("token counter moved by %d for %d new grants", got, len(fresh))
+	}
+	// FIFO: a waiter is granted only if every waiter ahead of it on that
+	// lock left the queue in this step.
+	for k := range granted {
+		for _, ahead := range preQueue[k.name][:queued[k]] {
+			if stillQueued[ahead] {
+				t.Fatalf("waiter %v granted while %v, queued before it, still waits", k, ahead)
+			}
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(queued), func(a, b waitKey) int {
+		return cmpWait(a, b)
+	}) {
+		if !stillQueued[k] && !granted[k] {
+			wantEvents = append(wantEvents, fmt.Sprintf("dropped %s %q %d", k.session, k.name, k.seq))
+		}
+	}
+	var gotEvents []string
+	for _, e := range events {
+		if e[0] == 'g' || e[0] == 'd' {
+			gotEvents = append(gotEvents, e)
+		}
+	}
+	// Grant events come in token order; compare both as sets, plus order
+	// of grants.
+	var gotGrants []string
+	for _, e := range gotEvents {
+		if e[0] == 'g' {
+			gotGrants = append(gotGrants, e)
+		}
+	}
+	m.queueGrantsObs += len(gotGrants)
+	slices.Sort(gotEvents)
+	slices.Sort(wantEvents)
+	if !slices.Equal(gotEvents, wantEvents) {
+		t.Fatalf("observer: got %q, want %q", gotEvents, wantEvents)
+	}
+	if !slices.IsSortedFunc(gotGrants, func(a, b string) int { return cmpU(tokenOf(a), tokenOf(b)) }) {
+		t.Fatalf("WaitGranted not in token order: %q", gotGrants)
+	}
+	if got := m.main.Info().Stats.QueueGrants; got != uint64(m.queueGrantsObs) {
+		t.Fatalf("QueueGrants stat %d, observer saw %d", got, m.queueGrantsObs)
+	}
+}
+
+func cmpWait(a, b waitKey) int {
+	if a.name != b.name {
+		return cmpS(a.name, b.name)
+	}
+	if a.session != b.session {
+		return cmpS(a.session, b.session)
+	}
+	return cmpU(a.seq, b.seq)
+}
+
+func cmpS(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func tokenOf(event string) uint64 {
+	var s, n string
+	var seq, tok uint64
+	fmt.Sscanf(event, "granted %s %q %d %d", &s, &n, &seq, &tok)
+	return tok
+}
+
+var lockNames = []string{"a", "b", "c"}
+
+// pickClient mostly picks a live, unrevoked session, sometimes any.
+func (m *machine) pickClient(t *rapid.T) *client {
+	var usable []*client
+	for _, c := range m.clients {
+		if revoked, live := m.model.revoked[c.id]; live && !revoked {
+			usable = append(usable, c)
+		}
+	}
+	if len(usable) == 0 || rapid.IntRange(0, 4).Draw(t, "anySession") == 0 {
+		return rapid.SampledFrom(m.clients).Draw(t, "session")
+	}
+	return rapid.SampledFrom(usable).Draw(t, "session")
+}
+
+func (m *machine) nextSeq(t *rapid.T, c *client) (seq, ack uint64) {
+	c.next++
+	seq = c.next
+	// Mostly no ack, so the duplicate table fills and retries hit it.
+	switch rapid.IntRange(0, 5).Draw(t, "ack") {
+	case 0:
+		ack = seq
+	case 1:
+		ack = rapid.Uint64Range(0, seq).Draw(t, "ackAt")
+	}
+	return seq, ack
+}
+
+func (m *machine) createSession(t *rapid.T) {
+	id := fmt.Sprintf("s%d", len(m.clients))
+	m.model.revoked[id] = false
+	m.exec(t, newSession(id), outcome{}, false)
+	m.clients = append(m.clients, &client{id: id, granted: map[string][]uint64{}})
+}
+
+func (m *machine) acquire(t *rapid.T) {
+	c := m.pickClient(t)
+	seq, ack := m.nextSeq(t, c)
+	a := &fsmv1.Acquire{
+		SessionId:    c.id,
+		Seq:          seq,
+		Ack:          ack,
+		Name:         rapid.SampledFrom(lockNames).Draw(t, "name"),
+		Mode:         rapid.SampledFrom([]int32{excl, shrd}).Draw(t, "mode"),
+		Wait:         rapid.Bool().Draw(t, "wait"),
+		Value:        []byte(c.id),
+		TimeUnixNano: m.now,
+	}
+	if l := rapid.IntRange(-6, 3).Draw(t, "limit"); l >= 0 {
+		a.Limit = proto.Uint32(uint32(l))
+	}
+	r := m.exec(t, a, m.model.acquire(a), false)
+	if r.Token != 0 {
+		c.granted[a.Name] = append(c.granted[a.Name], r.Token)
+	}
+}
+
+func (m *machine) release(t *rapid.T) {
+	c := m.pickClient(t)
+	var held []mHold // what the model says c holds now
+	for _, name := range lockNames {
+		if l := m.model.locks[name]; l != nil {
+			for _, h := range l.holders {
+				if h.session == c.id {
+					held = append(held, h)
+				}
+			}
+		}
+	}
+	if len(held) > 0 && rapid.IntRange(0, 2).Draw(t, "releaseHeld") > 0 {
+		i := rapid.IntRange(0, len(held)-1).Draw(t, "held")
+		seq, ack := m.nextSeq(t, c)
+		name := ""
+		for n, l := range m.model.locks {
+			if slices.Contains(l.holders, held[i]) {
+				name = n
+			}
+		}
+		r := &fsmv1.Release{SessionId: c.id, Seq: seq, Ack: ack, Name: name, Token: held[i].token, TimeUnixNano: m.now}
+		if got := m.exec(t, r, m.model.release(r), false); got.Code != fsm.OK {
+			t.Fatalf("release of a held lock: got %s", resultString(got))
+		}
+		return
+	}
+	name := rapid.SampledFrom(lockNames).Draw(t, "name")
+	tokens := []uint64{epoch + 1, rapid.Uint64().Draw(t, "anyToken")}
+	tokens = append(tokens, c.granted[name]...) // the current one and stale ones
+	if l := m.model.locks[name]; l != nil {
+		for _, h := range l.holders {
+			tokens = append(tokens, h.token) // other holders' tokens
+		}
+	}
+	token := rapid.SampledFrom(tokens).Draw(t, "token")
+	seq, ack := m.nextSeq(t, c)
+	r := &fsmv1.Release{SessionId: c.id, Seq: seq, Ack: ack, Name: name, Token: token, TimeUnixNano: m.now}
+	m.exec(t, r, m.model.release(r), false)
+}
+
+func (m *machine) cancel(t *rapid.T) {
+	c := m.pickClient(t)
+	name := rapid.SampledFrom(lockNames).Draw(t, "name")
+	seq, ack := m.nextSeq(t, c)
+	x := &fsmv1.Cancel{SessionId: c.id, Seq: seq, Ack: ack, Name: name, AcquireSeq: rapid.Uint64Range(1, seq).Draw(t, "acquireSeq"), TimeUnixNano: m.now}
+	m.exec(t, x, m.model.cancel(x), false)
+}
+
+func (m *machine) closeOrExpire(t *rapid.T) {
+	c := m.pickClient(t)
+	var msg proto.Message = &fsmv1.CloseSession{SessionId: c.id, Seq: c.next + 1}
+	if rapid.Bool().Draw(t, "expire") {
+		msg = &fsmv1.ExpireSession{SessionId: c.id, TimeUnixNano: m.now}
+	}
+	m.model.remove(c.id)
+	m.exec(t, msg, outcome{}, false)
+}
+
+func (m *machine) revoke(t *rapid.T) {
+	ids := []string{m.pickClient(t).id, m.pickClient(t).id}
+	for _, id := range ids {
+		if _, ok := m.model.revoked[id]; ok {
+			m.model.revoked[id] = true
+		}
+	}
+	m.exec(t, &fsmv1.RevokeSession{SessionIds: ids}, outcome{}, false)
+}
+
+// replay re-applies an earlier command's bytes, as a retried or duplicated
+// log entry would: it must answer as the first time (or refuse) and change
+// nothing. A delayed retry of a release must not free a newer grant.
+func (m *machine) replay(t *rapid.T) {
+	var candidates []int
+	for i, a := range m.history {
+		// A create replayed after the session ended would start a new
+		// (empty) session: allowed by design, so not replayed here.
+		if cs, ok := a.msg.(*fsmv1.CreateSession); ok {
+			if _, live := m.model.revoked[cs.SessionId]; !live {
+				continue
+			}
+		}
+		candidates = append(candidates, i)
+	}
+	a := m.history[rapid.SampledFrom(candidates).Draw(t, "replay")]
+	pre := m.main.State()
+	r := m.execData(t, a.msg, a.data, outcome{}, true)
+
+	session, seq, isRequest := requestOf(a.data)
+	if !isRequest {
+		if cs, ok := a.msg.(*fsmv1.CreateSession); ok && (!r.Duplicate || r.SessionID != cs.SessionId) {
+			t.Fatalf("replayed create: got %s, want a duplicate of %s", resultString(r), cs.SessionId)
+		}
+		return
+	}
+	var ps *fsmv1.Session
+	for _, s := range pre.Sessions {
+		if s.Id == session {
+			ps = s
+		}
+	}
+	var first *fsmv1.Result
+	if ps != nil {
+		for _, res := range ps.Results {
+			if res.Seq == seq {
+				first = res
+			}
+		}
+	}
+	switch {
+	case ps == nil:
+		if r.Code != fsm.CodeSessionUnknown {
+			t.Fatalf("replay for a gone session: got %s, want CodeSessionUnknown", resultString(r))
+		}
+	case first != nil:
+		f := a.result
+		if !r.Duplicate || r.Code != f.Code || r.Token != f.Token || r.Status != f.Status || r.Position != f.Position || r.Released != f.Released {
+			t.Fatalf("replay: got %s, want the first answer %s", resultString(r), resultString(f))
+		}
+	default:
+		// Acknowledged (or evicted): refused.
+		if r.Code != fsm.CodeInvalid || seq >= ps.Ack {
+			t.Fatalf("replay of seq %d (session ack %d) without a remembered answer: got %s, want CodeInvalid", seq, ps.Ack, resultString(r))
+		}
+	}
+}
+
+// restoreMain replaces the main FSM by one restored from its snapshot, so
+// later steps run on restored structures.
+func (m *machine) restoreMain(t *rapid.T) {
+	f := fsm.New(m.mainRec)
+	if err := f.RestoreBytes(persist(t, m.main)); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if got := m.mainRec.take(); !slices.Equal(got, []string{"restored"}) {
+		t.Fatalf("observer on restore: got %q", got)
+	}
+	m.main = f
+	m.queueGrantsObs = 0 // stats are not part of the state
+}
+
+func TestProperties(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMachine(t)
+		m.createSession(t)
+		m.createSession(t)
+		actions := []struct {
+			name   string
+			weight int
+			run    func(*rapid.T)
+		}{
+			{"create", 2, m.createSession},
+			{"acquire", 6, m.acquire},
+			{"release", 4, m.release},
+			{"cancel", 2, m.cancel},
+			{"close", 1, m.closeOrExpire},
+			{"revoke", 1, m.revoke},
+			{"replay", 3, m.replay},
+			{"restore", 1, m.restoreMain},
+		}
+		var deck []int
+		for i, a := range actions {
+			for range a.weight {
+				deck = append(deck, i)
+			}
+		}
+		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		for range steps {
+			a := actions[rapid.SampledFrom(deck).Draw(t, "action")]
+			a.run(t)
+		}
+	})
+}

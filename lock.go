@@ -1,0 +1,442 @@
+package lockd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// maxLongPoll is how long one queued Acquire call blocks on the server
+// before the client repeats it, below the server's cap and common proxy
+// timeouts.
+const maxLongPoll = 25 * time.Second
+
+// notHeldCtx is the Context of a lock that is not held.
+var notHeldCtx = func() context.Context {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(ErrNotHeld)
+	return ctx
+}()
+
+// lock is the machinery shared by Mutex, Semaphore and RWMutex: one hold
+// at a time, taken through a session.
+type lock struct {
+	s     *Session
+	name  string
+	limit *uint32 // nil: the lock's existing limit (1 for a new lock)
+	value []byte
+
+	mu   sync.Mutex
+	busy bool  // an acquire is in flight
+	h    *hold // the current hold, nil when not held
+}
+
+type hold struct {
+	token  uint64
+	shared bool
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
+	var cfg lockConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return &lock{s: s, name: name, limit: limit, value: cfg.value}
+}
+
+// acquire takes the lock in a mode. With wait it queues on the server until
+// granted or ctx ends; then it withdraws the wait (releasing a grant that
+// raced in) and returns an error matching ctx.Err().
+func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
+	s := l.s
+	if err := s.Err(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.h != nil || l.busy {
+		l.mu.Unlock()
+		return fmt.Errorf("acquire %q: %w", l.name, ErrAlreadyHeld)
+	}
+	l.busy = true
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.busy = false
+		l.mu.Unlock()
+	}()
+
+	mode := lockdv1.Mode_MODE_EXCLUSIVE
+	if shared {
+		mode = lockdv1.Mode_MODE_SHARED
+	}
+	bctx, stop := s.bind(ctx)
+	defer stop()
+	seq := s.seqs.begin()
+	for {
+		msg := &lockdv1.AcquireRequest{
+			SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
+			Limit: l.limit, Wait: wait, Value: l.value,
+		}
+		p := safe
+		if wait {
+			poll := maxLongPoll
+			if dl, ok := ctx.Deadline(); ok {
+				poll = max(min(poll, time.Until(dl)), time.Millisecond)
+			}
+			msg.PollTimeout = durationpb.New(poll)
+			p.timeout = s.c.cfg.requestTimeout + poll
+		}
+		resp, err := invoke(bctx, s.c, p, l.name, msg, nil, lockdv1connect.LockServiceClient.Acquire)
+		if err != nil {
+			if serr := s.Err(); serr != nil {
+				s.seqs.end(seq)
+				return serr
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				s.seqs.end(seq)
+				s.lose(err)
+				return s.Err()
+			}
+			if ctx.Err() != nil || !definitive(err) {
+				// The request may sit in the queue, or even hold the lock.
+				l.withdraw(ctx, seq)
+			} else {
+				s.seqs.end(seq)
+			}
+			return fmt.Errorf("acquire %q: %w", l.name, err)
+		}
+		switch st := resp.Msg.GetStatus(); st {
+		case lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED:
+			s.seqs.end(seq)
+			return l.granted(resp.Msg.GetToken(), shared)
+		case lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED:
+			if wait {
+				continue // resume the same wait: same seq
+			}
+			fallthrough
+		default:
+			l.withdraw(ctx, seq)
+			return fmt.Errorf("acquire %q: unexpected status %v", l.name, st)
+		}
+	}
+}
+
+// definitive reports whether err is a refusal the server decided on, so
+// that the request is surely not queued or granted.
+func definitive(err error) bool {
+	var be *BusyError
+	if errors.As(err, &be) {
+		return true
+	}
+	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld} {
+		if errors.Is(err, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// granted installs a hold, unless the session ended meanwhile: a grant is
+// never reported after the session's Done was closed (the server releases
+// such a hold when it ends the session).
+func (l *lock) granted(token uint64, shared bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.s.ctx.Err() != nil {
+		return l.s.Err()
+	}
+	ctx, cancel := context.WithCancelCause(l.s.ctx)
+	l.h = &hold{token: token, shared: shared, ctx: ctx, cancel: cancel}
+	l.s.c.logger.Debug("lock granted", "lock", l.name, "session", l.s.id, "token", token)
+	return nil
+}
+
+// withdraw cancels the acquire with seq acquireSeq on the server, on a fresh
+// context bounded by twice the request timeout. If that fails it keeps
+// trying in the background until it succeeds or the session ends, so that a
+// wait nobody listens to cannot be granted and then stick.
+func (l *lock) withdraw(ctx context.Context, acquireSeq uint64) {
+	s := l.s
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.cfg.requestTimeout)
+	err := l.cancelWait(cctx, acquireSeq)
+	cancel()
+	if err == nil || s.ctx.Err() != nil || definitive(err) {
+		s.seqs.end(acquireSeq)
+		return
+	}
+	s.c.logger.Warn("cancel of wait failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
+	started := s.background(func() {
+		defer s.seqs.end(acquireSeq)
+		for attempt := 0; s.pause(attempt); attempt++ {
+			err := l.cancelWait(context.Background(), acquireSeq)
+			if err == nil || definitive(err) {
+				return
+			}
+		}
+	})
+	if !started {
+		s.seqs.end(acquireSeq)
+	}
+}
+
+// cancelWait sends one Cancel (with retries).
+func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
+	s := l.s
+	bctx, stop := s.bind(ctx)
+	defer stop()
+	seq := s.seqs.begin()
+	defer s.seqs.end(seq)
+	resp, err := invoke(bctx, s.c, safe, l.name, &lockdv1.CancelRequest{
+		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq,
+	}, nil, lockdv1connect.LockServiceClient.Cancel)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			s.lose(err)
+		}
+		return err
+	}
+	if resp.Msg.GetReleased() {
+		s.c.logger.Info("raced grant released", "lock", l.name, "session", s.id)
+	}
+	return nil
+}
+
+// release gives up the hold taken in the given mode. The hold's context is
+// cancelled before the server is asked, so work under it stops before the
+// next holder may start.
+func (l *lock) release(ctx context.Context, shared bool) error {
+	s := l.s
+	l.mu.Lock()
+	h := l.h
+	if h == nil || h.shared != shared {
+		l.mu.Unlock()
+		return fmt.Errorf("release %q: %w", l.name, ErrNotHeld)
+	}
+	l.h = nil
+	l.mu.Unlock()
+	h.cancel(ErrNotHeld)
+	if s.ctx.Err() != nil {
+		// The session ended: the server has dropped (or will drop) the hold.
+		return fmt.Errorf("release %q: %w", l.name, s.Err())
+	}
+	err := l.releaseToken(ctx, h.token)
+	switch {
+	case err == nil:
+		return nil
+	case s.ctx.Err() != nil:
+		return fmt.Errorf("release %q: %w", l.name, s.Err())
+	case definitive(err):
+		return fmt.Errorf("release %q: %w", l.name, err)
+	}
+	s.c.logger.Warn("release failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
+	s.background(func() {
+		for attempt := 0; s.pause(attempt); attempt++ {
+			err := l.releaseToken(context.Background(), h.token)
+			if err == nil || definitive(err) {
+				return
+			}
+		}
+	})
+	return fmt.Errorf("release %q: %w", l.name, err)
+}
+
+func (l *lock) releaseToken(ctx context.Context, token uint64) error {
+	s := l.s
+	bctx, stop := s.bind(ctx)
+	defer stop()
+	seq := s.seqs.begin()
+	defer s.seqs.end(seq)
+	_, err := invoke(bctx, s.c, safe, l.name, &lockdv1.ReleaseRequest{
+		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Token: token,
+	}, nil, lockdv1connect.LockServiceClient.Release)
+	if errors.Is(err, ErrLeaseLost) {
+		s.lose(err)
+	}
+	return err
+}
+
+func (l *lock) token() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == nil {
+		return 0
+	}
+	return l.h.token
+}
+
+func (l *lock) context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == nil {
+		return notHeldCtx
+	}
+	return l.h.ctx
+}
+
+func (l *lock) err() error {
+	ctx := l.context()
+	if ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(ctx)
+}
+
+// Mutex is an exclusive lock: while one session holds it, no other session
+// holds it in any mode. It is not re-entrant, and one Mutex value holds at
+// most one grant at a time. Its methods are safe for concurrent use.
+type Mutex struct{ l *lock }
+
+// Lock takes the lock, waiting in the server's FIFO queue until it is
+// granted or ctx ends. When ctx ends first, Lock removes its queue entry
+// (releasing a grant that raced in) and returns an error matching ctx.Err().
+// If the session's lease is lost while waiting, Lock returns at once with
+// an error matching ErrLeaseLost, never a grant.
+func (m *Mutex) Lock(ctx context.Context) error { return m.l.acquire(ctx, false, true) }
+
+// TryLock takes the lock if it is free now, without waiting. A lock that is
+// not free gives a *BusyError (matching ErrBusy) naming its holders.
+func (m *Mutex) TryLock(ctx context.Context) error { return m.l.acquire(ctx, false, false) }
+
+// Unlock releases the lock. It fails with ErrNotHeld when the lock is not
+// held (or the server no longer counts the hold) and with ErrLeaseLost when
+// the session's lease is gone. On any other error the hold may still exist
+// on the server: the session keeps trying to release it in the background
+// until it succeeds or the session ends.
+func (m *Mutex) Unlock(ctx context.Context) error { return m.l.release(ctx, false) }
+
+// Token returns the fencing token of the current hold, or 0 when not held.
+// Pass it to the resource the lock protects, so that it can refuse a holder
+// whose token is older than one it has seen.
+func (m *Mutex) Token() uint64 { return m.l.token() }
+
+// Context returns a context for the current hold: a child of the session's
+// context, cancelled when the lock is unlocked or the lease is lost. Run the
+// protected work under it. When not held it is already cancelled.
+func (m *Mutex) Context() context.Context { return m.l.context() }
+
+// Done is Context().Done().
+func (m *Mutex) Done() <-chan struct{} { return m.l.context().Done() }
+
+// Err returns nil while the lock is held and its lease live; otherwise why
+// not: an error matching ErrLeaseLost, ErrSessionClosed or ErrNotHeld.
+func (m *Mutex) Err() error { return m.l.err() }
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.l.name }
+
+// Semaphore lets up to a fixed number of holders (permits) hold a lock at
+// once, each with its own token. Its methods are safe for concurrent use;
+// one Semaphore value holds at most one permit at a time.
+type Semaphore struct {
+	l       *lock
+	permits uint32
+}
+
+func (m *Semaphore) check() error {
+	if m.permits == 0 {
+		return fmt.Errorf("%w: semaphore %q needs at least one permit", ErrInvalidArgument, m.l.name)
+	}
+	return nil
+}
+
+// Lock takes a permit, waiting in the server's FIFO queue until one is
+// granted or ctx ends, with the same cancellation and lease-loss behaviour
+// as Mutex.Lock. It fails with ErrLimitMismatch when the lock exists with
+// another number of permits.
+func (m *Semaphore) Lock(ctx context.Context) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	return m.l.acquire(ctx, true, true)
+}
+
+// TryLock takes a permit if one is free now, without waiting; otherwise it
+// returns a *BusyError (matching ErrBusy).
+func (m *Semaphore) TryLock(ctx context.Context) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	return m.l.acquire(ctx, true, false)
+}
+
+// Unlock gives the permit back, with the same errors as Mutex.Unlock.
+func (m *Semaphore) Unlock(ctx context.Context) error { return m.l.release(ctx, true) }
+
+// Token returns the fencing token of the held permit, or 0.
+func (m *Semaphore) Token() uint64 { return m.l.token() }
+
+// Context returns a context for the held permit, cancelled at Unlock or
+// lease loss (already cancelled when not held).
+func (m *Semaphore) Context() context.Context { return m.l.context() }
+
+// Done is Context().Done().
+func (m *Semaphore) Done() <-chan struct{} { return m.l.context().Done() }
+
+// Err returns nil while a permit is held and its lease live; otherwise why
+// not, as for Mutex.Err.
+func (m *Semaphore) Err() error { return m.l.err() }
+
+// Name returns the lock's name.
+func (m *Semaphore) Name() string { return m.l.name }
+
+// Permits returns the number of permits.
+func (m *Semaphore) Permits() uint32 { return m.permits }
+
+// RWMutex is a read-write lock: any number of readers (shared holders), or
+// one writer (exclusive). A writer waiting in the queue holds back readers
+// behind it. One RWMutex value holds at most one grant at a time, read or
+// write. Its methods are safe for concurrent use.
+type RWMutex struct{ l *lock }
+
+// Lock takes the write lock, waiting until granted or ctx ends, as
+// Mutex.Lock.
+func (m *RWMutex) Lock(ctx context.Context) error { return m.l.acquire(ctx, false, true) }
+
+// TryLock takes the write lock if it is free now, without waiting.
+func (m *RWMutex) TryLock(ctx context.Context) error { return m.l.acquire(ctx, false, false) }
+
+// Unlock releases the write lock; ErrNotHeld if it is not held (or only
+// the read lock is).
+func (m *RWMutex) Unlock(ctx context.Context) error { return m.l.release(ctx, false) }
+
+// RLock takes the read lock, waiting until granted or ctx ends, as
+// Mutex.Lock.
+func (m *RWMutex) RLock(ctx context.Context) error { return m.l.acquire(ctx, true, true) }
+
+// TryRLock takes the read lock if it can be granted now, without waiting.
+func (m *RWMutex) TryRLock(ctx context.Context) error { return m.l.acquire(ctx, true, false) }
+
+// RUnlock releases the read lock; ErrNotHeld if it is not held (or only
+// the write lock is).
+func (m *RWMutex) RUnlock(ctx context.Context) error { return m.l.release(ctx, true) }
+
+// Token returns the fencing token of the current hold (read or write), or 0.
+func (m *RWMutex) Token() uint64 { return m.l.token() }
+
+// Context returns a context for the current hold (read or write), cancelled
+// at unlock or lease loss (already cancelled when not held).
+func (m *RWMutex) Context() context.Context { return m.l.context() }
+
+// Done is Context().Done().
+func (m *RWMutex) Done() <-chan struct{} { return m.l.context().Done() }
+
+// Err returns nil while held and the lease is live; otherwise why not, as
+// for Mutex.Err.
+func (m *RWMutex) Err() error { return m.l.err() }
+
+// Name returns the lock's name.
+func (m *RWMutex) Name() string { return m.l.name }

@@ -1,0 +1,238 @@
+package lockd
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultEndpoint is the endpoint a Client uses when none is given: a
+// `lockd serve` with no flags on the same machine.
+const DefaultEndpoint = "http://127.0.0.1:7070"
+
+// defaultPort is added to an endpoint given as a bare host name.
+const defaultPort = "7070"
+
+// Defaults of the client and session options.
+const (
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultRetryTimeout   = 30 * time.Second
+	DefaultTTL            = 10 * time.Second
+	// minTTL leaves a lease that lasts at all after the client's safety
+	// margin; the server sets the real lower bound (1 s by default).
+	minTTL        = 250 * time.Millisecond
+	maxTTL        = time.Hour
+	maxOwnerBytes = 256
+	maxValueBytes = 1024
+)
+
+type config struct {
+	endpoints      []string
+	httpClient     *http.Client
+	requestTimeout time.Duration
+	retryTimeout   time.Duration
+	logger         *slog.Logger
+}
+
+// Option configures a Client in New.
+type Option func(*config) error
+
+// WithEndpoints sets the servers the Client talks to, as "host:port",
+// "host" (port 7070) or an http:// or https:// URL. Any node of a cluster
+// will do: followers forward to the leader, and the client moves to another
+// endpoint when one is unreachable or names a leader. The default is
+// DefaultEndpoint.
+func WithEndpoints(urls ...string) Option {
+	return func(c *config) error {
+		if len(urls) == 0 {
+			return fmt.Errorf("%w: no endpoints", ErrInvalidArgument)
+		}
+		c.endpoints = c.endpoints[:0]
+		for _, u := range urls {
+			n, err := normalizeEndpoint(u)
+			if err != nil {
+				return err
+			}
+			dup := false
+			for _, e := range c.endpoints {
+				dup = dup || e == n
+			}
+			if !dup {
+				c.endpoints = append(c.endpoints, n)
+			}
+		}
+		return nil
+	}
+}
+
+// WithHTTPClient sets the HTTP client used for every call. Its Timeout
+// should be zero: Lock blocks in long polls, and every call already has its
+// own timeout (WithRequestTimeout). By default the Client uses its own
+// transport and closes its idle connections in Close.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *config) error {
+		if hc == nil {
+			return fmt.Errorf("%w: nil http client", ErrInvalidArgument)
+		}
+		c.httpClient = hc
+		return nil
+	}
+}
+
+// WithRequestTimeout sets how long one attempt of one call may take before
+// it is abandoned and retried (default 5 s). A queued Lock's long poll gets
+// this much on top of its poll time.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: request timeout %v must be positive", ErrInvalidArgument, d)
+		}
+		c.requestTimeout = d
+		return nil
+	}
+}
+
+// WithRetryTimeout sets how long a call keeps retrying failed attempts
+// (unreachable endpoints, no leader) when its context has no deadline
+// (default 30 s). Zero means retry until the context ends. A context with a
+// deadline always bounds the retries by itself.
+func WithRetryTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: retry timeout %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.retryTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets the logger for events such as lease loss and retries. The
+// default discards everything.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidArgument)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// normalizeEndpoint turns "host:port", "host" or a URL into a base URL
+// without a trailing slash.
+func normalizeEndpoint(s string) (string, error) {
+	raw := strings.TrimSpace(s)
+	if raw == "" {
+		return "", fmt.Errorf("%w: empty endpoint", ErrInvalidArgument)
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%w: endpoint %q: %s", ErrInvalidArgument, s, why)
+	}
+	if !strings.Contains(raw, "://") {
+		host := raw
+		if i := strings.IndexByte(host, '/'); i >= 0 {
+			host = host[:i]
+		}
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			if strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "[") {
+				return "", bad("an IPv6 address needs brackets, as in [::1]:7070")
+			}
+			raw = net.JoinHostPort(strings.Trim(host, "[]"), defaultPort) + raw[len(host):]
+		}
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", bad(err.Error())
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", bad("scheme must be http or https")
+	case u.Host == "" || u.Hostname() == "":
+		return "", bad("no host")
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", bad("no query or fragment allowed")
+	case u.User != nil:
+		return "", bad("no user info allowed")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return "", bad("bad port")
+		}
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	u.Scheme = strings.ToLower(u.Scheme)
+	u.Host = strings.ToLower(u.Host)
+	return u.String(), nil
+}
+
+type sessionConfig struct {
+	ttl        time.Duration
+	owner      string
+	deadlineFn func(time.Time)
+}
+
+// SessionOption configures a Session in Client.NewSession.
+type SessionOption func(*sessionConfig) error
+
+// WithTTL sets the session's lease TTL (default 10 s). A server accepts 1 s
+// to 1 h unless configured otherwise; the client refuses TTLs above 1 h or
+// below 250 ms (which its safety margin would use up). A longer TTL survives
+// longer pauses and outages; a shorter one hands a crashed holder's locks to
+// others sooner. Session.TTL reports the TTL the server granted.
+func WithTTL(d time.Duration) SessionOption {
+	return func(c *sessionConfig) error {
+		if d < minTTL || d > maxTTL {
+			return fmt.Errorf("%w: ttl %v out of bounds [%v, %v]", ErrInvalidArgument, d, minTTL, maxTTL)
+		}
+		c.ttl = d
+		return nil
+	}
+}
+
+// WithOwner sets the session's owner label, shown to people in describe and
+// session listings (at most 256 bytes; default host/pid).
+func WithOwner(owner string) SessionOption {
+	return func(c *sessionConfig) error {
+		if len(owner) > maxOwnerBytes {
+			return fmt.Errorf("%w: owner is %d bytes, more than %d", ErrInvalidArgument, len(owner), maxOwnerBytes)
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithDeadlineFunc registers f to be called with the session's client-side
+// lease deadline: once when the session is created and again after every
+// confirmed KeepAlive that moves it. Calls are sequential and their
+// deadlines never go backwards. f runs on the keepalive goroutine and must
+// not block; `lockd run` uses it to renew its process supervisor.
+func WithDeadlineFunc(f func(deadline time.Time)) SessionOption {
+	return func(c *sessionConfig) error {
+		if f == nil {
+			return fmt.Errorf("%w: nil deadline func", ErrInvalidArgument)
+		}
+		c.deadlineFn = f
+		return nil
+	}
+}
+
+type lockConfig struct {
+	value []byte
+}
+
+// LockOption configures a Mutex, Semaphore or RWMutex.
+type LockOption func(*lockConfig)
+
+// WithValue attaches small metadata (at most 1 KiB) to every hold the lock
+// takes, shown to others in describe output and in a *BusyError: who holds
+// the lock and why, for people.
+func WithValue(v []byte) LockOption {
+	return func(c *lockConfig) { c.value = append([]byte(nil), v...) }
+}

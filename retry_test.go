@@ -1,0 +1,254 @@
+package lockd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+func TestBackoffBounds(t *testing.T) {
+	for attempt := range 40 {
+		ceiling := backoffCap
+		if attempt < 6 {
+			ceiling = min(backoffCap, backoffBase<<attempt)
+		}
+		var sawHigh bool
+		for range 200 {
+			d := backoff(attempt, backoffBase, backoffCap)
+			if d < 0 || d > ceiling {
+				t.Fatalf("backoff(%d) = %v, want within [0, %v]", attempt, d, ceiling)
+			}
+			sawHigh = sawHigh || d > ceiling/2
+		}
+		if !sawHigh {
+			t.Errorf("backoff(%d) never above half its ceiling %v: not full jitter", attempt, ceiling)
+		}
+	}
+}
+
+func statusOK(cluster string) func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+	return func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+		return &lockdv1.StatusResponse{NodeId: "n", ClusterId: cluster}, nil
+	}
+}
+
+func failing(err error) func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+	return func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) { return nil, err }
+}
+
+func TestRetryRotatesEndpoints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := &transport{status: failing(errConnRefused)}
+		up := &transport{status: statusOK("c1")}
+		c := newTestClient(t, []*transport{down, up})
+		start := time.Now()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(down.callsOf("Status")); got != 1 {
+			t.Errorf("down endpoint called %d times, want 1", got)
+		}
+		if got := len(up.callsOf("Status")); got != 1 {
+			t.Errorf("up endpoint called %d times, want 1", got)
+		}
+		if waited := time.Since(start); waited > backoffBase {
+			t.Errorf("first retry after %v, want at most %v", waited, backoffBase)
+		}
+		// The working endpoint stays preferred.
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(down.callsOf("Status")); got != 1 {
+			t.Errorf("down endpoint called again: %d calls", got)
+		}
+		if got := c.ClusterID(); got != "c1" {
+			t.Errorf("cluster id %q, want c1", got)
+		}
+	})
+}
+
+func TestRetryFollowsLeaderHint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		follower := &transport{status: failing(apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" }))}
+		other := &transport{status: failing(errConnRefused)}
+		leader := &transport{status: statusOK("")}
+		c := newTestClient(t, []*transport{follower, other, leader})
+		start := time.Now()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(other.callsOf("Status")); got != 0 {
+			t.Errorf("the hint was not followed: other endpoint called %d times", got)
+		}
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("waited %v before following the hint, want 0", waited)
+		}
+	})
+}
+
+func TestRetryCtxEndsMidRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := &transport{status: failing(errConnRefused)}
+		c := newTestClient(t, []*transport{down})
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		defer cancel()
+		start := time.Now()
+		_, err := c.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v, want both context.DeadlineExceeded and ErrUnavailable", err)
+		}
+		if got := time.Since(start); got != 3*time.Second {
+			t.Errorf("returned after %v, want at the ctx deadline (3s)", got)
+		}
+		n := len(down.callsOf("Status"))
+		if n < 3 {
+			t.Errorf("only %d attempts in 3s", n)
+		}
+		// Backoff grows: no more attempts than with the base delay throughout.
+		if n > int(3*time.Second/backoffBase) {
+			t.Errorf("%d attempts in 3s: backoff not applied", n)
+		}
+	})
+}
+
+func TestRetryTimeoutWithoutDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := &transport{status: failing(errConnRefused)}
+		c := newTestClient(t, []*transport{down}, WithRetryTimeout(10*time.Second))
+		start := time.Now()
+		_, err := c.Service().Status(context.Background(), connect.NewRequest(&lockdv1.StatusRequest{}))
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v, want ErrUnavailable", err)
+		}
+		if got := time.Since(start); got > 10*time.Second {
+			t.Errorf("gave up after %v, want at most 10s", got)
+		}
+	})
+}
+
+func TestRetryAttemptTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := &transport{status: func(ctx context.Context, _ *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+			<-ctx.Done()
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}}
+		up := &transport{status: statusOK("")}
+		c := newTestClient(t, []*transport{hung, up}, WithRequestTimeout(time.Second))
+		start := time.Now()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Since(start); got < time.Second || got > time.Second+backoffBase {
+			t.Errorf("took %v, want one attempt timeout (1s) plus a short backoff", got)
+		}
+	})
+}
+
+func TestRetryOnlyWhatIsSafe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// ForceRelease carries no request id: an unavailable answer may
+		// come after the server took it, so it is not resent...
+		tr := &transport{forceRelease: func(context.Context, *lockdv1.ForceReleaseRequest) (*lockdv1.ForceReleaseResponse, error) {
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection reset"))
+		}}
+		c := newTestClient(t, []*transport{tr, tr})
+		_, err := c.Service().ForceRelease(t.Context(), connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: "x"}))
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v, want ErrUnavailable", err)
+		}
+		if got := len(tr.callsOf("ForceRelease")); got != 1 {
+			t.Errorf("unsafe call sent %d times, want 1", got)
+		}
+		// ...but a refused connection or a not-leader answer is.
+		n := 0
+		tr.forceRelease = func(context.Context, *lockdv1.ForceReleaseRequest) (*lockdv1.ForceReleaseResponse, error) {
+			n++
+			switch n {
+			case 1:
+				return nil, apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER)
+			case 2:
+				return nil, connect.NewError(connect.CodeUnavailable, &netOpErr)
+			}
+			return &lockdv1.ForceReleaseResponse{SessionIds: []string{"s1"}}, nil
+		}
+		if _, err := c.Service().ForceRelease(t.Context(), connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: "x"})); err != nil {
+			t.Fatal(err)
+		}
+		// Refusals are final.
+		n = 0
+		tr.forceRelease = func(context.Context, *lockdv1.ForceReleaseRequest) (*lockdv1.ForceReleaseResponse, error) {
+			n++
+			return nil, apiError(connect.CodeInvalidArgument, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT)
+		}
+		if _, err := c.Service().ForceRelease(t.Context(), connect.NewRequest(&lockdv1.ForceReleaseRequest{})); !errors.Is(err, ErrInvalidArgument) || n != 1 {
+			t.Errorf("got %v after %d calls, want ErrInvalidArgument after 1", err, n)
+		}
+		// An outcome-unknown answer is resent only with a request id.
+		n = 0
+		tr.create = func(_ context.Context, r *lockdv1.CreateSessionRequest) (*lockdv1.CreateSessionResponse, error) {
+			n++
+			if n == 1 {
+				return nil, apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN)
+			}
+			return &lockdv1.CreateSessionResponse{SessionId: "s"}, nil
+		}
+		if _, err := c.Service().CreateSession(t.Context(), connect.NewRequest(&lockdv1.CreateSessionRequest{})); !errors.Is(err, ErrUnavailable) || n != 1 {
+			t.Errorf("without request id: got %v after %d calls, want ErrUnavailable after 1", err, n)
+		}
+		n = 0
+		if _, err := c.Service().CreateSession(t.Context(), connect.NewRequest(&lockdv1.CreateSessionRequest{RequestId: "r"})); err != nil || n != 2 {
+			t.Errorf("with request id: got %v after %d calls, want success after 2", err, n)
+		}
+	})
+}
+
+func TestClusterMismatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := &transport{status: statusOK("cluster-a")}
+		b := &transport{status: statusOK("cluster-b")}
+		c := newTestClient(t, []*transport{a, b})
+		req := connect.NewRequest(&lockdv1.StatusRequest{})
+		if _, err := c.Service().Status(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		// a fails twice; b belongs to another cluster and is refused.
+		n := 0
+		a.status = func(ctx context.Context, r *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+			if n++; n <= 2 {
+				return nil, errConnRefused
+			}
+			return statusOK("cluster-a")(ctx, r)
+		}
+		if _, err := c.Service().Status(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(b.callsOf("Status")); got != 1 {
+			t.Errorf("b called %d times, want once", got)
+		}
+		// b is never used again.
+		a.status = failing(errConnRefused)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		if _, err := c.Service().Status(ctx, req); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("got %v, want ErrUnavailable", err)
+		}
+		if got := len(b.callsOf("Status")); got != 1 {
+			t.Errorf("refused endpoint called again")
+		}
+		// a is wiped and bootstrapped into a new cluster: nothing is left.
+		a.status = statusOK("cluster-c")
+		if _, err := c.Service().Status(t.Context(), req); !errors.Is(err, ErrClusterMismatch) {
+			t.Fatalf("got %v, want ErrClusterMismatch", err)
+		}
+		if got := c.ClusterID(); got != "cluster-a" {
+			t.Errorf("cluster id %q, want cluster-a", got)
+		}
+	})
+}

@@ -1,0 +1,497 @@
+package lockd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// Lease arithmetic (DESIGN.md, "Client semantics"): the client gives up its
+// lease at sent + TTL·(1 − drift) − margin, strictly before any server may
+// expire it at receive + TTL + grace.
+const (
+	driftDivisor = 100 // drift = 1%
+	minMargin    = 100 * time.Millisecond
+	marginRatio  = 50 // margin = max(100 ms, 2% TTL)
+	minJeopardy  = 50 * time.Millisecond
+)
+
+// leaseDeadline returns the client-side deadline of a lease confirmed by a
+// KeepAlive (or CreateSession) whose first attempt left the client at sent.
+func leaseDeadline(sent time.Time, ttl time.Duration) time.Time {
+	margin := max(minMargin, ttl/marginRatio)
+	return sent.Add(ttl - ttl/driftDivisor - margin)
+}
+
+// keepaliveInterval is how long after a confirmed KeepAlive was sent the
+// next one goes out.
+func keepaliveInterval(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// jeopardyInterval is how soon a failed KeepAlive is retried.
+func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
+
+// keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
+// leaves time to try another before the deadline.
+func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
+	return min(requestTimeout, max(minJeopardy, ttl/4))
+}
+
+// lease is the client's view of a session's lease. It is pure state: the
+// caller supplies the clock.
+type lease struct {
+	sent     time.Time // send time of the newest confirmed KeepAlive
+	deadline time.Time
+	lost     bool
+}
+
+// confirm records that a KeepAlive first sent at sent was confirmed with
+// the granted ttl, at time now. It reports whether the deadline moved
+// later. A confirmation that arrives at or after the deadline does not
+// revive the lease: it is lost. A reply to an older KeepAlive never moves
+// the deadline back.
+func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
+	if l.lost {
+		return false
+	}
+	if !now.Before(l.deadline) {
+		l.lost = true
+		return false
+	}
+	d := leaseDeadline(sent, ttl)
+	if !d.After(l.deadline) {
+		return false
+	}
+	l.sent, l.deadline = sent, d
+	return true
+}
+
+// seqTracker hands out a session's request sequence numbers and computes
+// the ack: the lowest seq whose answer the client has not seen yet.
+type seqTracker struct {
+	mu       sync.Mutex
+	last     uint64
+	inflight []uint64 // ascending
+}
+
+// begin allocates the next seq and marks it in flight.
+func (t *seqTracker) begin() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last++
+	t.inflight = append(t.inflight, t.last)
+	return t.last
+}
+
+// end marks seq answered (or abandoned).
+func (t *seqTracker) end(seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, s := range t.inflight {
+		if s == seq {
+			t.inflight = append(t.inflight[:i], t.inflight[i+1:]...)
+			return
+		}
+	}
+}
+
+// ack returns the lowest seq in flight, or the next seq when none is.
+func (t *seqTracker) ack() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.inflight) == 0 {
+		return t.last + 1
+	}
+	return t.inflight[0]
+}
+
+// Session is a lease on the lockd cluster, kept alive in the background.
+// Every lock is taken through a session and lives at most as long as it:
+// when the session ends, the server releases its holds and drops its waits.
+//
+// The client treats the lease as lost strictly before any server may expire
+// it: at sent + TTL·0.99 − max(100 ms, 2% TTL), where sent is when the
+// newest confirmed KeepAlive left the client. KeepAlive goes out about every
+// TTL/3, and every TTL/10 while confirmations are late. Once lost, a session
+// stays lost: Done is closed, Context is cancelled with an error matching
+// ErrLeaseLost, keepalives stop, the client tries to close the session on
+// the server, and every lock taken through it reports the loss. Create a new
+// session to go on.
+//
+// A Session is safe for concurrent use.
+type Session struct {
+	c          *Client
+	id         string
+	ttl        time.Duration
+	owner      string
+	deadlineFn func(time.Time)
+
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	loopDone chan struct{}
+	seqs     seqTracker
+	bg       sync.WaitGroup
+
+	mu      sync.Mutex
+	lease   lease
+	timer   *time.Timer // fires at lease.deadline
+	err     error
+	closing bool
+}
+
+// NewSession creates a session on the cluster and starts keeping it alive.
+// The server's granted TTL is Session.TTL. It fails with ErrInvalidArgument
+// for bad options and with ErrUnavailable when no endpoint could create it.
+func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Session, error) {
+	cfg := sessionConfig{ttl: DefaultTTL, owner: defaultOwner()}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
+	closing := c.closing
+	c.mu.Unlock()
+	if closing {
+		return nil, ErrClosed
+	}
+	sent := time.Now()
+	resp, err := invoke(ctx, c, safe, "", &lockdv1.CreateSessionRequest{
+		Ttl:       durationpb.New(cfg.ttl),
+		Owner:     cfg.owner,
+		RequestId: randomID(),
+	}, nil, lockdv1connect.LockServiceClient.CreateSession)
+	if err != nil {
+		return nil, fmt.Errorf("create session: %w", err)
+	}
+	ttl := resp.Msg.GetTtl().AsDuration()
+	if ttl <= 0 {
+		ttl = cfg.ttl
+	}
+	s := newSession(c, resp.Msg.GetSessionId(), ttl, cfg.owner, cfg.deadlineFn, sent)
+	s.start()
+	if err := s.Err(); err != nil {
+		<-s.loopDone // the loop closes the session on the server
+		return nil, fmt.Errorf("create session: %w", err)
+	}
+	if err := c.addSession(s); err != nil {
+		_ = s.Close(ctx)
+		return nil, err
+	}
+	c.logger.Info("session created", "session", s.id, "ttl", ttl)
+	return s, nil
+}
+
+// newSession returns a session whose lease was confirmed at sent; start
+// runs its keepalive loop.
+func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineFn func(time.Time), sent time.Time) *Session {
+	s := &Session{
+		c: c, id: id, ttl: ttl, owner: owner, deadlineFn: deadlineFn,
+		loopDone: make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.lease.sent, s.lease.deadline = sent, leaseDeadline(sent, ttl)
+	if !time.Now().Before(s.lease.deadline) {
+		s.lease.lost = true
+		s.err = s.lostError("the session was confirmed after its client deadline")
+		s.cancel(s.err)
+		return s
+	}
+	s.timer = time.AfterFunc(time.Until(s.lease.deadline), s.expire)
+	if deadlineFn != nil {
+		deadlineFn(s.lease.deadline)
+	}
+	return s
+}
+
+func (s *Session) start() { go s.keepalive() }
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// randomID returns 128 random bits in hex, for CreateSession's request id.
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// ID returns the session's id, as the server knows it.
+func (s *Session) ID() string { return s.id }
+
+// TTL returns the TTL the server granted.
+func (s *Session) TTL() time.Duration { return s.ttl }
+
+// Owner returns the session's owner label.
+func (s *Session) Owner() string { return s.owner }
+
+// Done returns a channel closed when the session ends: its lease was lost
+// or it was closed.
+func (s *Session) Done() <-chan struct{} { return s.ctx.Done() }
+
+// Context returns a context cancelled when the session ends. Its cause
+// (context.Cause) is the session's Err.
+func (s *Session) Context() context.Context { return s.ctx }
+
+// Err returns nil while the session is live, an error matching ErrLeaseLost
+// after its lease was lost, or ErrSessionClosed after Close.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Deadline returns the current client-side lease deadline (with a
+// monotonic clock reading): the session counts as lost from then on unless
+// a KeepAlive is confirmed first.
+func (s *Session) Deadline() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease.deadline
+}
+
+// Close ends the session: keepalives stop, Done is closed (the contexts of
+// its held locks are cancelled first), and the server releases every hold
+// and drops every wait of the session. Close retries within ctx; if it
+// fails, the server still expires the session after its TTL. Closing a
+// session whose lease was already lost, or closing twice, returns nil.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		<-s.loopDone
+		return nil
+	}
+	s.closing = true
+	lost := s.err != nil
+	if !lost {
+		s.err = ErrSessionClosed
+		s.lease.lost = true
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+	}
+	s.mu.Unlock()
+	if !lost {
+		s.cancel(ErrSessionClosed)
+	}
+	<-s.loopDone
+	s.bg.Wait()
+	defer s.c.removeSession(s)
+	if lost {
+		return nil // the keepalive loop already tried
+	}
+	if err := s.closeOnServer(ctx); err != nil {
+		return fmt.Errorf("close session %s: %w", s.id, err)
+	}
+	s.c.logger.Info("session closed", "session", s.id)
+	return nil
+}
+
+// closeOnServer sends CloseSession. A session the server no longer knows is
+// closed already.
+func (s *Session) closeOnServer(ctx context.Context) error {
+	seq := s.seqs.begin()
+	defer s.seqs.end(seq)
+	_, err := invoke(ctx, s.c, safe, "", &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq}, nil,
+		lockdv1connect.LockServiceClient.CloseSession)
+	if errors.Is(err, ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+func (s *Session) lostError(why string) error {
+	return fmt.Errorf("%w: session %s: %s", ErrLeaseLost, s.id, why)
+}
+
+// expire runs at the lease deadline.
+func (s *Session) expire() {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if d := time.Until(s.lease.deadline); d > 0 {
+		// A confirmation moved the deadline after the timer fired.
+		s.timer.Reset(d)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.lose(s.lostError("no keepalive confirmed before the client deadline"))
+}
+
+// lose marks the session lost with cause (unless it already ended).
+func (s *Session) lose(cause error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	if !errors.Is(cause, ErrLeaseLost) && !errors.Is(cause, ErrClosed) {
+		cause = fmt.Errorf("%w: session %s: %w", ErrLeaseLost, s.id, cause)
+	}
+	s.err = cause
+	s.lease.lost = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	s.cancel(cause)
+	s.c.logger.Warn("session lost", "session", s.id, "err", cause)
+}
+
+// confirmed applies a confirmed KeepAlive first sent at sent.
+func (s *Session) confirmed(sent time.Time, ttl time.Duration) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	moved := s.lease.confirm(sent, ttl, time.Now())
+	if s.lease.lost {
+		s.mu.Unlock()
+		s.lose(s.lostError("keepalive confirmed after the client deadline"))
+		return
+	}
+	deadline := s.lease.deadline
+	if moved {
+		s.timer.Reset(time.Until(deadline))
+	}
+	s.mu.Unlock()
+	if moved && s.deadlineFn != nil {
+		s.deadlineFn(deadline)
+	}
+}
+
+// keepalive renews the lease until the session ends, then (if the lease was
+// lost rather than closed) tries to close the session on the server.
+func (s *Session) keepalive() {
+	defer close(s.loopDone)
+	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout)}
+	s.mu.Lock()
+	next := s.lease.sent.Add(keepaliveInterval(s.ttl))
+	s.mu.Unlock()
+	for s.ctx.Err() == nil {
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			continue
+		case <-t.C:
+		}
+		sent := time.Now()
+		resp, err := invoke(s.ctx, s.c, p, "", &lockdv1.KeepAliveRequest{SessionId: s.id}, nil,
+			lockdv1connect.LockServiceClient.KeepAlive)
+		switch {
+		case err == nil:
+			ttl := resp.Msg.GetTtl().AsDuration()
+			if ttl <= 0 {
+				ttl = s.ttl
+			}
+			s.confirmed(sent, ttl)
+			s.mu.Lock()
+			next = s.lease.sent.Add(keepaliveInterval(ttl))
+			s.mu.Unlock()
+		case s.ctx.Err() != nil:
+		case errors.Is(err, ErrLeaseLost):
+			s.lose(fmt.Errorf("keepalive: %w", err))
+		default:
+			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
+			next = time.Now().Add(jeopardyInterval(s.ttl))
+		}
+	}
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing || errors.Is(s.Err(), ErrClosed) {
+		return
+	}
+	// Lost: drop the session on the server too, so that its locks go to
+	// others now rather than at the server's deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.requestTimeout)
+	defer cancel()
+	if err := s.closeOnServer(ctx); err != nil {
+		s.c.logger.Debug("close of lost session failed", "session", s.id, "err", err)
+	}
+	s.c.removeSession(s)
+}
+
+// background runs f on a goroutine that Close waits for, unless the session
+// already ended. f must return soon after the session ends.
+func (s *Session) background(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
+	return true
+}
+
+// pause waits before the attempt-th try of a background cleanup (not before
+// the first) and reports whether the session is still live.
+func (s *Session) pause(attempt int) bool {
+	if attempt > 0 {
+		t := time.NewTimer(backoff(attempt, backoffBase, backoffCap))
+		defer t.Stop()
+		select {
+		case <-s.ctx.Done():
+		case <-t.C:
+		}
+	}
+	return s.ctx.Err() == nil
+}
+
+// bind returns ctx, also cancelled when the session ends.
+func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
+	return bctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// NewMutex returns an exclusive lock on name, taken through this session.
+// The Mutex is a handle: create it once and use it for one hold at a time.
+func (s *Session) NewMutex(name string, opts ...LockOption) *Mutex {
+	return &Mutex{l: newLock(s, name, nil, opts)}
+}
+
+// NewSemaphore returns a semaphore of permits holders on name, taken
+// through this session. Every user of the name must agree on permits
+// (otherwise Lock fails with ErrLimitMismatch). permits must be positive.
+func (s *Session) NewSemaphore(name string, permits uint32, opts ...LockOption) *Semaphore {
+	return &Semaphore{l: newLock(s, name, &permits, opts), permits: permits}
+}
+
+// NewRWMutex returns a read-write lock on name, taken through this session:
+// any number of readers, or one writer. A waiting writer holds back readers
+// that come after it, so writers do not starve.
+func (s *Session) NewRWMutex(name string, opts ...LockOption) *RWMutex {
+	var unbounded uint32
+	return &RWMutex{l: newLock(s, name, &unbounded, opts)}
+}
