@@ -64,9 +64,10 @@ const (
 
 // lockdServer is a `lockd serve` process.
 type lockdServer struct {
-	cmd *exec.Cmd
-	url string
-	log string
+	cmd    *exec.Cmd
+	url    string
+	log    string
+	exited chan struct{} // closed once the process has exited
 }
 
 func freePort(t *testing.T) string {
@@ -79,19 +80,28 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startServer starts `lockd serve` on a fresh data dir and free ports and
+// waits until it is ready.
 func startServer(t *testing.T) *lockdServer {
 	t.Helper()
 	needBinary(t)
-	dir := t.TempDir()
-	api, raftAddr := freePort(t), freePort(t)
-	s := &lockdServer{url: "http://" + api, log: filepath.Join(dir, "server.log")}
+	return startServerAt(t, filepath.Join(t.TempDir(), "data"), freePort(t), freePort(t))
+}
+
+// startServerAt starts `lockd serve` on the given data dir, API and Raft
+// addresses (a restart passes the same ones again) and waits until it is
+// ready (the established leader).
+func startServerAt(t *testing.T, dataDir, api, raftAddr string) *lockdServer {
+	t.Helper()
+	needBinary(t)
+	s := &lockdServer{url: "http://" + api, log: filepath.Join(t.TempDir(), "server.log"), exited: make(chan struct{})}
 	logf, err := os.Create(s.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
 	s.cmd = exec.Command(lockdBin, "serve",
-		"--data-dir", filepath.Join(dir, "data"),
+		"--data-dir", dataDir,
 		"--listen", api, "--raft-listen", raftAddr,
 		"--heartbeat-timeout", testElection.String(),
 		"--election-timeout", testElection.String(),
@@ -100,15 +110,14 @@ func startServer(t *testing.T) *lockdServer {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(exited) }()
+	go func() { _ = s.cmd.Wait(); close(s.exited) }()
 	t.Cleanup(func() {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT)
 		_ = s.cmd.Process.Kill()
-		<-exited
+		<-s.exited
 		if t.Failed() {
 			b, _ := os.ReadFile(s.log)
-			t.Logf("server log:\n%s", b)
+			t.Logf("server log (%s):\n%s", dataDir, b)
 		}
 	})
 	hc := &http.Client{Timeout: time.Second}
@@ -124,7 +133,7 @@ func startServer(t *testing.T) *lockdServer {
 			}
 		}
 		select {
-		case <-exited:
+		case <-s.exited:
 			b, _ := os.ReadFile(s.log)
 			t.Fatalf("lockd serve exited: %s", b)
 		case <-tick.C:

@@ -160,9 +160,16 @@ func (m *Main) exitStatus(err error) int {
 	return exitFailure
 }
 
-// oneLine keeps messages to one line, as scripts and people expect.
+// oneLine keeps messages to one line, as scripts and people expect. The
+// lines of a multi-line error (errors.Join) are kept apart by "; ".
 func oneLine(err error) string {
-	return strings.Join(strings.Fields(err.Error()), " ")
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.Join(strings.Fields(line), " "); line != "" {
+			parts = append(parts, line)
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // usageError is a bad flag or argument: exit status 64.

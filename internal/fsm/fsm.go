@@ -715,6 +715,13 @@ func (f *FSM) Info() Info {
 	return Info{ClusterID: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: len(f.sessions), Locks: len(f.locks), Stats: f.stats}
 }
 
+// ClusterID returns the cluster id, "" before the Init command.
+func (f *FSM) ClusterID() string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.clusterID
+}
+
 // WithSessions calls fn with every session while no command can be applied,
 // so fn sees a state that later observer calls continue exactly (used to
 // start the leader's lease timers without missing a session).

@@ -29,7 +29,7 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 // /healthz and /readyz.
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	path, h := lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.metrics.interceptor()))
+	path, h := lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), connect.WithInterceptors(s.metrics.interceptor()))
 	mux.Handle(path, h)
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -45,7 +45,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if id := s.fsm.Info().ClusterID; id != "" {
+		if id := s.fsm.ClusterID(); id != "" {
 			w.Header().Set(ClusterIDHeader, id)
 		}
 		mux.ServeHTTP(w, r)
@@ -57,7 +57,7 @@ type api struct{ s *Server }
 
 var _ lockdv1connect.LockServiceHandler = (*api)(nil)
 
-func (a *api) clusterID() string { return a.s.fsm.Info().ClusterID }
+func (a *api) clusterID() string { return a.s.fsm.ClusterID() }
 
 // propose proposes a command and maps both Raft and FSM refusals.
 func (a *api) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {

@@ -245,7 +245,10 @@ func TestBadInput(t *testing.T) {
 			_, err := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: 1, Name: strings.Repeat("x", 513)})
 			return err
 		}, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-		{"control char", func() error { _, err := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: 1, Name: "a\nb"}); return err }, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
+		{"control char", func() error {
+			_, err := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: 1, Name: "a\nb"})
+			return err
+		}, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
 		{"ttl too small", func() error {
 			_, err := c.svc.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Millisecond)}))
 			return err
@@ -254,7 +257,10 @@ func TestBadInput(t *testing.T) {
 			_, err := c.svc.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(2 * time.Hour)}))
 			return err
 		}, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT},
-		{"unknown session", func() error { _, err := c.acquire(&lockdv1.AcquireRequest{SessionId: "nope", Seq: 1, Name: "x"}); return err }, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
+		{"unknown session", func() error {
+			_, err := c.acquire(&lockdv1.AcquireRequest{SessionId: "nope", Seq: 1, Name: "x"})
+			return err
+		}, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND},
 		{"keepalive unknown session", func() error {
 			_, err := c.svc.KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: "nope"}))
 			return err

@@ -16,7 +16,7 @@ import (
 // back to a sentinel by reason without parsing the message.
 func (s *Server) apiError(code connect.Code, reason lockdv1.ErrorReason, msg string, holders ...*lockdv1.Holder) *connect.Error {
 	e := connect.NewError(code, errors.New(msg))
-	if d, err := connect.NewErrorDetail(&lockdv1.ErrorDetail{Reason: reason, Holders: holders, ClusterId: s.fsm.Info().ClusterID}); err == nil {
+	if d, err := connect.NewErrorDetail(&lockdv1.ErrorDetail{Reason: reason, Holders: holders, ClusterId: s.fsm.ClusterID()}); err == nil {
 		e.AddDetail(d)
 	}
 	return e
