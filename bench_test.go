@@ -1,8 +1,12 @@
 package lockd_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,7 +55,34 @@ func benchAcquireRelease(b *testing.B, name func(w int) string) {
 			}
 		}
 	})
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "pairs/s")
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+	// Group commit: entries per Raft log write (one fsync each).
+	if batches := scrape(b, srv.URL(), "lockd_raft_log_batches_total"); batches > 0 {
+		b.ReportMetric(scrape(b, srv.URL(), "lockd_raft_log_entries_total")/batches, "entries/fsync")
+	}
+}
+
+// scrape reads one unlabeled sample from the server's /metrics.
+func scrape(b *testing.B, url, name string) float64 {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == name {
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return v
+		}
+	}
+	b.Fatalf("metric %s not found", name)
+	return 0
 }
 
 // BenchmarkAcquireReleaseUncontended: every worker locks its own name.

@@ -136,13 +136,14 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 }
 
 // definitive reports whether err is a refusal the server decided on, so
-// that the request is surely not queued or granted.
+// that the request is surely not queued or granted (or, for ErrClosed and
+// ErrClusterMismatch, whether no retry can ever reach the cluster).
 func definitive(err error) bool {
 	var be *BusyError
 	if errors.As(err, &be) {
 		return true
 	}
-	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld} {
+	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch} {
 		if errors.Is(err, k) {
 			return true
 		}

@@ -20,9 +20,13 @@ const defaultPort = "7070"
 
 // Defaults of the client and session options.
 const (
+	// DefaultRequestTimeout bounds one attempt of one call (WithRequestTimeout).
 	DefaultRequestTimeout = 5 * time.Second
-	DefaultRetryTimeout   = 30 * time.Second
-	DefaultTTL            = 10 * time.Second
+	// DefaultRetryTimeout bounds the retries of a call whose context has no
+	// deadline (WithRetryTimeout).
+	DefaultRetryTimeout = 30 * time.Second
+	// DefaultTTL is a session's lease TTL (WithTTL).
+	DefaultTTL = 10 * time.Second
 	// minTTL leaves a lease that lasts at all after the client's safety
 	// margin; the server sets the real lower bound (1 s by default).
 	minTTL        = 250 * time.Millisecond
@@ -73,7 +77,9 @@ func WithEndpoints(urls ...string) Option {
 // WithHTTPClient sets the HTTP client used for every call. Its Timeout
 // should be zero: Lock blocks in long polls, and every call already has its
 // own timeout (WithRequestTimeout). By default the Client uses its own
-// transport and closes its idle connections in Close.
+// transport (HTTP/1.1 for http:// endpoints, HTTP/2 for https://) and closes
+// its idle connections in Close; a transport with unencrypted HTTP/2
+// (http.Protocols) also works, as lockd serves h2c.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {

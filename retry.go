@@ -113,7 +113,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		if errors.Is(err, ErrClusterMismatch) {
 			immediate = true
 		}
-		if p.once {
+		if p.once && !(immediate && attempt == 0) {
 			return err
 		}
 		if immediate {

@@ -352,3 +352,46 @@ func TestRestartKeepsHoldsAndTokens(t *testing.T) {
 		t.Fatalf("new token %v (%v) not above %d", g2, err, g.Token)
 	}
 }
+
+// TestSharedQueuesBehindWaitingExclusive: writers do not starve. With a
+// reader holding, a waiting writer blocks later readers; the release of the
+// reader grants the writer, then the writer's release grants the reader.
+func TestSharedQueuesBehindWaitingExclusive(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newRaw(t, srv)
+	r1, w, r2 := c.session(10*time.Second), c.session(10*time.Second), c.session(10*time.Second)
+	zero := uint32(0)
+	g1, err := c.acquire(&lockdv1.AcquireRequest{SessionId: r1, Seq: 1, Name: "rw", Mode: lockdv1.Mode_MODE_SHARED, Limit: &zero})
+	if err != nil || g1.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED {
+		t.Fatalf("reader 1: %v %v", g1, err)
+	}
+	enqueue(t, c, w, 1, "rw", 1)
+	// A second reader would fit (limit 0) but must not pass the writer.
+	_, err = c.acquire(&lockdv1.AcquireRequest{SessionId: r2, Seq: 1, Name: "rw", Mode: lockdv1.Mode_MODE_SHARED})
+	if got, want := reason(err), lockdv1.ErrorReason_ERROR_REASON_BUSY; got != want {
+		t.Fatalf("reader 2 try: got %v (%v), want %v", got, err, want)
+	}
+	r, err := c.acquire(&lockdv1.AcquireRequest{SessionId: r2, Seq: 2, Name: "rw", Mode: lockdv1.Mode_MODE_SHARED, Wait: true, PollTimeout: durationpb.New(0)})
+	if err != nil || r.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED || r.Position != 2 {
+		t.Fatalf("reader 2 wait: got %v %v, want queued at 2 behind the writer", r, err)
+	}
+	info := describe(t, c, "rw")
+	if len(info.Waiters) != 2 || info.Waiters[0].SessionId != w || info.Waiters[1].SessionId != r2 {
+		t.Fatalf("queue: %v, want [writer, reader 2]", info.Waiters)
+	}
+	if _, err := c.svc.Release(context.Background(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: r1, Seq: 2, Name: "rw", Token: g1.Token})); err != nil {
+		t.Fatal(err)
+	}
+	info = describe(t, c, "rw")
+	if len(info.Holders) != 1 || info.Holders[0].SessionId != w || info.Holders[0].Mode != lockdv1.Mode_MODE_EXCLUSIVE {
+		t.Fatalf("after reader 1 released: holders %v, want the writer alone", info.Holders)
+	}
+	wt := info.Holders[0].Token
+	if _, err := c.svc.Release(context.Background(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: w, Seq: 2, Name: "rw", Token: wt})); err != nil {
+		t.Fatal(err)
+	}
+	info = describe(t, c, "rw")
+	if len(info.Holders) != 1 || info.Holders[0].SessionId != r2 || info.Holders[0].Token <= wt {
+		t.Fatalf("after writer released: holders %v, want reader 2 with a larger token", info.Holders)
+	}
+}

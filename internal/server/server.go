@@ -187,18 +187,19 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	has, err := raft.HasExistingState(s.wal, s.wal, snaps)
+	logs := newCountingLogStore(s.wal, reg)
+	has, err := raft.HasExistingState(logs, s.wal, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
 	if !has {
 		s.log.Info("bootstrapping a new cluster", "node_id", s.nodeID)
 		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
-		if err := raft.BootstrapCluster(rc, s.wal, s.wal, snaps, s.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, s.wal, snaps, s.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, s.wal, s.wal, snaps, s.trans); err != nil {
+	if s.raft, err = raft.NewRaft(rc, s.fsm, logs, s.wal, snaps, s.trans); err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 
