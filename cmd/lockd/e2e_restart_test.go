@@ -413,7 +413,7 @@ func TestServeBadFlags(t *testing.T) {
 		want []string
 	}{
 		{"listen not an address", []string{"--listen", "nonsense"}, []string{"listen", "nonsense"}},
-		{"min-ttl above max-ttl", []string{"--min-ttl", "2h", "--max-ttl", "1h"}, []string{"min-ttl 2h0m0s is above max-ttl 1h0m0s; "}},
+		{"min-ttl above max-ttl", []string{"--min-ttl", "2h", "--max-ttl", "1h"}, []string{"min-ttl 2h0m0s is above max-ttl 1h0m0s; default-ttl"}},
 		{"wildcard listen without advertise", []string{"--listen", "0.0.0.0:0"}, []string{"0.0.0.0:0", "wildcard", "advertise"}},
 		{"wildcard raft-listen without raft-advertise", []string{"--raft-listen", ":0"}, []string{"raft-listen", "wildcard"}},
 		{"election timeout zero", []string{"--election-timeout", "0s"}, []string{"election-timeout must be positive"}},

@@ -143,7 +143,8 @@ func TestExitStatus(t *testing.T) {
 		{flag.ErrHelp, 0, ""},
 		{usageError{errors.New("bad flag")}, 64, "lockd: bad flag\n"},
 		{exitWith(3, nil), 3, ""},
-		{exitWith(75, errors.New("lock \"x\" is busy\nreally")), 75, "lockd: lock \"x\" is busy really\n"},
+		{exitWith(75, errors.New("lock \"x\" is busy\nreally")), 75, "lockd: lock \"x\" is busy; really\n"},
+		{usageError{errors.Join(errors.New("min-ttl 2h is above max-ttl 1h"), errors.New("default-ttl  10s\tis outside"))}, 64, "lockd: min-ttl 2h is above max-ttl 1h; default-ttl 10s is outside\n"},
 		{errors.New("boom"), 1, "lockd: boom\n"},
 	}
 	for _, tt := range tests {

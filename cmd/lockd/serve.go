@@ -38,6 +38,18 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "Raft address peers use (default: --raft-listen; required for a wildcard --raft-listen)")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "node id, persisted in the data dir on first start (default: random)")
 	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "bootstrap a new one-node cluster if the data dir is empty (the default without --join)")
+	fs.Func("join", "comma-separated API URLs of cluster members to join (a node with existing data ignores it)", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				cfg.Join = append(cfg.Join, u)
+			}
+		}
+		if len(cfg.Join) == 0 {
+			return errors.New("want at least one URL")
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "give up joining after this long")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft follower timeout before an election")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft candidate election timeout")
 	fs.DurationVar(&cfg.Grace, "grace", 0, "lease grace added to every session deadline on the leader (default: --election-timeout)")

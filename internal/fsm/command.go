@@ -25,6 +25,7 @@ const (
 	CmdAcquire       CmdType = 6
 	CmdRelease       CmdType = 7
 	CmdCancel        CmdType = 8
+	CmdSetMember     CmdType = 9
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -77,6 +78,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.Release{}
 	case CmdCancel:
 		m = &fsmv1.Cancel{}
+	case CmdSetMember:
+		m = &fsmv1.SetMember{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

@@ -152,6 +152,7 @@ type FSM struct {
 	sessions  map[string]*session
 	byRequest map[string]string // create request id -> session id
 	locks     map[string]*lock
+	members   map[string]Member
 	stats     Stats
 	obs       Observer
 }
@@ -170,6 +171,7 @@ func (f *FSM) reset() {
 	f.sessions = map[string]*session{}
 	f.byRequest = map[string]string{}
 	f.locks = map[string]*lock{}
+	f.members = map[string]Member{}
 }
 
 // Apply implements raft.FSM.
@@ -245,6 +247,8 @@ func (f *FSM) apply(data []byte) *Result {
 		return f.applyRelease(m.(*fsmv1.Release))
 	case CmdCancel:
 		return f.applyCancel(m.(*fsmv1.Cancel))
+	case CmdSetMember:
+		return f.applySetMember(m.(*fsmv1.SetMember))
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

@@ -59,6 +59,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdRelease
 	case *fsmv1.Cancel:
 		return fsm.CmdCancel
+	case *fsmv1.SetMember:
+		return fsm.CmdSetMember
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -700,9 +702,11 @@ func TestBadInput(t *testing.T) {
 		{name: "init without cluster id", fresh: true, data: c(&fsmv1.Init{Epoch: 5}), code: fsm.CodeInvalid, msg: "init without cluster id"},
 		{name: "init epoch too large", fresh: true, data: c(&fsmv1.Init{ClusterId: "c", Epoch: 1 << 62}), code: fsm.CodeInvalid, msg: "init epoch 4611686018427387904 is not below"},
 		{name: "init epoch max", fresh: true, data: c(&fsmv1.Init{ClusterId: "c", Epoch: ^uint64(0)}), code: fsm.CodeInvalid, msg: "is not below"},
+		{name: "member without id", data: c(&fsmv1.SetMember{ApiUrl: "http://x"}), code: fsm.CodeInvalid, msg: "bad member"},
+		{name: "oversized member id", data: c(&fsmv1.SetMember{NodeId: strings.Repeat("n", 65)}), code: fsm.CodeInvalid, msg: "bad member"},
 		{name: "empty command", data: bs(), code: fsm.CodeInvalid, msg: "empty command"},
 		{name: "command type 0", data: bs(0), code: fsm.CodeInvalid, msg: "unknown command type 0"},
-		{name: "command type 9", data: bs(9, 0x0a, 0x01, 'x'), code: fsm.CodeInvalid, msg: "unknown command type 9"},
+		{name: "command type 99", data: bs(99, 0x0a, 0x01, 'x'), code: fsm.CodeInvalid, msg: "unknown command type 99"},
 		{name: "command type 255", data: bs(255), code: fsm.CodeInvalid, msg: "unknown command type 255"},
 		{name: "garbage acquire", data: bs(byte(fsm.CmdAcquire), 0xff, 0xff, 0xff), code: fsm.CodeInvalid, msg: "decode command type 6"},
 		{name: "truncated release", data: bs(byte(fsm.CmdRelease), 0x0a, 0x05, 's'), code: fsm.CodeInvalid, msg: "decode command type 7"},
@@ -782,7 +786,11 @@ func TestSnapshotRestore(t *testing.T) {
 	mustOK(t, f, acqLimit("s2", 2, "sem", shrd, false, 2))
 	mustOK(t, f, acq("s3", 1, "sem", shrd, false))
 	mustOK(t, f, &fsmv1.RevokeSession{SessionIds: []string{"s3"}})
+	mustOK(t, f, &fsmv1.SetMember{NodeId: "n1", ApiUrl: "http://n1:7070", RaftAddress: "n1:7071"})
 	want := f.State()
+	if len(want.Members) != 1 {
+		t.Fatalf("members in state: got %v, want n1", want.Members)
+	}
 
 	rec := &recorder{}
 	g := fsm.New(rec)

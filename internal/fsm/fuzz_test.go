@@ -29,6 +29,7 @@ func fuzzScript() []proto.Message {
 		acq("s2", 3, "rw", shrd, true),
 		acq("s4", 2, "a", excl, false), // refused: busy
 		&fsmv1.RevokeSession{SessionIds: []string{"s4"}},
+		&fsmv1.SetMember{NodeId: "n1", ApiUrl: "http://n1:7070", RaftAddress: "n1:7071"},
 	}
 }
 
@@ -49,6 +50,8 @@ func fuzzMore() []proto.Message {
 		&fsmv1.Acquire{SessionId: "s2", Seq: 9, Ack: 3, Name: "b", Mode: shrd, Limit: proto.Uint32(3), Value: []byte("v"), Wait: true},
 		&fsmv1.CreateSession{RequestId: "r5", SessionId: "s5", TtlMs: 2000, Owner: "o"},
 		&fsmv1.Init{ClusterId: "c2", Epoch: 5},
+		&fsmv1.SetMember{NodeId: "n2", ApiUrl: "http://n2:7070", RaftAddress: "n2:7071"},
+		&fsmv1.SetMember{NodeId: "n1", Remove: true},
 	}
 }
 

@@ -673,7 +673,7 @@ func TestProperties(t *testing.T) {
 				deck = append(deck, i)
 			}
 		}
-		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		steps := rapid.IntRange(1, 100).Draw(t, "steps")
 		for range steps {
 			a := actions[rapid.SampledFrom(deck).Draw(t, "action")]
 			a.run(t)

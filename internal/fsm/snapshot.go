@@ -42,6 +42,10 @@ func (f *FSM) State() *fsmv1.Snapshot {
 		snap.Locks = append(snap.Locks, pl)
 	}
 	slices.SortFunc(snap.Locks, func(a, b *fsmv1.Lock) int { return strings.Compare(a.Name, b.Name) })
+	for _, m := range f.members {
+		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft})
+	}
+	slices.SortFunc(snap.Members, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
 	return snap
 }
 
@@ -169,7 +173,15 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		}
 		locks[l.name] = l
 	}
+	members := map[string]Member{}
+	for _, m := range snap.Members {
+		if m.NodeId == "" {
+			return fmt.Errorf("snapshot: member without id")
+		}
+		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress}
+	}
 	f.mu.Lock()
+	f.members = members
 	f.clusterID, f.epoch, f.lastToken = snap.ClusterId, snap.Epoch, snap.LastToken
 	f.sessions, f.byRequest, f.locks = sessions, byRequest, locks
 	f.mu.Unlock()

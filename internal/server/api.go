@@ -31,6 +31,8 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	path, h := lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), connect.WithInterceptors(s.metrics.interceptor()))
 	mux.Handle(path, h)
+	path, h = lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithInterceptors(s.metrics.interceptor()))
+	mux.Handle(path, h)
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
@@ -71,7 +73,7 @@ func (a *api) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 	return r, nil
 }
 
-func (a *api) CreateSession(ctx context.Context, req *connect.Request[lockdv1.CreateSessionRequest]) (*connect.Response[lockdv1.CreateSessionResponse], error) {
+func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.CreateSessionRequest]) (*connect.Response[lockdv1.CreateSessionResponse], error) {
 	m := req.Msg
 	ttl := a.s.cfg.DefaultTTL
 	if m.Ttl != nil {
@@ -105,7 +107,7 @@ func (a *api) CreateSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
 }
 
-func (a *api) KeepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAliveRequest]) (*connect.Response[lockdv1.KeepAliveResponse], error) {
+func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAliveRequest]) (*connect.Response[lockdv1.KeepAliveResponse], error) {
 	received := time.Now()
 	if req.Msg.SessionId == "" {
 		return nil, a.s.invalid("session_id is required")
@@ -123,7 +125,7 @@ func (a *api) KeepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 	return connect.NewResponse(&lockdv1.KeepAliveResponse{Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
 }
 
-func (a *api) CloseSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
+func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
 	if req.Msg.SessionId == "" {
 		return nil, a.s.invalid("session_id is required")
 	}
@@ -143,7 +145,7 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 	return nil
 }
 
-func (a *api) ListSessions(ctx context.Context, req *connect.Request[lockdv1.ListSessionsRequest]) (*connect.Response[lockdv1.ListSessionsResponse], error) {
+func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.ListSessionsRequest]) (*connect.Response[lockdv1.ListSessionsResponse], error) {
 	if err := a.read(req.Msg.Consistency); err != nil {
 		return nil, err
 	}
@@ -167,7 +169,7 @@ func (a *api) checkRequest(session string, seq uint64) error {
 	return nil
 }
 
-func (a *api) Acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
+func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
 	m := req.Msg
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
@@ -254,7 +256,7 @@ func (a *api) dropped(session string) error {
 	return a.s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the wait was cancelled")
 }
 
-func (a *api) Release(ctx context.Context, req *connect.Request[lockdv1.ReleaseRequest]) (*connect.Response[lockdv1.ReleaseResponse], error) {
+func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseRequest]) (*connect.Response[lockdv1.ReleaseResponse], error) {
 	m := req.Msg
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
@@ -268,7 +270,7 @@ func (a *api) Release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
 }
 
-func (a *api) Cancel(ctx context.Context, req *connect.Request[lockdv1.CancelRequest]) (*connect.Response[lockdv1.CancelResponse], error) {
+func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelRequest]) (*connect.Response[lockdv1.CancelResponse], error) {
 	m := req.Msg
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
@@ -283,7 +285,7 @@ func (a *api) Cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 	return connect.NewResponse(&lockdv1.CancelResponse{Released: r.Released}), nil
 }
 
-func (a *api) CheckToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
+func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -314,7 +316,7 @@ func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
 	return li
 }
 
-func (a *api) DescribeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
+func (a *api) describeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -328,7 +330,7 @@ func (a *api) DescribeLock(ctx context.Context, req *connect.Request[lockdv1.Des
 	return connect.NewResponse(resp), nil
 }
 
-func (a *api) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
+func (a *api) listLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
 	m := req.Msg
 	n := int(m.PageSize)
 	switch {
@@ -354,7 +356,7 @@ func (a *api) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLo
 	return connect.NewResponse(resp), nil
 }
 
-func (a *api) ForceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
+func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -393,18 +395,6 @@ func (a *api) Status(ctx context.Context, req *connect.Request[lockdv1.StatusReq
 		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
 		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
 	}
-	if f := s.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			role := "follower"
-			if srv.ID == leader {
-				role = "leader"
-			}
-			api := ""
-			if srv.ID == raft.ServerID(s.nodeID) {
-				api = s.apiURL
-			}
-			resp.Members = append(resp.Members, &lockdv1.Member{Id: string(srv.ID), Api: api, Raft: string(srv.Address), Role: role, Voter: srv.Suffrage == raft.Voter})
-		}
-	}
+	resp.Members = s.members()
 	return connect.NewResponse(resp), nil
 }

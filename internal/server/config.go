@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"time"
 )
 
@@ -30,6 +31,12 @@ type Config struct {
 	// Bootstrap starts a new one-node cluster when the data dir is empty. A
 	// node with an empty data dir bootstraps anyway (there is no --join yet).
 	Bootstrap bool
+	// Join lists API URLs of existing members. A node with an empty data dir
+	// asks them (any member; followers forward to the leader) to add it,
+	// before it opens its Raft port. A node with existing data ignores it.
+	Join []string
+	// JoinTimeout bounds the retries of a join. Default 1m.
+	JoinTimeout time.Duration
 
 	// HeartbeatTimeout is Raft's follower timeout before an election.
 	// Default 1s.
@@ -76,6 +83,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:  2 * time.Minute,
 		SnapshotThreshold: 8192,
 		SnapshotRetain:    2,
+		JoinTimeout:       time.Minute,
 	}
 }
 
@@ -93,8 +101,8 @@ func (c *Config) Validate() error {
 			bad("%s %q: %v", flag, addr, err)
 			return
 		}
-		if port == "" {
-			bad("%s %q: missing port", flag, addr)
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad("%s %q: port must be a number from 0 to 65535", flag, addr)
 		}
 		if ip := net.ParseIP(host); (host == "" || ip != nil && ip.IsUnspecified()) && adv == "" {
 			bad("%s %q is a wildcard address: give an advertise address too", flag, addr)
@@ -130,6 +138,17 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotRetain < 1 {
 		bad("snapshot-retain must be at least 1")
+	}
+	if c.Bootstrap && len(c.Join) > 0 {
+		bad("--bootstrap and --join exclude each other")
+	}
+	if len(c.Join) > 0 {
+		if _, port, err := net.SplitHostPort(raftAdvertise(*c)); err == nil && port == "0" {
+			bad("a joining node needs a fixed Raft port (--raft-listen or --raft-advertise with a port other than 0)")
+		}
+	}
+	if c.JoinTimeout <= 0 {
+		bad("join-timeout must be positive")
 	}
 	if len(c.NodeID) > 64 {
 		bad("node-id is longer than 64 bytes")

@@ -17,6 +17,7 @@ type metrics struct {
 	keepAlives      prometheus.Counter
 	sessionsExpired prometheus.Counter
 	waitersWoken    prometheus.Counter
+	forwarded       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -38,7 +39,10 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 			Name: "lockd_lock_waiters_woken_total", Help: "Blocked Acquire calls woken by a grant or a drop of their own request.",
 		}),
 	}
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken)
+	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockd_api_forwarded_total", Help: "Requests this node forwarded to the leader.",
+	})
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -36,9 +36,27 @@ import (
 type Option func(*options)
 
 type options struct {
-	logger   *slog.Logger
-	registry prometheus.Registerer
-	version  string
+	logger    *slog.Logger
+	registry  prometheus.Registerer
+	version   string
+	transport raft.Transport
+	fwdClient *http.Client
+	bootstrap []raft.Server
+}
+
+// WithRaftTransport makes the node use t (for example hashicorp/raft's
+// in-memory transport in tests) instead of a TCP transport on RaftListen.
+func WithRaftTransport(t raft.Transport) Option { return func(o *options) { o.transport = t } }
+
+// WithForwardClient sets the HTTP client used to forward requests to the
+// leader and to reach other members (tests use it to cut the network).
+func WithForwardClient(hc *http.Client) Option { return func(o *options) { o.fwdClient = hc } }
+
+// WithBootstrapServers bootstraps a node with an empty data dir as one of
+// these initial voters (a static multi-node bring-up; every listed node must
+// be given the same list) instead of a one-node cluster.
+func WithBootstrapServers(servers []raft.Server) Option {
+	return func(o *options) { o.bootstrap = servers }
 }
 
 // WithLogger sets the logger (default: discard).
@@ -63,11 +81,12 @@ type Server struct {
 	fsm     *fsm.FSM
 	wal     *wal.WAL
 	meta    *metadb.BoltMetaDB
-	trans   *raft.NetworkTransport
+	trans   raft.Transport
 	raft    *raft.Raft
 	lease   *lease.Manager
 	waiters *waiters
 	metrics *metrics
+	fwd     *forwarder
 
 	lis     net.Listener
 	httpSrv *http.Server
@@ -77,6 +96,8 @@ type Server struct {
 	leaderMu     sync.Mutex
 	leaderGen    uint64
 	promotedTerm atomic.Uint64
+
+	membershipMu sync.Mutex // one membership change at a time
 
 	firstReady     chan struct{} // closed when this node first becomes the established leader
 	firstReadyOnce sync.Once
@@ -139,6 +160,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
+	s.fwd = newForwarder(o.fwdClient)
 	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
 	s.lease = lease.New(cfg.Grace, s.expire)
 	s.fsm = fsm.New(&observer{lease: s.lease, waiters: s.waiters})
@@ -162,16 +184,6 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot store: %w", err)
 	}
-	var adv net.Addr
-	if cfg.RaftAdvertise != "" {
-		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
-			return nil, fmt.Errorf("raft-advertise %q: %w", cfg.RaftAdvertise, err)
-		}
-	}
-	if s.trans, err = raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl); err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftListen, err)
-	}
-	closers = append(closers, s.trans)
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(s.nodeID)
@@ -192,9 +204,43 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
 	}
-	if !has {
+	if !has && len(cfg.Join) > 0 {
+		// Join before opening the Raft port: the leader first removes any
+		// stale member with this id or address, so this empty node never
+		// takes part in Raft under an old identity.
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.JoinTimeout)
+		err := s.joinCluster(ctx, cfg.Join, raftAdvertise(cfg))
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("join cluster: %w", err)
+		}
+	} else if has && len(cfg.Join) > 0 {
+		s.log.Info("data dir has state: resuming, --join ignored")
+	}
+	if o.transport != nil {
+		s.trans = o.transport
+	} else {
+		var adv net.Addr
+		if cfg.RaftAdvertise != "" {
+			if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
+				return nil, fmt.Errorf("raft-advertise %q: %w", cfg.RaftAdvertise, err)
+			}
+		}
+		nt, err := raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl)
+		if err != nil {
+			return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftListen, err)
+		}
+		s.trans = nt
+	}
+	if c, ok := s.trans.(io.Closer); ok {
+		closers = append(closers, c)
+	}
+	if !has && len(cfg.Join) == 0 {
 		s.log.Info("bootstrapping a new cluster", "node_id", s.nodeID)
 		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
+		if len(o.bootstrap) > 0 {
+			conf.Servers = o.bootstrap
+		}
 		if err := raft.BootstrapCluster(rc, logs, s.wal, snaps, s.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
@@ -219,6 +265,14 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}()
 	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", string(s.trans.LocalAddr()), "data_dir", cfg.DataDir)
 	return s, nil
+}
+
+// raftAdvertise is the Raft address peers use to reach this node.
+func raftAdvertise(cfg Config) string {
+	if cfg.RaftAdvertise != "" {
+		return cfg.RaftAdvertise
+	}
+	return cfg.RaftListen
 }
 
 // lockDir takes an exclusive flock on dir/LOCK so two servers cannot share a
@@ -314,12 +368,15 @@ func (s *Server) establish(gen uint64) {
 		}
 		term := s.raft.CurrentTerm()
 		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
-		if err == nil && s.fsm.Info().ClusterID == "" {
+		if err == nil && s.fsm.ClusterID() == "" {
 			_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
 				ClusterId:    randomID(16),
 				Epoch:        uint64(time.Now().UnixMicro()),
 				TimeUnixNano: time.Now().UnixNano(),
 			})
+		}
+		if err == nil {
+			err = s.recordSelf()
 		}
 		if err == nil {
 			s.leaderMu.Lock()
@@ -433,18 +490,23 @@ func (s *Server) WaitLeader(ctx context.Context) error {
 // unavailable error; clients retry elsewhere.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.transferOnShutdown()
 		close(s.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		s.httpSrv.Shutdown(ctx)
 		s.httpSrv.Close()
+		s.fwd.close()
 		var errs []error
 		if err := s.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
 		s.lease.Demote()
 		s.wg.Wait()
-		errs = append(errs, s.trans.Close(), s.wal.Close(), s.meta.Close(), s.dirLock.Close())
+		if c, ok := s.trans.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close())
 		s.closeErr = errors.Join(errs...)
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})

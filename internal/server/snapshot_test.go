@@ -56,6 +56,7 @@ func TestSnapshotAndLogReplayAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := testConfig(dir)
 	s := startServer(t, cfg)
+	cfg.Listen, cfg.RaftListen = s.Addr().String(), s.RaftAddr() // restart on the same addresses
 	apply := func(from, to int) {
 		for i := from; i < to; i++ {
 			id := fmt.Sprint("s", i)
@@ -75,7 +76,7 @@ func TestSnapshotAndLogReplayAcrossRestart(t *testing.T) {
 	s = startServer(t, cfg)
 	defer s.Close()
 	if got := s.fsm.State(); !proto.Equal(got, want) {
-		t.Fatalf("state after restart differs:\ngot  %v\nwant %v", got, want)
+		t.Fatalf("state after restart differs:\ngot  %.2000v\nwant %.2000v", got, want)
 	}
 	// The restarted leader restarted every lease.
 	for _, x := range want.Sessions {

@@ -2132,6 +2132,296 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+type JoinRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	ApiUrl      string                 `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	// Join as a non-voter and stay one.
+	NonVoter      bool `protobuf:"varint,4,opt,name=non_voter,json=nonVoter,proto3" json:"non_voter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *JoinRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetNonVoter() bool {
+	if x != nil {
+		return x.NonVoter
+	}
+	return false
+}
+
+type JoinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Members       []*Member              `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *JoinResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type RemoveMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RemoveMemberRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+}
+
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: any up-to-date voter.
+	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *TransferLeadershipRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type TransferLeadershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Leader        string                 `protobuf:"bytes,1,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *TransferLeadershipResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -2288,7 +2578,23 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	" \x03(\v2\x10.lockd.v1.MemberR\amembers\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\v \x01(\x04R\tlastToken\x12\x18\n" +
-	"\aversion\x18\f \x01(\tR\aversion*A\n" +
+	"\aversion\x18\f \x01(\tR\aversion\"\x7f\n" +
+	"\vJoinRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x17\n" +
+	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12\x1b\n" +
+	"\tnon_voter\x18\x04 \x01(\bR\bnonVoter\"Y\n" +
+	"\fJoinResponse\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12*\n" +
+	"\amembers\x18\x02 \x03(\v2\x10.lockd.v1.MemberR\amembers\".\n" +
+	"\x13RemoveMemberRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x16\n" +
+	"\x14RemoveMemberResponse\"4\n" +
+	"\x19TransferLeadershipRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"4\n" +
+	"\x1aTransferLeadershipResponse\x12\x16\n" +
+	"\x06leader\x18\x01 \x01(\tR\x06leader*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -2329,7 +2635,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fDescribeLock\x12\x1d.lockd.v1.DescribeLockRequest\x1a\x1e.lockd.v1.DescribeLockResponse\"\x00\x12F\n" +
 	"\tListLocks\x12\x1a.lockd.v1.ListLocksRequest\x1a\x1b.lockd.v1.ListLocksResponse\"\x00\x12O\n" +
 	"\fForceRelease\x12\x1d.lockd.v1.ForceReleaseRequest\x1a\x1e.lockd.v1.ForceReleaseResponse\"\x00\x12=\n" +
-	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x002\xfd\x01\n" +
+	"\x0eClusterService\x127\n" +
+	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
+	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
+	"\x12TransferLeadership\x12#.lockd.v1.TransferLeadershipRequest\x1a$.lockd.v1.TransferLeadershipResponse\"\x00B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -2344,99 +2654,112 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_lockd_v1_lockd_proto_goTypes = []any{
-	(Mode)(0),                     // 0: lockd.v1.Mode
-	(ReadConsistency)(0),          // 1: lockd.v1.ReadConsistency
-	(ErrorReason)(0),              // 2: lockd.v1.ErrorReason
-	(AcquireStatus)(0),            // 3: lockd.v1.AcquireStatus
-	(*ErrorDetail)(nil),           // 4: lockd.v1.ErrorDetail
-	(*CreateSessionRequest)(nil),  // 5: lockd.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil), // 6: lockd.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),      // 7: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 8: lockd.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),   // 9: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),  // 10: lockd.v1.CloseSessionResponse
-	(*ListSessionsRequest)(nil),   // 11: lockd.v1.ListSessionsRequest
-	(*SessionInfo)(nil),           // 12: lockd.v1.SessionInfo
-	(*ListSessionsResponse)(nil),  // 13: lockd.v1.ListSessionsResponse
-	(*AcquireRequest)(nil),        // 14: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),       // 15: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),        // 16: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 17: lockd.v1.ReleaseResponse
-	(*CancelRequest)(nil),         // 18: lockd.v1.CancelRequest
-	(*CancelResponse)(nil),        // 19: lockd.v1.CancelResponse
-	(*CheckTokenRequest)(nil),     // 20: lockd.v1.CheckTokenRequest
-	(*CheckTokenResponse)(nil),    // 21: lockd.v1.CheckTokenResponse
-	(*DescribeLockRequest)(nil),   // 22: lockd.v1.DescribeLockRequest
-	(*Holder)(nil),                // 23: lockd.v1.Holder
-	(*Waiter)(nil),                // 24: lockd.v1.Waiter
-	(*LockInfo)(nil),              // 25: lockd.v1.LockInfo
-	(*DescribeLockResponse)(nil),  // 26: lockd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),      // 27: lockd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),     // 28: lockd.v1.ListLocksResponse
-	(*ForceReleaseRequest)(nil),   // 29: lockd.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),  // 30: lockd.v1.ForceReleaseResponse
-	(*StatusRequest)(nil),         // 31: lockd.v1.StatusRequest
-	(*Member)(nil),                // 32: lockd.v1.Member
-	(*StatusResponse)(nil),        // 33: lockd.v1.StatusResponse
-	(*durationpb.Duration)(nil),   // 34: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(Mode)(0),                          // 0: lockd.v1.Mode
+	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
+	(ErrorReason)(0),                   // 2: lockd.v1.ErrorReason
+	(AcquireStatus)(0),                 // 3: lockd.v1.AcquireStatus
+	(*ErrorDetail)(nil),                // 4: lockd.v1.ErrorDetail
+	(*CreateSessionRequest)(nil),       // 5: lockd.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),      // 6: lockd.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),           // 7: lockd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 8: lockd.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 9: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 10: lockd.v1.CloseSessionResponse
+	(*ListSessionsRequest)(nil),        // 11: lockd.v1.ListSessionsRequest
+	(*SessionInfo)(nil),                // 12: lockd.v1.SessionInfo
+	(*ListSessionsResponse)(nil),       // 13: lockd.v1.ListSessionsResponse
+	(*AcquireRequest)(nil),             // 14: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 15: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 16: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 17: lockd.v1.ReleaseResponse
+	(*CancelRequest)(nil),              // 18: lockd.v1.CancelRequest
+	(*CancelResponse)(nil),             // 19: lockd.v1.CancelResponse
+	(*CheckTokenRequest)(nil),          // 20: lockd.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),         // 21: lockd.v1.CheckTokenResponse
+	(*DescribeLockRequest)(nil),        // 22: lockd.v1.DescribeLockRequest
+	(*Holder)(nil),                     // 23: lockd.v1.Holder
+	(*Waiter)(nil),                     // 24: lockd.v1.Waiter
+	(*LockInfo)(nil),                   // 25: lockd.v1.LockInfo
+	(*DescribeLockResponse)(nil),       // 26: lockd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),           // 27: lockd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 28: lockd.v1.ListLocksResponse
+	(*ForceReleaseRequest)(nil),        // 29: lockd.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),       // 30: lockd.v1.ForceReleaseResponse
+	(*StatusRequest)(nil),              // 31: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 32: lockd.v1.Member
+	(*StatusResponse)(nil),             // 33: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 34: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 35: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 36: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 37: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 38: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 39: lockd.v1.TransferLeadershipResponse
+	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	23, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
-	34, // 2: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	34, // 3: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	34, // 4: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	40, // 2: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 3: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	40, // 4: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 5: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	34, // 6: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	35, // 7: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	40, // 6: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	41, // 7: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
 	12, // 8: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 9: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	34, // 10: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	40, // 10: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
 	3,  // 11: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
 	0,  // 12: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 13: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 14: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	35, // 15: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	41, // 15: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
 	0,  // 16: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	35, // 17: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	41, // 17: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	23, // 18: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	24, // 19: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	25, // 20: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	1,  // 21: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	25, // 22: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
 	32, // 23: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	5,  // 24: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	7,  // 25: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	9,  // 26: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	11, // 27: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	14, // 28: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	16, // 29: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	18, // 30: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	20, // 31: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	22, // 32: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	27, // 33: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	29, // 34: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	31, // 35: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	6,  // 36: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	8,  // 37: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	10, // 38: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 39: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	15, // 40: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	17, // 41: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	19, // 42: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	21, // 43: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	26, // 44: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	28, // 45: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	30, // 46: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	33, // 47: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	36, // [36:48] is the sub-list for method output_type
-	24, // [24:36] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	32, // 24: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	5,  // 25: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	7,  // 26: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	9,  // 27: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	11, // 28: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	14, // 29: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	16, // 30: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	18, // 31: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	20, // 32: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	22, // 33: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	27, // 34: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	29, // 35: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	31, // 36: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	34, // 37: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	36, // 38: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	38, // 39: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	6,  // 40: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	8,  // 41: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	10, // 42: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	13, // 43: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	15, // 44: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	17, // 45: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	19, // 46: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	21, // 47: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	26, // 48: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	28, // 49: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	30, // 50: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	33, // 51: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	35, // 52: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	37, // 53: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	39, // 54: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -2451,9 +2774,9 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   36,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_lockd_v1_lockd_proto_goTypes,
 		DependencyIndexes: file_lockd_v1_lockd_proto_depIdxs,

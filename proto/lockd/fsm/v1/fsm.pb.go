@@ -599,6 +599,7 @@ type Snapshot struct {
 	LastToken     uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
 	Sessions      []*Session             `protobuf:"bytes,4,rep,name=sessions,proto3" json:"sessions,omitempty"` // by id
 	Locks         []*Lock                `protobuf:"bytes,5,rep,name=locks,proto3" json:"locks,omitempty"`       // by name
+	Members       []*MemberInfo          `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`   // by node id
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -664,6 +665,13 @@ func (x *Snapshot) GetSessions() []*Session {
 func (x *Snapshot) GetLocks() []*Lock {
 	if x != nil {
 		return x.Locks
+	}
+	return nil
+}
+
+func (x *Snapshot) GetMembers() []*MemberInfo {
+	if x != nil {
+		return x.Members
 	}
 	return nil
 }
@@ -1072,6 +1080,137 @@ func (x *Lock) GetQueue() []*Wait {
 	return nil
 }
 
+// SetMember records a node's addresses so every node can find the leader's
+// API (for forwarding) and list members with their URLs. It does not change
+// Raft membership.
+type SetMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Remove        bool                   `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMember) Reset() {
+	*x = SetMember{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMember) ProtoMessage() {}
+
+func (x *SetMember) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
+func (*SetMember) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetMember) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *SetMember) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *SetMember) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *SetMember) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+type MemberInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberInfo) Reset() {
+	*x = MemberInfo{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberInfo) ProtoMessage() {}
+
+func (x *MemberInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
+func (*MemberInfo) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MemberInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *MemberInfo) GetApiUrl() string {
+	if x != nil {
+		return x.ApiUrl
+	}
+	return ""
+}
+
+func (x *MemberInfo) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -1129,7 +1268,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1f\n" +
 	"\vacquire_seq\x18\x05 \x01(\x04R\n" +
 	"acquireSeq\x12$\n" +
-	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\"\xbb\x01\n" +
+	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\"\xef\x01\n" +
 	"\bSnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -1137,7 +1276,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x121\n" +
 	"\bsessions\x18\x04 \x03(\v2\x15.lockd.fsm.v1.SessionR\bsessions\x12(\n" +
-	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\"t\n" +
+	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\x122\n" +
+	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\"t\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
@@ -1173,7 +1313,17 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
 	"\aholders\x18\x03 \x03(\v2\x12.lockd.fsm.v1.HoldR\aholders\x12(\n" +
-	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queueB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queue\"x\n" +
+	"\tSetMember\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x16\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\"a\n" +
+	"\n" +
+	"MemberInfo\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
+	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddressB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -1187,7 +1337,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),          // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
@@ -1203,18 +1353,21 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Hold)(nil),          // 11: lockd.fsm.v1.Hold
 	(*Wait)(nil),          // 12: lockd.fsm.v1.Wait
 	(*Lock)(nil),          // 13: lockd.fsm.v1.Lock
+	(*SetMember)(nil),     // 14: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),    // 15: lockd.fsm.v1.MemberInfo
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
 	13, // 1: lockd.fsm.v1.Snapshot.locks:type_name -> lockd.fsm.v1.Lock
-	9,  // 2: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
-	11, // 3: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
-	12, // 4: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	15, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
+	9,  // 3: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
+	11, // 4: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
+	12, // 5: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
+	6,  // [6:6] is the sub-list for method output_type
+	6,  // [6:6] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_lockd_fsm_v1_fsm_proto_init() }
@@ -1229,7 +1382,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

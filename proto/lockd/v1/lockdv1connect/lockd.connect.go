@@ -26,6 +26,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// LockServiceName is the fully-qualified name of the LockService service.
 	LockServiceName = "lockd.v1.LockService"
+	// ClusterServiceName is the fully-qualified name of the ClusterService service.
+	ClusterServiceName = "lockd.v1.ClusterService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -65,6 +67,14 @@ const (
 	LockServiceForceReleaseProcedure = "/lockd.v1.LockService/ForceRelease"
 	// LockServiceStatusProcedure is the fully-qualified name of the LockService's Status RPC.
 	LockServiceStatusProcedure = "/lockd.v1.LockService/Status"
+	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
+	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
+	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
+	// RemoveMember RPC.
+	ClusterServiceRemoveMemberProcedure = "/lockd.v1.ClusterService/RemoveMember"
+	// ClusterServiceTransferLeadershipProcedure is the fully-qualified name of the ClusterService's
+	// TransferLeadership RPC.
+	ClusterServiceTransferLeadershipProcedure = "/lockd.v1.ClusterService/TransferLeadership"
 )
 
 // LockServiceClient is a client for the lockd.v1.LockService service.
@@ -455,4 +465,136 @@ func (UnimplementedLockServiceHandler) ForceRelease(context.Context, *connect.Re
 
 func (UnimplementedLockServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Status is not implemented"))
+}
+
+// ClusterServiceClient is a client for the lockd.v1.ClusterService service.
+type ClusterServiceClient interface {
+	// Join adds a node: stale members with the same id or Raft address are
+	// removed first, then the node is added as a non-voter and promoted to
+	// voter once it has caught up.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// RemoveMember removes a node from the cluster.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands leadership to another voter (any, or id).
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+}
+
+// NewClusterServiceClient constructs a client for the lockd.v1.ClusterService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ClusterServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	clusterServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("ClusterService").Methods()
+	return &clusterServiceClient{
+		join: connect.NewClient[v1.JoinRequest, v1.JoinResponse](
+			httpClient,
+			baseURL+ClusterServiceJoinProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Join")),
+			connect.WithClientOptions(opts...),
+		),
+		removeMember: connect.NewClient[v1.RemoveMemberRequest, v1.RemoveMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceRemoveMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+			connect.WithClientOptions(opts...),
+		),
+		transferLeadership: connect.NewClient[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse](
+			httpClient,
+			baseURL+ClusterServiceTransferLeadershipProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("TransferLeadership")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// clusterServiceClient implements ClusterServiceClient.
+type clusterServiceClient struct {
+	join               *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	removeMember       *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	transferLeadership *connect.Client[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse]
+}
+
+// Join calls lockd.v1.ClusterService.Join.
+func (c *clusterServiceClient) Join(ctx context.Context, req *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return c.join.CallUnary(ctx, req)
+}
+
+// RemoveMember calls lockd.v1.ClusterService.RemoveMember.
+func (c *clusterServiceClient) RemoveMember(ctx context.Context, req *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return c.removeMember.CallUnary(ctx, req)
+}
+
+// TransferLeadership calls lockd.v1.ClusterService.TransferLeadership.
+func (c *clusterServiceClient) TransferLeadership(ctx context.Context, req *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return c.transferLeadership.CallUnary(ctx, req)
+}
+
+// ClusterServiceHandler is an implementation of the lockd.v1.ClusterService service.
+type ClusterServiceHandler interface {
+	// Join adds a node: stale members with the same id or Raft address are
+	// removed first, then the node is added as a non-voter and promoted to
+	// voter once it has caught up.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// RemoveMember removes a node from the cluster.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands leadership to another voter (any, or id).
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+}
+
+// NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	clusterServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("ClusterService").Methods()
+	clusterServiceJoinHandler := connect.NewUnaryHandler(
+		ClusterServiceJoinProcedure,
+		svc.Join,
+		connect.WithSchema(clusterServiceMethods.ByName("Join")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRemoveMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceRemoveMemberProcedure,
+		svc.RemoveMember,
+		connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceTransferLeadershipHandler := connect.NewUnaryHandler(
+		ClusterServiceTransferLeadershipProcedure,
+		svc.TransferLeadership,
+		connect.WithSchema(clusterServiceMethods.ByName("TransferLeadership")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/lockd.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ClusterServiceJoinProcedure:
+			clusterServiceJoinHandler.ServeHTTP(w, r)
+		case ClusterServiceRemoveMemberProcedure:
+			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceTransferLeadershipProcedure:
+			clusterServiceTransferLeadershipHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedClusterServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedClusterServiceHandler struct{}
+
+func (UnimplementedClusterServiceHandler) Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.ClusterService.Join is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.ClusterService.RemoveMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.ClusterService.TransferLeadership is not implemented"))
 }

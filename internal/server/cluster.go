@@ -1,0 +1,294 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// clusterAPI implements lockdv1connect.ClusterServiceHandler.
+type clusterAPI struct{ s *Server }
+
+var _ lockdv1connect.ClusterServiceHandler = (*clusterAPI)(nil)
+
+func viaLeaderCluster[Req, Res any](ctx context.Context, c *clusterAPI, req *connect.Request[Req],
+	call func(lockdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+	local func() (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	url, err := c.s.leaderURL(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if url == "" {
+		return local()
+	}
+	return forward(ctx, c.s, url, c.s.fwd.clusterClient(url), req, call)
+}
+
+func (c *clusterAPI) Join(ctx context.Context, req *connect.Request[lockdv1.JoinRequest]) (*connect.Response[lockdv1.JoinResponse], error) {
+	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.Join, func() (*connect.Response[lockdv1.JoinResponse], error) {
+		return c.s.join(ctx, req.Msg)
+	})
+}
+
+func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockdv1.RemoveMemberRequest]) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
+	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.RemoveMember, func() (*connect.Response[lockdv1.RemoveMemberResponse], error) {
+		if err := c.s.removeMember(req.Msg.NodeId); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&lockdv1.RemoveMemberResponse{}), nil
+	})
+}
+
+func (c *clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
+	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.TransferLeadership, func() (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
+		s := c.s
+		var f raft.Future
+		if id := req.Msg.NodeId; id != "" {
+			addr, ok := s.voterAddress(id)
+			if !ok {
+				return nil, s.invalid("node %q is not a voter of this cluster", id)
+			}
+			f = s.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+		} else {
+			f = s.raft.LeadershipTransfer()
+		}
+		if err := f.Error(); err != nil {
+			return nil, s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "leadership transfer: "+err.Error())
+		}
+		_, leader := s.raft.LeaderWithID()
+		return connect.NewResponse(&lockdv1.TransferLeadershipResponse{Leader: string(leader)}), nil
+	})
+}
+
+func (s *Server) voterAddress(id string) (raft.ServerAddress, bool) {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return "", false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == id && srv.Suffrage == raft.Voter {
+			return srv.Address, true
+		}
+	}
+	return "", false
+}
+
+// join adds a node on the leader, one membership change at a time: stale
+// members with the same id or Raft address go first (a wiped node must never
+// vote with its old identity), then the node is added as a non-voter, and a
+// background task promotes it to voter once it has caught up.
+func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Response[lockdv1.JoinResponse], error) {
+	if m.NodeId == "" || len(m.NodeId) > 64 || m.RaftAddress == "" || m.ApiUrl == "" {
+		return nil, s.invalid("join needs node_id (at most 64 bytes), raft_address and api_url")
+	}
+	if s.promotedTerm.Load() == 0 {
+		return nil, s.raftError(raft.ErrNotLeader)
+	}
+	s.membershipMu.Lock()
+	defer s.membershipMu.Unlock()
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, s.raftError(err)
+	}
+	id, addr := raft.ServerID(m.NodeId), raft.ServerAddress(m.RaftAddress)
+	present := false
+	for _, srv := range f.Configuration().Servers {
+		switch {
+		case srv.ID == id && srv.Address == addr:
+			present = true
+		case srv.ID == id || srv.Address == addr:
+			if srv.ID == raft.ServerID(s.nodeID) {
+				return nil, s.invalid("node %s at %s is the leader itself", srv.ID, srv.Address)
+			}
+			s.log.Warn("removing stale member before join", "old_id", srv.ID, "old_raft", srv.Address, "new_id", id, "new_raft", addr)
+			if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+				return nil, s.raftError(err)
+			}
+			if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: string(srv.ID), Remove: true}); err != nil {
+				return nil, s.raftError(err)
+			}
+		}
+	}
+	if !present {
+		if err := s.raft.AddNonvoter(id, addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			return nil, s.raftError(err)
+		}
+		s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
+	}
+	if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: m.NodeId, ApiUrl: m.ApiUrl, RaftAddress: m.RaftAddress}); err != nil {
+		return nil, s.raftError(err)
+	}
+	if !m.NonVoter {
+		s.wg.Add(1)
+		go s.promoteWhenCaughtUp(id, addr, m.ApiUrl)
+	}
+	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.members()}), nil
+}
+
+// promoteWhenCaughtUp polls the new member's Status until it has applied
+// the leader's commit index as of now, then makes it a voter.
+func (s *Server) promoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, api string) {
+	defer s.wg.Done()
+	target := s.raft.CommitIndex()
+	c := s.fwd.lockClient(api)
+	deadline := time.Now().Add(10 * time.Minute)
+	for attempt := 0; time.Now().Before(deadline); attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ApplyTimeout)
+		resp, err := c.Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
+		cancel()
+		if err == nil && resp.Msg.AppliedIndex >= target {
+			s.membershipMu.Lock()
+			err := s.raft.AddVoter(id, addr, 0, s.cfg.ApplyTimeout).Error()
+			s.membershipMu.Unlock()
+			if err == nil {
+				s.log.Info("member promoted to voter", "id", id)
+				return
+			}
+			s.log.Warn("promote member failed", "id", id, "err", err)
+			if errors.Is(err, raft.ErrNotLeader) {
+				return
+			}
+		}
+		select {
+		case <-s.done:
+			return
+		case <-time.After(min(s.cfg.HeartbeatTimeout*time.Duration(attempt+1), 2*time.Second)):
+		}
+	}
+	s.log.Error("member did not catch up; left as non-voter", "id", id)
+}
+
+func (s *Server) removeMember(id string) error {
+	if id == "" {
+		return s.invalid("node_id is required")
+	}
+	if s.promotedTerm.Load() == 0 {
+		return s.raftError(raft.ErrNotLeader)
+	}
+	s.membershipMu.Lock()
+	defer s.membershipMu.Unlock()
+	if id == s.nodeID {
+		// Hand leadership over first; the new leader removes this node.
+		return s.invalid("node %s is the leader: transfer leadership first (lockd leader transfer), then remove it", id)
+	}
+	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		return s.raftError(err)
+	}
+	if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: id, Remove: true}); err != nil {
+		return s.raftError(err)
+	}
+	s.log.Info("member removed", "id", id)
+	return nil
+}
+
+// members lists the Raft configuration with each member's recorded API URL
+// and its role as this node sees it.
+func (s *Server) members() []*lockdv1.Member {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	_, leader := s.raft.LeaderWithID()
+	var out []*lockdv1.Member
+	for _, srv := range f.Configuration().Servers {
+		role := "follower"
+		switch {
+		case srv.ID == leader:
+			role = "leader"
+		case string(srv.ID) == s.nodeID:
+			role = strings.ToLower(s.raft.State().String())
+		}
+		m, _ := s.fsm.Member(string(srv.ID))
+		api := m.API
+		if string(srv.ID) == s.nodeID {
+			api = s.apiURL
+		}
+		out = append(out, &lockdv1.Member{Id: string(srv.ID), Api: api, Raft: string(srv.Address), Role: role, Voter: srv.Suffrage == raft.Voter})
+	}
+	return out
+}
+
+// joinCluster asks the members at urls to add this node, retrying with
+// backoff until one accepts or ctx ends. It runs before this node opens its
+// Raft port.
+func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string) error {
+	req := &lockdv1.JoinRequest{NodeId: s.nodeID, RaftAddress: raftAddr, ApiUrl: s.apiURL}
+	var last error
+	for attempt := 0; ; attempt++ {
+		for _, u := range urls {
+			u = normalizeURL(u)
+			actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+			resp, err := s.fwd.clusterClient(u).Join(actx, connect.NewRequest(req))
+			cancel()
+			if err == nil {
+				s.log.Info("joined cluster", "via", u, "cluster_id", resp.Msg.ClusterId)
+				return nil
+			}
+			last = fmt.Errorf("join via %s: %w", u, err)
+			if connect.CodeOf(err) == connect.CodeInvalidArgument {
+				return last
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
+		case <-time.After(min(100*time.Millisecond<<min(attempt, 5), 3*time.Second)):
+		}
+	}
+}
+
+func normalizeURL(u string) string {
+	if !strings.Contains(u, "://") {
+		return "http://" + u
+	}
+	return strings.TrimRight(u, "/")
+}
+
+// recordSelf makes sure the FSM knows this leader's API URL, so followers
+// can forward to it.
+func (s *Server) recordSelf() error {
+	if m, ok := s.fsm.Member(s.nodeID); ok && m.API == s.apiURL && m.Raft == s.RaftAddr() {
+		return nil
+	}
+	_, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: s.nodeID, ApiUrl: s.apiURL, RaftAddress: s.RaftAddr()})
+	return err
+}
+
+// transferOnShutdown hands leadership to another voter before this leader
+// stops, so clients see a leader change instead of an election timeout.
+func (s *Server) transferOnShutdown() {
+	if s.raft.State() != raft.Leader {
+		return
+	}
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	voters := 0
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	if voters < 2 {
+		return
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		s.log.Warn("leadership transfer on shutdown failed", "err", err)
+		return
+	}
+	s.log.Info("leadership transferred on shutdown")
+}
+
+

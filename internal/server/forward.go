@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// ForwardedHeader marks a request a follower forwarded to the leader. A node
+// never forwards such a request again, so a stale view of the leader cannot
+// make requests loop.
+const ForwardedHeader = "Lockd-Forwarded-By"
+
+// forwarder holds Connect clients to other nodes' APIs, for forwarding
+// writes and linearizable reads to the leader.
+type forwarder struct {
+	hc *http.Client
+
+	mu      sync.Mutex
+	lock    map[string]lockdv1connect.LockServiceClient
+	cluster map[string]lockdv1connect.ClusterServiceClient
+}
+
+func newForwarder(hc *http.Client) *forwarder {
+	if hc == nil {
+		tr := &http.Transport{
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		}
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true) // one multiplexed connection to the leader
+		hc = &http.Client{Transport: tr}
+	}
+	return &forwarder{
+		hc:      hc,
+		lock:    map[string]lockdv1connect.LockServiceClient{},
+		cluster: map[string]lockdv1connect.ClusterServiceClient{},
+	}
+}
+
+func (f *forwarder) lockClient(url string) lockdv1connect.LockServiceClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.lock[url]
+	if c == nil {
+		c = lockdv1connect.NewLockServiceClient(f.hc, url)
+		f.lock[url] = c
+	}
+	return c
+}
+
+func (f *forwarder) clusterClient(url string) lockdv1connect.ClusterServiceClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.cluster[url]
+	if c == nil {
+		c = lockdv1connect.NewClusterServiceClient(f.hc, url)
+		f.cluster[url] = c
+	}
+	return c
+}
+
+func (f *forwarder) close() { f.hc.CloseIdleConnections() }
+
+// leaderURL decides where a request that needs the leader is served: ""
+// means here (this node is the leader), else the leader's API URL. A node
+// that is not the leader and cannot forward answers an unavailable error
+// the client retries.
+func (s *Server) leaderURL(h http.Header) (string, error) {
+	if s.raft.State() == raft.Leader {
+		return "", nil
+	}
+	if h.Get(ForwardedHeader) != "" {
+		return "", s.raftError(raft.ErrNotLeader)
+	}
+	_, id := s.raft.LeaderWithID()
+	if id == "" {
+		return "", s.raftError(raft.ErrNotLeader)
+	}
+	m, ok := s.fsm.Member(string(id))
+	if !ok || m.API == "" || m.ID == s.nodeID {
+		return "", s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "leader "+string(id)+" has no known API address yet; retry")
+	}
+	return m.API, nil
+}
+
+// forward sends a request to the leader's API with the caller's context
+// (deadline and cancellation) and returns the leader's answer or error as
+// is, error details included.
+func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, client C, req *connect.Request[Req],
+	call func(C, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	out := connect.NewRequest(req.Msg)
+	out.Header().Set(ForwardedHeader, s.nodeID)
+	s.metrics.forwarded.Inc()
+	resp, err := call(client, ctx, out)
+	if err != nil {
+		if connect.CodeOf(err) == connect.CodeUnknown || connect.CodeOf(err) == connect.CodeUnavailable {
+			if _, ok := err.(*connect.Error); !ok || connect.CodeOf(err) == connect.CodeUnknown {
+				// Transport error to the leader: the outcome of a write is
+				// unknown; the client retries with the same request id.
+				return nil, s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "forward to leader "+url+": "+err.Error())
+			}
+		}
+		return nil, err
+	}
+	return connect.NewResponse(resp.Msg), nil
+}
+
+// viaLeader serves a LockService request here when this node is the leader,
+// or forwards it.
+func viaLeader[Req, Res any](ctx context.Context, a *api, req *connect.Request[Req],
+	call func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+	local func() (*connect.Response[Res], error),
+) (*connect.Response[Res], error) {
+	url, err := a.s.leaderURL(req.Header())
+	if err != nil {
+		return nil, err
+	}
+	if url == "" {
+		return local()
+	}
+	return forward(ctx, a.s, url, a.s.fwd.lockClient(url), req, call)
+}
