@@ -49,6 +49,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		}
 		return nil
 	})
+	fs.StringVar(&cfg.Restore, "restore", "", "bootstrap a new cluster from this backup (lockd snapshot save); needs an empty data dir")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "give up joining after this long")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft follower timeout before an election")
 	fs.DurationVar(&cfg.ElectionTimeout, "election-timeout", cfg.ElectionTimeout, "Raft candidate election timeout")

@@ -26,6 +26,7 @@ const (
 	CmdRelease       CmdType = 7
 	CmdCancel        CmdType = 8
 	CmdSetMember     CmdType = 9
+	CmdRestore       CmdType = 10
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -80,6 +81,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.Cancel{}
 	case CmdSetMember:
 		m = &fsmv1.SetMember{}
+	case CmdRestore:
+		m = &fsmv1.Restore{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

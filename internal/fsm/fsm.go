@@ -249,6 +249,8 @@ func (f *FSM) apply(data []byte) *Result {
 		return f.applyCancel(m.(*fsmv1.Cancel))
 	case CmdSetMember:
 		return f.applySetMember(m.(*fsmv1.SetMember))
+	case CmdRestore:
+		return f.applyRestore(m.(*fsmv1.Restore))
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

@@ -67,10 +67,21 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 type snapshot struct{ state *fsmv1.Snapshot }
 
+// Encode returns snap in the snapshot format (a version byte and the
+// deterministic protobuf encoding), as Persist writes it and RestoreBytes
+// and the Restore command read it.
+func EncodeSnapshot(snap *fsmv1.Snapshot) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{snapshotVersion}, b...), nil
+}
+
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.state)
+	b, err := EncodeSnapshot(s.state)
 	if err == nil {
-		_, err = sink.Write(append([]byte{snapshotVersion}, b...))
+		_, err = sink.Write(b)
 	}
 	if err != nil {
 		sink.Cancel()
@@ -111,15 +122,85 @@ func (f *FSM) RestoreBytes(b []byte) error {
 // above the counter, a counter that could wrap), so a corrupt or hostile
 // snapshot cannot become the state that later grants are made from.
 func (f *FSM) Load(snap *fsmv1.Snapshot) error {
+	st, err := decodeState(snap)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.install(st)
+	f.mu.Unlock()
+	if f.obs != nil {
+		f.obs.Restored()
+	}
+	return nil
+}
+
+// state is a decoded, checked snapshot, ready to install.
+type state struct {
+	clusterID        string
+	epoch, lastToken uint64
+	sessions         map[string]*session
+	byRequest        map[string]string
+	locks            map[string]*lock
+	members          map[string]Member
+}
+
+func (f *FSM) install(st *state) {
+	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
+	f.sessions, f.byRequest, f.locks, f.members = st.sessions, st.byRequest, st.locks, st.members
+}
+
+// applyRestore loads a backup into a new cluster (one that has seen no Init)
+// under the command's cluster id, with tokens continuing above both the
+// backup's last token and the command's epoch. The backup's sessions keep
+// their holds until their leases, restarted in full, run out: their old
+// clients refuse the new cluster id, so the locks come free after TTL +
+// grace, never earlier.
+func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
+	if f.clusterID != "" {
+		return fail(CodeInvalid, "restore into a cluster that already has state")
+	}
+	if c.ClusterId == "" {
+		return fail(CodeInvalid, "restore without cluster id")
+	}
+	if c.Epoch >= maxEpoch {
+		return fail(CodeInvalid, "restore epoch %d is not below %d", c.Epoch, uint64(maxEpoch))
+	}
+	if len(c.Snapshot) == 0 || c.Snapshot[0] != snapshotVersion {
+		return fail(CodeInvalid, "unknown snapshot format")
+	}
+	var snap fsmv1.Snapshot
+	if err := proto.Unmarshal(c.Snapshot[1:], &snap); err != nil {
+		return fail(CodeInvalid, "decode snapshot: %v", err)
+	}
+	st, err := decodeState(&snap)
+	if err != nil {
+		return fail(CodeInvalid, "%v", err)
+	}
+	st.clusterID = c.ClusterId
+	st.epoch = max(c.Epoch, st.lastToken)
+	st.lastToken = st.epoch
+	st.members = map[string]Member{} // the old cluster's nodes are not ours
+	f.install(st)
+	if f.obs != nil {
+		for _, s := range f.sessions {
+			f.obs.SessionCreated(s.id, s.ttlMs)
+		}
+	}
+	return &Result{}
+}
+
+// decodeState checks snap and builds the state it describes.
+func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
-		return fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
+		return nil, fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
 	}
 	tokens := map[uint64]bool{}
 	sessions := map[string]*session{}
 	byRequest := map[string]string{}
 	for _, ps := range snap.Sessions {
 		if ps.Id == "" || sessions[ps.Id] != nil {
-			return fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
+			return nil, fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
 		}
 		s := &session{id: ps.Id, requestID: ps.RequestId, ttlMs: ps.TtlMs, owner: ps.Owner, created: ps.CreatedUnixNano, revoked: ps.Revoked, ack: ps.Ack,
 			results: map[uint64]*fsmv1.Result{}, holds: map[string]*hold{}, waits: map[string]*wait{}}
@@ -134,25 +215,25 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	locks := map[string]*lock{}
 	for _, pl := range snap.Locks {
 		if locks[pl.Name] != nil {
-			return fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
+			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
 		l := &lock{name: pl.Name, limit: pl.Limit}
 		for i, ph := range pl.Holders {
 			s := sessions[ph.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
-				return fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
+				return nil, fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
 			}
 			switch {
 			case !validMode(ph.Mode):
-				return fmt.Errorf("snapshot: lock %q: holder %q has mode %d", pl.Name, ph.SessionId, ph.Mode)
+				return nil, fmt.Errorf("snapshot: lock %q: holder %q has mode %d", pl.Name, ph.SessionId, ph.Mode)
 			case ph.Mode != pl.Holders[0].Mode || ph.Mode == ModeExclusive && i > 0:
-				return fmt.Errorf("snapshot: lock %q: exclusive holder not alone", pl.Name)
+				return nil, fmt.Errorf("snapshot: lock %q: exclusive holder not alone", pl.Name)
 			case pl.Limit > 0 && uint32(i) >= pl.Limit:
-				return fmt.Errorf("snapshot: lock %q: more holders than its limit %d", pl.Name, pl.Limit)
+				return nil, fmt.Errorf("snapshot: lock %q: more holders than its limit %d", pl.Name, pl.Limit)
 			case ph.Token == 0 || ph.Token > snap.LastToken || tokens[ph.Token]:
-				return fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
+				return nil, fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
 			case i > 0 && ph.Token < pl.Holders[i-1].Token:
-				return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
+				return nil, fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
 			}
 			tokens[ph.Token] = true
 			h := &hold{session: ph.SessionId, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
@@ -162,10 +243,10 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		for _, pw := range pl.Queue {
 			s := sessions[pw.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
-				return fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
+				return nil, fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
 			}
 			if !validMode(pw.Mode) {
-				return fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
+				return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 			}
 			w := &wait{session: pw.SessionId, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
 			l.queue = append(l.queue, w)
@@ -176,17 +257,10 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	members := map[string]Member{}
 	for _, m := range snap.Members {
 		if m.NodeId == "" {
-			return fmt.Errorf("snapshot: member without id")
+			return nil, fmt.Errorf("snapshot: member without id")
 		}
 		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress}
 	}
-	f.mu.Lock()
-	f.members = members
-	f.clusterID, f.epoch, f.lastToken = snap.ClusterId, snap.Epoch, snap.LastToken
-	f.sessions, f.byRequest, f.locks = sessions, byRequest, locks
-	f.mu.Unlock()
-	if f.obs != nil {
-		f.obs.Restored()
-	}
-	return nil
+	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
+		sessions: sessions, byRequest: byRequest, locks: locks, members: members}, nil
 }

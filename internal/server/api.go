@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -36,6 +37,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
+	mux.HandleFunc("GET /v1/snapshot", s.serveSnapshot)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -52,6 +54,33 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// serveSnapshot writes a consistent backup of the state (the FSM snapshot
+// format) after a linearizable read on the leader; a follower redirects to
+// the leader.
+func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+	url, err := s.leaderURL(r.Header)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if url != "" {
+		http.Redirect(w, r, url+r.URL.Path, http.StatusTemporaryRedirect)
+		return
+	}
+	if err := s.linearizable(); err != nil {
+		http.Error(w, s.raftError(err).Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b, err := fsm.EncodeSnapshot(s.fsm.State())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
 }
 
 // api implements lockdv1connect.LockServiceHandler.

@@ -290,5 +290,3 @@ func (s *Server) transferOnShutdown() {
 	}
 	s.log.Info("leadership transferred on shutdown")
 }
-
-

@@ -35,6 +35,10 @@ type Config struct {
 	// asks them (any member; followers forward to the leader) to add it,
 	// before it opens its Raft port. A node with existing data ignores it.
 	Join []string
+	// Restore is a backup file (from `lockd snapshot save`) that a node with
+	// an empty data dir bootstraps a new cluster from: new cluster id, tokens
+	// above every token of the backup.
+	Restore string
 	// JoinTimeout bounds the retries of a join. Default 1m.
 	JoinTimeout time.Duration
 
@@ -146,6 +150,9 @@ func (c *Config) Validate() error {
 		if _, port, err := net.SplitHostPort(raftAdvertise(*c)); err == nil && port == "0" {
 			bad("a joining node needs a fixed Raft port (--raft-listen or --raft-advertise with a port other than 0)")
 		}
+	}
+	if c.Restore != "" && len(c.Join) > 0 {
+		bad("--restore bootstraps a new cluster: it excludes --join")
 	}
 	if c.JoinTimeout <= 0 {
 		bad("join-timeout must be positive")

@@ -98,6 +98,7 @@ type Server struct {
 	promotedTerm atomic.Uint64
 
 	membershipMu sync.Mutex // one membership change at a time
+	restore      []byte     // backup to start a new cluster from (--restore)
 
 	firstReady     chan struct{} // closed when this node first becomes the established leader
 	firstReadyOnce sync.Once
@@ -203,6 +204,19 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	has, err := raft.HasExistingState(logs, s.wal, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
+	}
+	if cfg.Restore != "" {
+		if has {
+			return nil, fmt.Errorf("--restore needs an empty data dir; %s has Raft state", cfg.DataDir)
+		}
+		b, err := os.ReadFile(cfg.Restore)
+		if err != nil {
+			return nil, fmt.Errorf("read backup: %w", err)
+		}
+		if err := fsm.New(nil).RestoreBytes(b); err != nil {
+			return nil, fmt.Errorf("backup %s: %w", cfg.Restore, err)
+		}
+		s.restore = b
 	}
 	if !has && len(cfg.Join) > 0 {
 		// Join before opening the Raft port: the leader first removes any
@@ -368,6 +382,16 @@ func (s *Server) establish(gen uint64) {
 		}
 		term := s.raft.CurrentTerm()
 		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
+			var r *fsm.Result
+			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(time.Now().UnixMicro())})
+			if err == nil && r.Code != fsm.OK {
+				err = r.Err()
+			}
+			if err == nil {
+				s.log.Info("cluster restored from backup", "file", s.cfg.Restore, "cluster_id", s.fsm.ClusterID(), "epoch", s.fsm.Info().Epoch)
+			}
+		}
 		if err == nil && s.fsm.ClusterID() == "" {
 			_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
 				ClusterId:    randomID(16),

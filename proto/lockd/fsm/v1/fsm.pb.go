@@ -1211,6 +1211,69 @@ func (x *MemberInfo) GetRaftAddress() string {
 	return ""
 }
 
+// Restore replaces the state of a new, empty cluster with a backup (a
+// Snapshot as written by `lockd snapshot save`), under a new cluster id and
+// a token epoch above every token of the backup.
+type Restore struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      []byte                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Restore) Reset() {
+	*x = Restore{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Restore) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Restore) ProtoMessage() {}
+
+func (x *Restore) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Restore.ProtoReflect.Descriptor instead.
+func (*Restore) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Restore) GetSnapshot() []byte {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Restore) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *Restore) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -1323,7 +1386,12 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"MemberInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddressB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"Z\n" +
+	"\aRestore\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epochB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -1337,7 +1405,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),          // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
@@ -1355,6 +1423,7 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Lock)(nil),          // 13: lockd.fsm.v1.Lock
 	(*SetMember)(nil),     // 14: lockd.fsm.v1.SetMember
 	(*MemberInfo)(nil),    // 15: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),       // 16: lockd.fsm.v1.Restore
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
@@ -1382,7 +1451,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
