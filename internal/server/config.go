@@ -61,6 +61,12 @@ type Config struct {
 	// ApplyTimeout bounds one Raft proposal. Default 10s.
 	ApplyTimeout time.Duration
 
+	// WatchdogTimeout is how long a proposal may wait on the leader before
+	// the watchdog transfers leadership (or exits): a hung disk does not stop
+	// Raft heartbeats, so without it the cluster would wait forever.
+	// Default 10s.
+	WatchdogTimeout time.Duration
+
 	// SnapshotInterval is how often Raft checks whether to snapshot.
 	// Default 2m.
 	SnapshotInterval time.Duration
@@ -88,6 +94,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold: 8192,
 		SnapshotRetain:    2,
 		JoinTimeout:       time.Minute,
+		WatchdogTimeout:   10 * time.Second,
 	}
 }
 
@@ -121,9 +128,9 @@ func (c *Config) Validate() error {
 		"heartbeat-timeout": c.HeartbeatTimeout, "election-timeout": c.ElectionTimeout,
 		"default-ttl": c.DefaultTTL, "min-ttl": c.MinTTL, "max-ttl": c.MaxTTL,
 		"max-poll-timeout": c.MaxPollTimeout, "apply-timeout": c.ApplyTimeout,
-		"snapshot-interval": c.SnapshotInterval, "grace": c.Grace,
+		"snapshot-interval": c.SnapshotInterval, "grace": c.Grace, "watchdog-timeout": c.WatchdogTimeout,
 	}
-	for _, name := range []string{"heartbeat-timeout", "election-timeout", "grace", "default-ttl", "min-ttl", "max-ttl", "max-poll-timeout", "apply-timeout", "snapshot-interval"} {
+	for _, name := range []string{"heartbeat-timeout", "election-timeout", "grace", "default-ttl", "min-ttl", "max-ttl", "max-poll-timeout", "apply-timeout", "snapshot-interval", "watchdog-timeout"} {
 		if positive[name] <= 0 {
 			bad("%s must be positive, got %v", name, positive[name])
 		}

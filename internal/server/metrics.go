@@ -18,6 +18,7 @@ type metrics struct {
 	sessionsExpired prometheus.Counter
 	waitersWoken    prometheus.Counter
 	forwarded       prometheus.Counter
+	watchdogTrips   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -42,7 +43,10 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_api_forwarded_total", Help: "Requests this node forwarded to the leader.",
 	})
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded)
+	m.watchdogTrips = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockd_raft_watchdog_trips_total", Help: "Times the leader watchdog found a stalled proposal.",
+	})
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

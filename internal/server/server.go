@@ -42,7 +42,20 @@ type options struct {
 	transport raft.Transport
 	fwdClient *http.Client
 	bootstrap []raft.Server
+	logStore  func(raft.LogStore) raft.LogStore
+	fatal     func(error)
 }
+
+// WithLogStoreWrapper wraps the Raft log store (tests use it to make the
+// disk hang).
+func WithLogStoreWrapper(f func(raft.LogStore) raft.LogStore) Option {
+	return func(o *options) { o.logStore = f }
+}
+
+// WithFatal sets what the node does when it must stop because it cannot
+// make progress (the leader watchdog). Default: log the error and exit the
+// process with status 1.
+func WithFatal(f func(error)) Option { return func(o *options) { o.fatal = f } }
 
 // WithRaftTransport makes the node use t (for example hashicorp/raft's
 // in-memory transport in tests) instead of a TCP transport on RaftListen.
@@ -96,6 +109,9 @@ type Server struct {
 	leaderMu     sync.Mutex
 	leaderGen    uint64
 	promotedTerm atomic.Uint64
+
+	watch *watchdog
+	fatal func(error)
 
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
@@ -162,6 +178,14 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 
 	s.metrics = newMetrics(reg, gatherer)
 	s.fwd = newForwarder(o.fwdClient)
+	s.watch = newWatchdog(cfg.WatchdogTimeout)
+	s.fatal = o.fatal
+	if s.fatal == nil {
+		s.fatal = func(err error) {
+			s.log.Error("fatal: exiting", "err", err)
+			os.Exit(1)
+		}
+	}
 	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
 	s.lease = lease.New(cfg.Grace, s.expire)
 	s.fsm = fsm.New(&observer{lease: s.lease, waiters: s.waiters})
@@ -200,7 +224,11 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	notify := make(chan bool, 16)
 	rc.NotifyCh = notify
 
-	logs := newCountingLogStore(s.wal, reg)
+	var ls raft.LogStore = s.wal
+	if o.logStore != nil {
+		ls = o.logStore(ls)
+	}
+	logs := newCountingLogStore(ls, reg)
 	has, err := raft.HasExistingState(logs, s.wal, snaps)
 	if err != nil {
 		return nil, fmt.Errorf("read raft state: %w", err)
@@ -263,8 +291,9 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.watchLeadership(notify)
+	go s.runWatchdog()
 
 	s.httpSrv = &http.Server{Handler: s.Handler(gatherer), ReadHeaderTimeout: 10 * time.Second}
 	s.httpSrv.Protocols = new(http.Protocols)
@@ -451,6 +480,8 @@ func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 		return nil, err
 	}
 	start := time.Now()
+	end := s.watch.begin()
+	defer end()
 	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
@@ -28,13 +30,28 @@ func startServer(t *testing.T, cfg Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctxWait(t, s)
+	return s
+}
+
+// ctxWait waits until s is the established leader.
+func ctxWait(t *testing.T, s *Server) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := s.WaitLeader(ctx); err != nil {
 		s.Close()
 		t.Fatal(err)
 	}
-	return s
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
 
 func propose(t *testing.T, s *Server, ct fsm.CmdType, m proto.Message) *fsm.Result {

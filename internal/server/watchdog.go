@@ -1,0 +1,91 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// watchdog notices a leader whose proposals stall. hashicorp/raft keeps
+// heartbeating while its log store hangs (a hung disk), so followers never
+// elect another leader and every write waits forever. When the oldest
+// proposal in flight is older than the limit, the watchdog counts it, tries
+// a leadership transfer, and if that does not finish within an election
+// timeout it calls the fatal function (by default: log and exit), so the
+// cluster can move on.
+type watchdog struct {
+	limit time.Duration
+
+	mu       sync.Mutex
+	next     uint64
+	inflight map[uint64]time.Time
+}
+
+func newWatchdog(limit time.Duration) *watchdog {
+	return &watchdog{limit: limit, inflight: map[uint64]time.Time{}}
+}
+
+// begin records a proposal; the returned func ends it.
+func (w *watchdog) begin() func() {
+	now := time.Now()
+	w.mu.Lock()
+	w.next++
+	id := w.next
+	w.inflight[id] = now
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.inflight, id)
+		w.mu.Unlock()
+	}
+}
+
+// oldest returns how long the oldest proposal in flight has waited.
+func (w *watchdog) oldest() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var max time.Duration
+	now := time.Now()
+	for _, t := range w.inflight {
+		if d := now.Sub(t); d > max {
+			max = d
+		}
+	}
+	return max
+}
+
+func (s *Server) runWatchdog() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.cfg.ElectionTimeout)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+		}
+		stalled := s.watch.oldest()
+		if stalled < s.watch.limit || s.raft.State() != raft.Leader {
+			continue
+		}
+		s.metrics.watchdogTrips.Inc()
+		s.log.Error("leader watchdog: a proposal has stalled; transferring leadership", "stalled", stalled, "limit", s.watch.limit)
+		done := make(chan error, 1)
+		go func() { done <- s.raft.LeadershipTransfer().Error() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				s.log.Warn("leader watchdog: leadership transferred")
+				continue
+			}
+			s.fatal(fmt.Errorf("leader watchdog: proposals stalled for %v and leadership transfer failed: %w", stalled, err))
+		case <-time.After(s.cfg.ElectionTimeout):
+			s.fatal(fmt.Errorf("leader watchdog: proposals stalled for %v and leadership transfer did not finish", stalled))
+		case <-s.done:
+			return
+		}
+		return
+	}
+}
