@@ -59,7 +59,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.MaxTTL, "max-ttl", cfg.MaxTTL, "largest session TTL accepted")
 	fs.DurationVar(&cfg.MaxPollTimeout, "max-poll-timeout", cfg.MaxPollTimeout, "longest one queued Acquire call blocks before answering QUEUED")
 	fs.DurationVar(&cfg.ApplyTimeout, "apply-timeout", cfg.ApplyTimeout, "bound on one Raft proposal")
-	fs.DurationVar(&cfg.WatchdogTimeout, "watchdog-timeout", cfg.WatchdogTimeout, "a leader whose proposals wait this long transfers leadership or exits (hung disk)")
+	fs.DurationVar(&cfg.WatchdogTimeout, "watchdog-timeout", cfg.WatchdogTimeout, "a leader whose proposals wait this long exits so another node can lead (hung disk)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 	fs.IntVar(&cfg.SnapshotRetain, "snapshot-retain", cfg.SnapshotRetain, "snapshots kept on disk")

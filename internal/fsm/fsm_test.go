@@ -61,6 +61,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdCancel
 	case *fsmv1.SetMember:
 		return fsm.CmdSetMember
+	case *fsmv1.Restore:
+		return fsm.CmdRestore
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -926,5 +928,70 @@ func TestReads(t *testing.T) {
 	}
 	if info := f.Info(); info.Sessions != 2 || info.Locks != 4 || info.Stats.Grants != 4 {
 		t.Fatalf("Info: got %+v, want 2 sessions, 4 locks, 4 grants", info)
+	}
+}
+
+func TestRestoreCommand(t *testing.T) {
+	backup := persist(t, scripted(t))
+	backupState := scripted(t).State()
+	restore := func(epoch uint64, snap []byte) *fsmv1.Restore {
+		return &fsmv1.Restore{ClusterId: "new", Epoch: epoch, Snapshot: snap}
+	}
+
+	// Tokens continue above the backup's even with an older epoch.
+	rec := &recorder{}
+	f := fsm.New(rec)
+	mustOK(t, f, restore(5, backup))
+	if info := f.Info(); info.ClusterID != "new" || info.LastToken != backupState.LastToken || info.Epoch != backupState.LastToken {
+		t.Fatalf("after restore: got %+v, want cluster new, epoch and last token %d", info, backupState.LastToken)
+	}
+	want := []string{"created s1 10000", "created s2 10000", "created s3 10000", "created s4 10000"}
+	if got := rec.take(); !slices.Equal(got, want) {
+		t.Fatalf("observer: got %q, want %q", got, want)
+	}
+	mustOK(t, f, newSession("s9"))
+	if r := mustOK(t, f, acq("s9", 1, "fresh", excl, false)); r.Token != backupState.LastToken+1 {
+		t.Fatalf("first grant after restore: got token %d, want %d", r.Token, backupState.LastToken+1)
+	}
+	if err := checkInvariants(f.State()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A later epoch wins.
+	g := fsm.New(nil)
+	mustOK(t, g, restore(backupState.LastToken+1000, backup))
+	if info := g.Info(); info.LastToken != backupState.LastToken+1000 {
+		t.Fatalf("restore with a later epoch: got last token %d, want %d", info.LastToken, backupState.LastToken+1000)
+	}
+
+	hostile := proto.CloneOf(backupState)
+	hostile.Epoch, hostile.LastToken = 1<<62-1, 1<<62+5
+	hb, err := proto.Marshal(hostile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		f    *fsm.FSM
+		m    *fsmv1.Restore
+		msg  string
+	}{
+		{"into a cluster with state", scripted(t), restore(5, backup), "already has state"},
+		{"without cluster id", fsm.New(nil), &fsmv1.Restore{Epoch: 5, Snapshot: backup}, "without cluster id"},
+		{"epoch too large", fsm.New(nil), restore(1<<62, backup), "restore epoch"},
+		{"garbage", fsm.New(nil), restore(5, []byte{1, 0xff}), "decode snapshot"},
+		{"no snapshot", fsm.New(nil), restore(5, nil), "unknown snapshot format"},
+		{"counter too high", fsm.New(nil), restore(5, append([]byte{1}, hb...)), "is not below"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.f.State()
+			r := apply(t, tt.f, tt.m)
+			if r.Code != fsm.CodeInvalid || !strings.Contains(r.Msg, tt.msg) {
+				t.Fatalf("got code %d %q, want CodeInvalid containing %q", r.Code, r.Msg, tt.msg)
+			}
+			if after := tt.f.State(); !proto.Equal(before, after) {
+				t.Fatalf("refused restore changed the state")
+			}
+		})
 	}
 }

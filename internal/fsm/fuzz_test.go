@@ -78,6 +78,7 @@ func addCommandSeeds(f *testing.F) {
 	for _, m := range append(fuzzScript(), fuzzMore()...) {
 		f.Add(cmd(f, m))
 	}
+	f.Add(cmd(f, &fsmv1.Restore{ClusterId: "r", Epoch: epoch + 7, Snapshot: persist(f, scripted(f))}))
 	// An epoch this close to the top would wrap the token counter.
 	f.Add(cmd(f, &fsmv1.Init{ClusterId: "c9", Epoch: ^uint64(0) - 2}))
 	f.Add([]byte{})

@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -177,14 +178,19 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	if err != nil {
 		return fail(CodeInvalid, "%v", err)
 	}
+	if st.lastToken >= maxEpoch {
+		// The new epoch would be refused by decodeState in every later
+		// snapshot of this cluster.
+		return fail(CodeInvalid, "backup's last token %d is not below %d", st.lastToken, uint64(maxEpoch))
+	}
 	st.clusterID = c.ClusterId
 	st.epoch = max(c.Epoch, st.lastToken)
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
 	f.install(st)
 	if f.obs != nil {
-		for _, s := range f.sessions {
-			f.obs.SessionCreated(s.id, s.ttlMs)
+		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
+			f.obs.SessionCreated(id, f.sessions[id].ttlMs)
 		}
 	}
 	return &Result{}

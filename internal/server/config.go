@@ -62,8 +62,8 @@ type Config struct {
 	ApplyTimeout time.Duration
 
 	// WatchdogTimeout is how long a proposal may wait on the leader before
-	// the watchdog transfers leadership (or exits): a hung disk does not stop
-	// Raft heartbeats, so without it the cluster would wait forever.
+	// the watchdog stops the node: a hung disk does not stop Raft
+	// heartbeats, so without it the cluster would wait forever.
 	// Default 10s.
 	WatchdogTimeout time.Duration
 

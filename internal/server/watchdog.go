@@ -11,10 +11,13 @@ import (
 // watchdog notices a leader whose proposals stall. hashicorp/raft keeps
 // heartbeating while its log store hangs (a hung disk), so followers never
 // elect another leader and every write waits forever. When the oldest
-// proposal in flight is older than the limit, the watchdog counts it, tries
-// a leadership transfer, and if that does not finish within an election
-// timeout it calls the fatal function (by default: log and exit), so the
-// cluster can move on.
+// proposal in flight is older than the limit, the watchdog counts it and
+// calls the fatal function (by default: log and exit the process), so the
+// followers stop hearing heartbeats and elect a new leader.
+//
+// It does not try a leadership transfer first: hashicorp/raft writes the log
+// from its leader loop, the same loop that would run the transfer, so with a
+// hung disk a transfer never starts (and its future is never answered).
 type watchdog struct {
 	limit time.Duration
 
@@ -71,21 +74,7 @@ func (s *Server) runWatchdog() {
 			continue
 		}
 		s.metrics.watchdogTrips.Inc()
-		s.log.Error("leader watchdog: a proposal has stalled; transferring leadership", "stalled", stalled, "limit", s.watch.limit)
-		done := make(chan error, 1)
-		go func() { done <- s.raft.LeadershipTransfer().Error() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				s.log.Warn("leader watchdog: leadership transferred")
-				continue
-			}
-			s.fatal(fmt.Errorf("leader watchdog: proposals stalled for %v and leadership transfer failed: %w", stalled, err))
-		case <-time.After(s.cfg.ElectionTimeout):
-			s.fatal(fmt.Errorf("leader watchdog: proposals stalled for %v and leadership transfer did not finish", stalled))
-		case <-s.done:
-			return
-		}
+		s.fatal(fmt.Errorf("leader watchdog: a proposal has stalled for %v (limit %v); stopping so another node can lead", stalled, s.watch.limit))
 		return
 	}
 }
