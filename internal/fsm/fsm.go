@@ -232,9 +232,13 @@ func (f *FSM) apply(data []byte) *Result {
 		}
 		return &Result{}
 	case CmdRevokeSession:
-		for _, id := range m.(*fsmv1.RevokeSession).SessionIds {
+		c := m.(*fsmv1.RevokeSession)
+		for _, id := range c.SessionIds {
 			if s := f.sessions[id]; s != nil && !s.revoked {
 				s.revoked = true
+				// A revoked session will never use a lock it waits for;
+				// granting one would only keep it from others until expiry.
+				f.dropWaits(s, c.TimeUnixNano)
 				if f.obs != nil {
 					f.obs.SessionRevoked(id)
 				}
@@ -521,6 +525,20 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 
 // removeSession releases every hold and drops every wait of s, then grants
 // the next waiters of each affected lock, in lock-name order.
+// dropWaits removes every queued wait of s, then grants what that frees, in
+// lock-name order.
+func (f *FSM) dropWaits(s *session, now int64) {
+	waits := slices.Sorted(maps.Keys(s.waits))
+	for _, name := range waits {
+		f.removeWait(f.locks[name], s.waits[name])
+	}
+	for _, name := range waits {
+		if l := f.locks[name]; l != nil {
+			f.promote(l, now)
+		}
+	}
+}
+
 func (f *FSM) removeSession(s *session, now int64) {
 	// Sorted, so the Observer hears the same events in the same order on
 	// every replica.

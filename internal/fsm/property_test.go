@@ -158,6 +158,16 @@ func (m *model) cancel(c *fsmv1.Cancel) outcome {
 	return outcome{}
 }
 
+// dropWaits drops a revoked session's waits, then grants what became free.
+func (m *model) dropWaits(id string) {
+	for _, l := range m.locks {
+		l.queue = slices.DeleteFunc(l.queue, func(w mWait) bool { return w.session == id })
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.locks)) {
+		m.settle(name)
+	}
+}
+
 // remove drops a session's waits and holds everywhere, then grants what
 // became free, lock by lock in name order.
 func (m *model) remove(id string) {
@@ -569,8 +579,9 @@ func (m *machine) closeOrExpire(t *rapid.T) {
 func (m *machine) revoke(t *rapid.T) {
 	ids := []string{m.pickClient(t).id, m.pickClient(t).id}
 	for _, id := range ids {
-		if _, ok := m.model.revoked[id]; ok {
+		if revoked, ok := m.model.revoked[id]; ok && !revoked {
 			m.model.revoked[id] = true
+			m.model.dropWaits(id)
 		}
 	}
 	m.exec(t, &fsmv1.RevokeSession{SessionIds: ids}, outcome{}, false)

@@ -279,8 +279,12 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 // dropped explains a wait that ended without a grant: the session is gone
 // (lease lost) or the wait was cancelled.
 func (a *api) dropped(session string) error {
-	if _, ok := a.s.fsm.Session(session); !ok {
+	info, ok := a.s.fsm.Session(session)
+	if !ok {
 		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session expired or closed while waiting")
+	}
+	if info.Revoked {
+		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_REVOKED, "session was force-released while waiting")
 	}
 	return a.s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the wait was cancelled")
 }
@@ -409,7 +413,7 @@ func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.For
 		}
 		return connect.NewResponse(resp), nil
 	}
-	if _, err := a.propose(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: resp.SessionIds}); err != nil {
+	if _, err := a.propose(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: resp.SessionIds, TimeUnixNano: time.Now().UnixNano()}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil

@@ -269,11 +269,12 @@ func (x *ExpireSession) GetTimeUnixNano() int64 {
 	return 0
 }
 
-// RevokeSession marks sessions so they accept no more keepalives; the leader
-// then lets them expire (or expires them at once when unsafe_now).
+// RevokeSession marks sessions so they accept no more keepalives and drops
+// their queued waits; their holds stay until the leader expires them.
 type RevokeSession struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionIds    []string               `protobuf:"bytes,1,rep,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +314,13 @@ func (x *RevokeSession) GetSessionIds() []string {
 		return x.SessionIds
 	}
 	return nil
+}
+
+func (x *RevokeSession) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
 }
 
 type Acquire struct {
@@ -1299,10 +1307,11 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"0\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"V\n" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
-	"sessionIds\"\xe9\x01\n" +
+	"sessionIds\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xe9\x01\n" +
 	"\aAcquire\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
