@@ -128,7 +128,7 @@ func callError(what string, err error) error {
 // printJSON writes m in the proto3 JSON mapping, the JSON the API speaks
 // (64-bit tokens as decimal strings).
 func printJSON(w io.Writer, m proto.Message) error {
-	b, err := protojson.Marshal(m)
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,15 @@ func startServer(t *testing.T) *lockdServer {
 // ready (the established leader).
 func startServerAt(t *testing.T, dataDir, api, raftAddr string) *lockdServer {
 	t.Helper()
+	return startNode(t, dataDir, api, raftAddr, "/readyz")
+}
+
+// startNode starts `lockd serve` with extra flags (--node-id, --join) and
+// waits until readyPath answers 200: "/readyz" for the established leader,
+// "/healthz" for any node that serves its API (a joining node does once it
+// has joined).
+func startNode(t *testing.T, dataDir, api, raftAddr, readyPath string, extra ...string) *lockdServer {
+	t.Helper()
 	needBinary(t)
 	s := &lockdServer{url: "http://" + api, log: filepath.Join(t.TempDir(), "server.log"), exited: make(chan struct{})}
 	logf, err := os.Create(s.log)
@@ -106,6 +115,7 @@ func startServerAt(t *testing.T, dataDir, api, raftAddr string) *lockdServer {
 		"--heartbeat-timeout", testElection.String(),
 		"--election-timeout", testElection.String(),
 		"--grace", testGrace.String())
+	s.cmd.Args = append(s.cmd.Args, extra...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -125,7 +135,7 @@ func startServerAt(t *testing.T, dataDir, api, raftAddr string) *lockdServer {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		resp, err := hc.Get(s.url + "/readyz")
+		resp, err := hc.Get(s.url + readyPath)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -156,6 +166,12 @@ type runProc struct {
 
 func startRun(t *testing.T, s *lockdServer, args ...string) *runProc {
 	t.Helper()
+	return startRunAt(t, s.url, args...)
+}
+
+// startRunAt starts `lockd run` with LOCKD_ENDPOINTS=endpoints.
+func startRunAt(t *testing.T, endpoints string, args ...string) *runProc {
+	t.Helper()
 	f, err := os.CreateTemp(t.TempDir(), "run-*.log")
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +179,7 @@ func startRun(t *testing.T, s *lockdServer, args ...string) *runProc {
 	defer f.Close()
 	p := &runProc{out: f.Name(), done: make(chan struct{})}
 	p.cmd = exec.Command(lockdBin, append([]string{"run"}, args...)...)
-	p.cmd.Env = append(os.Environ(), "LOCKD_ENDPOINTS="+s.url)
+	p.cmd.Env = append(os.Environ(), "LOCKD_ENDPOINTS="+endpoints)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

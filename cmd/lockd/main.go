@@ -7,6 +7,9 @@
 //	lockd sessions                     list sessions
 //	lockd release --force NAME         revoke a lock's holders (admin)
 //	lockd status                       show this node and the cluster
+//	lockd members [--json]             list the cluster's members
+//	lockd members remove ID            remove a member
+//	lockd leader transfer [ID]         hand leadership to another voter
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -98,6 +101,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&ReleaseCommand{env: env}).Run(ctx, args)
 	case "status":
 		return (&StatusCommand{env: env}).Run(ctx, args)
+	case "members":
+		return (&MembersCommand{env: env}).Run(ctx, args)
+	case "leader":
+		return (&LeaderCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -129,6 +136,8 @@ Commands:
 	sessions   list sessions
 	release    revoke a lock's holders (admin; needs --force)
 	status     show this node and the cluster
+	members    list the cluster's members; "members remove ID" removes one
+	leader     "leader transfer [ID]" hands leadership to another voter
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to

@@ -42,8 +42,8 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "not ready: not the established leader", http.StatusServiceUnavailable)
+		if why := s.notReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))

@@ -102,11 +102,12 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 		return nil, s.raftError(err)
 	}
 	id, addr := raft.ServerID(m.NodeId), raft.ServerAddress(m.RaftAddress)
-	present := false
+	// A Join only ever comes from a node with an empty data dir (a node with
+	// state ignores --join), so a member with the same id or address is a
+	// previous life of it: remove it, even with an unchanged id and address,
+	// so an empty node never votes as a voter the cluster counted on.
 	for _, srv := range f.Configuration().Servers {
 		switch {
-		case srv.ID == id && srv.Address == addr:
-			present = true
 		case srv.ID == id || srv.Address == addr:
 			if srv.ID == raft.ServerID(s.nodeID) {
 				return nil, s.invalid("node %s at %s is the leader itself", srv.ID, srv.Address)
@@ -120,12 +121,10 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 			}
 		}
 	}
-	if !present {
-		if err := s.raft.AddNonvoter(id, addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-			return nil, s.raftError(err)
-		}
-		s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
+	if err := s.raft.AddNonvoter(id, addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+		return nil, s.raftError(err)
 	}
+	s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
 	if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: m.NodeId, ApiUrl: m.ApiUrl, RaftAddress: m.RaftAddress}); err != nil {
 		return nil, s.raftError(err)
 	}
@@ -228,6 +227,9 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 	for attempt := 0; ; attempt++ {
 		for _, u := range urls {
 			u = normalizeURL(u)
+			if u == s.apiURL {
+				continue // this node serves nothing until it has joined
+			}
 			actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
 			resp, err := s.fwd.clusterClient(u).Join(actx, connect.NewRequest(req))
 			cancel()

@@ -522,10 +522,26 @@ func (s *Server) URL() string { return s.apiURL }
 // Addr returns the API listener's address.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
-// Ready reports whether this node can serve requests: it is the leader of an
-// initialized cluster with its lease timers running.
+// Ready reports whether this node is the established leader: the leader of
+// an initialized cluster with its lease timers running.
 func (s *Server) Ready() bool {
-	return s.promotedTerm.Load() != 0 && s.fsm.Info().ClusterID != ""
+	return s.promotedTerm.Load() != 0 && s.fsm.ClusterID() != ""
+}
+
+// notReady says why this node cannot serve clients now, or "" when it can:
+// as the established leader, or as a follower that knows the leader's API
+// and forwards to it.
+func (s *Server) notReady() string {
+	if s.Ready() {
+		return ""
+	}
+	if s.raft.State() == raft.Leader {
+		return "leader not established yet"
+	}
+	if _, err := s.leaderURL(http.Header{}); err != nil {
+		return "no leader known"
+	}
+	return ""
 }
 
 // WaitLeader blocks until this node has become the established leader once
