@@ -10,6 +10,7 @@
 //	lockd members [--json]             list the cluster's members
 //	lockd members remove ID            remove a member
 //	lockd leader transfer [ID]         hand leadership to another voter
+//	lockd snapshot save FILE           save a backup (restore: lockd serve --restore FILE)
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -105,6 +106,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&MembersCommand{env: env}).Run(ctx, args)
 	case "leader":
 		return (&LeaderCommand{env: env}).Run(ctx, args)
+	case "snapshot":
+		return (&SnapshotCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -138,6 +141,7 @@ Commands:
 	status     show this node and the cluster
 	members    list the cluster's members; "members remove ID" removes one
 	leader     "leader transfer [ID]" hands leadership to another voter
+	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
