@@ -73,6 +73,10 @@ type Config struct {
 	// SnapshotThreshold is how many log entries since the last snapshot
 	// trigger a new one. Default 8192.
 	SnapshotThreshold uint64
+	// TrailingLogs is how many log entries are kept after a snapshot, so a
+	// follower slightly behind catches up from the log instead of a whole
+	// snapshot. Default 10240.
+	TrailingLogs uint64
 	// SnapshotRetain is how many snapshots are kept on disk. Default 2.
 	SnapshotRetain int
 }
@@ -93,6 +97,7 @@ func DefaultConfig() Config {
 		SnapshotInterval:  2 * time.Minute,
 		SnapshotThreshold: 8192,
 		SnapshotRetain:    2,
+		TrailingLogs:      10240,
 		JoinTimeout:       time.Minute,
 		WatchdogTimeout:   10 * time.Second,
 	}

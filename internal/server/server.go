@@ -218,6 +218,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	rc.CommitTimeout = min(50*time.Millisecond, cfg.HeartbeatTimeout/4)
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = 256
 	rc.Logger = hl
