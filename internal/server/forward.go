@@ -30,12 +30,12 @@ type forwarder struct {
 
 func newForwarder(hc *http.Client) *forwarder {
 	if hc == nil {
+		// HTTP/1.1 with a deep keep-alive pool: on loopback it costs about
+		// half the CPU per request of h2c (measured with the benchmarks).
 		tr := &http.Transport{
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
 		}
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetUnencryptedHTTP2(true) // one multiplexed connection to the leader
 		hc = &http.Client{Transport: tr}
 	}
 	return &forwarder{
