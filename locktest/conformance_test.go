@@ -1,0 +1,87 @@
+package locktest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/lockdtest"
+	"github.com/lockd-dev/lockd/locktest"
+	"github.com/lockd-dev/lockd/redislock"
+	"github.com/lockd-dev/lockd/redislock/redistest"
+)
+
+// TestConformance runs the one suite against every backend, table-driven
+// over their constructors. Each backend declares what it lacks.
+func TestConformance(t *testing.T) {
+	for _, b := range []struct {
+		name  string
+		setup func(t *testing.T) func(t *testing.T) lockd.Backend
+		lacks []locktest.Capability
+	}{
+		{"lockd", openLockd, nil},
+		{"redis", openRedis, []locktest.Capability{locktest.RWMutexes}},
+		{"redlock", openRedlock, []locktest.Capability{locktest.Tokens, locktest.Semaphores, locktest.RWMutexes}},
+	} {
+		t.Run(b.name, func(t *testing.T) {
+			locktest.Run(t, locktest.Target{Open: b.setup(t), Lacks: b.lacks})
+		})
+	}
+}
+
+func ctx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// openLockd starts an in-process lockd server; each Open is a new session.
+func openLockd(t *testing.T) func(t *testing.T) lockd.Backend {
+	srv := lockdtest.New(t)
+	c, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return func(t *testing.T) lockd.Backend {
+		s, err := c.NewSession(ctx(t), lockd.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+		return s.Backend()
+	}
+}
+
+// openRedis starts a redis-server; each Open is a new Client.
+func openRedis(t *testing.T) func(t *testing.T) lockd.Backend {
+	srv := redistest.New(t)
+	return func(t *testing.T) lockd.Backend {
+		c, err := redislock.New(ctx(t), srv.Client(t), redislock.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c.Backend()
+	}
+}
+
+// openRedlock starts three redis-servers; each Open is a new Redlock.
+func openRedlock(t *testing.T) func(t *testing.T) lockd.Backend {
+	srvs := []*redistest.Server{redistest.New(t), redistest.New(t), redistest.New(t)}
+	return func(t *testing.T) lockd.Backend {
+		var nodes []redis.UniversalClient
+		for _, s := range srvs {
+			nodes = append(nodes, s.Client(t))
+		}
+		r, err := redislock.NewRedlock(ctx(t), nodes, redislock.WithTTL(5*time.Second), redislock.WithRequestTimeout(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Close(context.Background()) })
+		return r.Backend()
+	}
+}
