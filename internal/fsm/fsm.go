@@ -383,6 +383,13 @@ func validMode(m int32) bool { return m == ModeExclusive || m == ModeShared }
 func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	s, r := f.request(c.SessionId, c.Seq, c.Ack)
 	if r != nil {
+		if r.Duplicate && r.Code == CodeBusy {
+			// The duplicate table keeps codes, not holders: name the
+			// current ones, as the first answer did.
+			if l := f.locks[c.Name]; l != nil {
+				r.Holders = f.holderInfos(l)
+			}
+		}
 		return r
 	}
 	if err := ValidateName(c.Name); err != nil {

@@ -224,6 +224,11 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		}
 		poll = min(poll, m.PollTimeout.AsDuration())
 	}
+	// A waiter blocked on a leader that is deposed would not hear of a grant
+	// the new leader makes (this node may never apply it): end the wait on
+	// any leadership change, and the client repeats the same request on the
+	// new leader, which answers from its state.
+	changed := a.s.leadershipChanges()
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(),
@@ -263,6 +268,8 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
 	case <-a.s.done:
 		return nil, a.s.raftError(raft.ErrRaftShutdown)
+	case <-changed:
+		return nil, a.s.raftError(raft.ErrLeadershipLost)
 	}
 	status, token, pos = a.s.fsm.WaitState(m.SessionId, m.Name, m.Seq)
 	switch status {

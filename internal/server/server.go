@@ -106,9 +106,10 @@ type Server struct {
 
 	// leaderMu orders leadership changes: gen counts them, promotedTerm is
 	// the term whose Barrier finished and whose lease timers run (0: none).
-	leaderMu     sync.Mutex
-	leaderGen    uint64
-	promotedTerm atomic.Uint64
+	leaderMu      sync.Mutex
+	leaderGen     uint64
+	leaderChanged chan struct{} // closed and replaced on every leadership change
+	promotedTerm  atomic.Uint64
 
 	watch *watchdog
 	fatal func(error)
@@ -143,7 +144,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	} else if g, ok := reg.(prometheus.Gatherer); ok {
 		gatherer = g
 	}
-	s := &Server{cfg: cfg, log: o.logger, version: o.version, done: make(chan struct{}), firstReady: make(chan struct{})}
+	s := &Server{cfg: cfg, log: o.logger, version: o.version, done: make(chan struct{}), firstReady: make(chan struct{}), leaderChanged: make(chan struct{})}
 	var closers []io.Closer
 	defer func() {
 		if err != nil {
@@ -386,6 +387,8 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 			s.leaderMu.Lock()
 			s.leaderGen++
 			gen := s.leaderGen
+			close(s.leaderChanged)
+			s.leaderChanged = make(chan struct{})
 			s.promotedTerm.Store(0)
 			s.lease.Demote()
 			s.leaderMu.Unlock()
@@ -471,6 +474,14 @@ func (s *Server) expire(id string) {
 	}
 	s.metrics.sessionsExpired.Inc()
 	s.log.Info("session expired", "session", id)
+}
+
+// leadershipChanges returns a channel closed at the next leadership change
+// of this node (gained or lost).
+func (s *Server) leadershipChanges() <-chan struct{} {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	return s.leaderChanged
 }
 
 // propose appends a command to the Raft log and returns the FSM's result
