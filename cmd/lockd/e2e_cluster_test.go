@@ -36,7 +36,8 @@ import (
 // stay while its process is killed and restarted.
 type clusterNode struct {
 	id, data, api, raft string
-	join                string // --join; "" for the bootstrap node
+	join                string   // --join; "" for the bootstrap node
+	extra               []string // more serve flags
 	srv                 *lockdServer
 }
 
@@ -50,6 +51,7 @@ func (n *clusterNode) start(t *testing.T) {
 	if n.join != "" {
 		args = append(args, "--join", n.join)
 	}
+	args = append(args, n.extra...)
 	n.srv = startNode(t, n.data, n.api, n.raft, "/healthz", args...)
 }
 
@@ -70,9 +72,10 @@ type testCluster struct {
 	nodes []*clusterNode
 }
 
-// startCluster starts n1 (bootstrap), then n2… joining through n1, and
-// waits until every node sees the same leader and n voters.
-func startCluster(t *testing.T, n int) *testCluster {
+// startCluster starts n1 (bootstrap), then n2… joining through n1, with
+// extra serve flags, and waits until every node sees the same leader and n
+// voters.
+func startCluster(t *testing.T, n int, extra ...string) *testCluster {
 	t.Helper()
 	needBinary(t)
 	dir := t.TempDir()
@@ -87,6 +90,7 @@ func startCluster(t *testing.T, n int) *testCluster {
 		if i > 0 {
 			node.join = c.nodes[0].url()
 		}
+		node.extra = extra
 		c.nodes = append(c.nodes, node)
 	}
 	start := time.Now()

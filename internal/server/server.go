@@ -202,7 +202,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	// server owns the meta store and closes it itself.
 	s.meta = &metadb.BoltMetaDB{}
 	closers = append(closers, s.meta)
-	if s.wal, err = wal.Open(walDir, wal.WithLogger(hl), wal.WithMetaStore(s.meta)); err != nil {
+	if s.wal, err = wal.Open(walDir, wal.WithLogger(hl), wal.WithMetaStore(s.meta), wal.WithSegmentSize(cfg.WALSegmentSize)); err != nil {
 		return nil, fmt.Errorf("open raft log %s: %w", walDir, err)
 	}
 	closers = append(closers, s.wal)
