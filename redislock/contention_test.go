@@ -1,7 +1,6 @@
 package redislock_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockd-dev/lockd/internal/sectionlog"
 	"github.com/lockd-dev/lockd/redislock"
 )
 
@@ -179,57 +178,18 @@ func runWorker(cfg workerConfig) error {
 	return errors.Join(errs...)
 }
 
-// checkLog reads the critical-section log and fails t on an overlap (a
-// begin not followed by its own end) or, with tokens, on a token not above
-// the one before. It returns the number of critical sections.
+// checkLog reads the critical-section log ("B ID TOKEN" / "E ID TOKEN") and
+// fails t on an overlap or, with tokens, on a token not above the one before.
+// It returns the number of critical sections.
 func checkLog(t *testing.T, path string, tokens bool) int {
 	t.Helper()
-	f, err := os.Open(path)
+	f := sectionlog.Format{Begin: "B", End: "E", Fields: 3}
+	if tokens {
+		f.Token = 2
+	}
+	n, err := sectionlog.Check(path, f)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	n, line := 0, 0
-	var open []string
-	var last uint64
-	for sc.Scan() {
-		line++
-		fs := strings.Fields(sc.Text())
-		if len(fs) != 3 {
-			t.Fatalf("line %d: malformed %q", line, sc.Text())
-		}
-		switch fs[0] {
-		case "B":
-			if open != nil {
-				t.Fatalf("line %d: %s began while %s held the lock: overlapping critical sections", line, fs[1], open[1])
-			}
-			open = fs
-			if tokens {
-				tok, err := strconv.ParseUint(fs[2], 10, 64)
-				if err != nil {
-					t.Fatalf("line %d: %v", line, err)
-				}
-				if tok <= last {
-					t.Fatalf("line %d: token %d not above the previous grant's %d", line, tok, last)
-				}
-				last = tok
-			}
-		case "E":
-			if open == nil || open[1] != fs[1] || open[2] != fs[2] {
-				t.Fatalf("line %d: %s ended a critical section it did not begin (open: %v)", line, fs[1], open)
-			}
-			open = nil
-			n++
-		default:
-			t.Fatalf("line %d: malformed %q", line, sc.Text())
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if open != nil {
-		t.Fatalf("critical section of %s never ended", open[1])
 	}
 	return n
 }

@@ -56,6 +56,37 @@ func (f *clientFlags) withTimeout(ctx context.Context) (context.Context, context
 	return context.WithTimeout(ctx, f.timeout)
 }
 
+// parse parses the arguments of a one-call admin command `lockd name`: the
+// client flags (--endpoints, --timeout), the command's own (added by
+// flags), and between minN and maxN positional arguments.
+func (e commandEnv) parse(name, usage string, args []string, minN, maxN int, flags func(*flag.FlagSet)) ([]string, *clientFlags, error) {
+	fs := newFlagSet(name, e.stderr)
+	cf := &clientFlags{}
+	cf.register(fs, e.getenv)
+	cf.registerTimeout(fs)
+	if flags != nil {
+		flags(fs)
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := wantArgs(pos, minN, maxN, usage); err != nil {
+		return nil, nil, err
+	}
+	return pos, cf, nil
+}
+
+// connect returns a client and ctx bounded by --timeout; done releases both.
+func (f *clientFlags) connect(ctx context.Context) (context.Context, *lockd.Client, func(), error) {
+	cl, err := f.client()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := f.withTimeout(ctx)
+	return ctx, cl, func() { cancel(); cl.Close() }, nil
+}
+
 func (f *clientFlags) client() (*lockd.Client, error) {
 	var eps []string
 	for _, e := range strings.Split(f.endpoints, ",") {

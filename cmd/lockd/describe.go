@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -21,26 +22,19 @@ type DescribeCommand struct {
 // Run describes the lock. A lock that does not exist (free, nobody waiting)
 // is not an error.
 func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("describe", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON (DescribeLockResponse)")
-	stale := fs.Bool("stale", false, "read this node's state, possibly behind the leader")
-	pos, err := parseArgs(fs, args)
+	var asJSON, stale *bool
+	pos, cf, err := c.env.parse("describe", "lockd describe NAME [--json]", args, 1, 1, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the API's JSON (DescribeLockResponse)")
+		stale = fs.Bool("stale", false, "read this node's state, possibly behind the leader")
+	})
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 1, 1, "lockd describe NAME [--json]"); err != nil {
-		return err
-	}
-	cl, err := cf.client()
+	ctx, cl, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
+	defer done()
 	resp, err := cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{
 		Name: pos[0], Consistency: consistency(*stale),
 	}))

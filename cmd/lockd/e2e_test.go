@@ -7,7 +7,6 @@ package main
 // when the server or lockd run itself is frozen (4).
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/sectionlog"
 	"golang.org/x/sys/unix"
 )
 
@@ -292,49 +292,12 @@ func TestRunMutualExclusion(t *testing.T) {
 // strictly increasing, n sections.
 func checkLog(t *testing.T, file string, n int) {
 	t.Helper()
-	f, err := os.Open(file)
+	got, err := sectionlog.Check(file, sectionlog.Format{Begin: "start", End: "end", Fields: 3, Token: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	var (
-		inside   string // the token of the open section, "" when none
-		last     uint64
-		sections int
-		line     int
-	)
-	for sc.Scan() {
-		line++
-		fields := strings.Fields(sc.Text())
-		if len(fields) != 3 {
-			t.Fatalf("line %d: %q: malformed", line, sc.Text())
-		}
-		token, err := strconv.ParseUint(fields[1], 10, 64)
-		if err != nil {
-			t.Fatalf("line %d: token %q: %v", line, fields[1], err)
-		}
-		switch fields[0] {
-		case "start":
-			if inside != "" {
-				t.Fatalf("line %d: section with token %d starts while %s is inside", line, token, inside)
-			}
-			if token <= last {
-				t.Fatalf("line %d: token %d after %d, want strictly increasing", line, token, last)
-			}
-			inside, last = fields[1], token
-		case "end":
-			if inside != fields[1] {
-				t.Fatalf("line %d: end of %s while %q is inside", line, fields[1], inside)
-			}
-			inside = ""
-			sections++
-		default:
-			t.Fatalf("line %d: %q: malformed", line, sc.Text())
-		}
-	}
-	if sections != n || inside != "" {
-		t.Fatalf("got %d complete sections (open: %q), want %d", sections, inside, n)
+	if got != n {
+		t.Fatalf("got %d complete sections, want %d", got, n)
 	}
 }
 

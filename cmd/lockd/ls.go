@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -19,30 +20,23 @@ type LsCommand struct {
 // Run lists every lock whose name starts with PREFIX, in name order,
 // following the pages to the end.
 func (c *LsCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("ls", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON (ListLocksResponse)")
-	stale := fs.Bool("stale", false, "read this node's state, possibly behind the leader")
-	pos, err := parseArgs(fs, args)
+	var asJSON, stale *bool
+	pos, cf, err := c.env.parse("ls", "lockd ls [PREFIX] [--json]", args, 0, 1, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the API's JSON (ListLocksResponse)")
+		stale = fs.Bool("stale", false, "read this node's state, possibly behind the leader")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 0, 1, "lockd ls [PREFIX] [--json]"); err != nil {
 		return err
 	}
 	prefix := ""
 	if len(pos) == 1 {
 		prefix = pos[0]
 	}
-	cl, err := cf.client()
+	ctx, cl, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
+	defer done()
 	all := &lockdv1.ListLocksResponse{}
 	req := &lockdv1.ListLocksRequest{Prefix: prefix, PageSize: 1000, Consistency: consistency(*stale)}
 	for {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 
@@ -21,29 +22,22 @@ type ReleaseCommand struct {
 // expire); the lock is granted again only after their TTL + grace, when
 // their clients have surely stopped, unless --unsafe-now.
 func (c *ReleaseCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("release", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	force := fs.Bool("force", false, "required: revoke the holders' sessions (a holder releases its own lock by itself)")
-	unsafeNow := fs.Bool("unsafe-now", false, "expire the holders at once instead of after TTL + grace; BREAKS MUTUAL EXCLUSION: an old holder may still be running")
-	pos, err := parseArgs(fs, args)
+	var force, unsafeNow *bool
+	pos, cf, err := c.env.parse("release", "lockd release --force NAME [--unsafe-now]", args, 1, 1, func(fs *flag.FlagSet) {
+		force = fs.Bool("force", false, "required: revoke the holders' sessions (a holder releases its own lock by itself)")
+		unsafeNow = fs.Bool("unsafe-now", false, "expire the holders at once instead of after TTL + grace; BREAKS MUTUAL EXCLUSION: an old holder may still be running")
+	})
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, 1, "lockd release --force NAME [--unsafe-now]"); err != nil {
 		return err
 	}
 	if !*force {
 		return usageError{errors.New("release needs --force: it revokes the sessions holding the lock, which lose every lock they hold")}
 	}
-	cl, err := cf.client()
+	ctx, cl, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
+	defer done()
 	resp, err := cl.Service().ForceRelease(ctx, connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: pos[0], UnsafeNow: *unsafeNow}))
 	if err != nil {
 		return callError(fmt.Sprintf("force-release %q", pos[0]), err)

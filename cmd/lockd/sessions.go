@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 
@@ -17,26 +18,19 @@ type SessionsCommand struct {
 
 // Run lists the sessions.
 func (c *SessionsCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("sessions", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON (ListSessionsResponse)")
-	stale := fs.Bool("stale", false, "read this node's state, possibly behind the leader")
-	pos, err := parseArgs(fs, args)
+	var asJSON, stale *bool
+	_, cf, err := c.env.parse("sessions", "lockd sessions [--json]", args, 0, 0, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the API's JSON (ListSessionsResponse)")
+		stale = fs.Bool("stale", false, "read this node's state, possibly behind the leader")
+	})
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 0, 0, "lockd sessions [--json]"); err != nil {
-		return err
-	}
-	cl, err := cf.client()
+	ctx, cl, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
+	defer done()
 	resp, err := cl.Service().ListSessions(ctx, connect.NewRequest(&lockdv1.ListSessionsRequest{Consistency: consistency(*stale)}))
 	if err != nil {
 		return callError("list sessions", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 
@@ -18,25 +19,18 @@ type StatusCommand struct {
 
 // Run prints the status of the first endpoint that answers.
 func (c *StatusCommand) Run(ctx context.Context, args []string) error {
-	fs := newFlagSet("status", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	asJSON := fs.Bool("json", false, "print the API's JSON (StatusResponse)")
-	pos, err := parseArgs(fs, args)
+	var asJSON *bool
+	_, cf, err := c.env.parse("status", "lockd status [--json]", args, 0, 0, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the API's JSON (StatusResponse)")
+	})
 	if err != nil {
 		return err
 	}
-	if err := wantArgs(pos, 0, 0, "lockd status [--json]"); err != nil {
-		return err
-	}
-	cl, err := cf.client()
+	ctx, cl, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
+	defer done()
 	resp, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 	if err != nil {
 		return callError("status", err)
