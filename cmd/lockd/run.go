@@ -300,6 +300,11 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 	if deadline.IsZero() {
 		deadline = sess.Deadline()
 	}
+	if err := sess.Err(); err != nil {
+		// Lost between the grant and now: never start the command.
+		c.closeSession(sess, releaseTimeout)
+		return exitWith(exitStopped, fmt.Errorf("lock %q lost before %s started: %w", f.name, f.command[0], err))
+	}
 	proc, err := supervise.Start(supervise.Config{
 		Command:   f.command,
 		Env:       env,
@@ -343,9 +348,11 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 		case <-lost:
 			// The lease is gone: someone else may hold the lock now.
 			_ = proc.Stop("lease lost")
+			proc.Kill()
 			lost, lockLost = nil, nil
 		case <-lockLost:
 			_ = proc.Stop("lock lost")
+			proc.Kill()
 			lost, lockLost = nil, nil
 		case s := <-sigs:
 			_ = proc.Signal(s.(syscall.Signal))

@@ -36,3 +36,12 @@ func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
 	c.entries.Add(float64(len(logs)))
 	return nil
 }
+
+// IsMonotonic passes on the wrapped store's raft.MonotonicLogStore answer.
+// Without it, hashicorp/raft would treat raft-wal as non-monotonic and keep
+// a follower's old log after installing a snapshot, which raft-wal then
+// refuses to append to: the follower would never catch up.
+func (c *countingLogStore) IsMonotonic() bool {
+	m, ok := c.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}

@@ -70,3 +70,8 @@ func TestWatchdogTripsOnHungDisk(t *testing.T) {
 	}
 	close(store.release) // let Close finish
 }
+
+func (h *hangingStore) IsMonotonic() bool {
+	m, ok := h.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}

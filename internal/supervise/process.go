@@ -45,6 +45,7 @@ type Process struct {
 	report *bufio.Reader
 	done   chan struct{}
 	result Result
+	ended  bool // the first report was the last: the command never ran
 	err    error
 
 	mu   sync.Mutex // serialises writes on ctrl
@@ -99,6 +100,11 @@ func Start(cfg Config) (*Process, error) {
 		cmd.Stderr = cfg.Stderr
 	}
 	cmd.ExtraFiles = []*os.File{ctrlR, repW} // fd 3 and 4 in the supervisor
+	// Its own process group: a signal to the caller's group (Ctrl-Z,
+	// kill -STOP or kill -9 of the job) must not stop or kill the supervisor
+	// together with the caller, or nothing would end the command at the
+	// deadline. The caller forwards INT/TERM/HUP itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	ctrlR.Close()
 	repW.Close()
@@ -117,8 +123,8 @@ func Start(cfg Config) (*Process, error) {
 		werr := cmd.Wait()
 		return nil, fmt.Errorf("supervise: supervisor failed (%v): %w", werr, err)
 	case first.Event == eventExited:
-		// The command could not run.
-		p.result = first.Result
+		// The command could not run, or its lease was gone before it could.
+		p.result, p.ended = first.Result, true
 		go p.wait(repR)
 	default:
 		p.pid = first.Pid
@@ -140,7 +146,7 @@ func (p *Process) readReport() (report, error) {
 }
 
 func (p *Process) wait(repR *os.File) {
-	if p.result.ExecError == "" {
+	if !p.ended {
 		r, err := p.readReport()
 		if err == nil && r.Event == eventExited {
 			p.result = r.Result
@@ -160,6 +166,9 @@ func (p *Process) wait(repR *os.File) {
 // gone when Wait returns". Descendants that left the group cannot be found
 // without the supervisor.
 func (p *Process) supervisorDied(cause error) error {
+	if p.pid <= 0 {
+		return fmt.Errorf("supervise: supervisor died: %w", cause)
+	}
 	_ = unix.Kill(-p.pid, syscall.SIGKILL)
 	t := time.NewTicker(orphanPoll)
 	defer t.Stop()
@@ -210,6 +219,15 @@ func (p *Process) Signal(sig syscall.Signal) error {
 // reason as [Result.Killed].
 func (p *Process) Stop(reason string) error {
 	return p.send(message{kind: msgStop, reason: reason})
+}
+
+// Kill sends SIGKILL to the command's process group directly, not through
+// the supervisor: the caller's last resort when the lease is lost, in case
+// the supervisor was stopped. The supervisor still reaps what is left.
+func (p *Process) Kill() {
+	if p.pid > 0 {
+		_ = unix.Kill(-p.pid, syscall.SIGKILL)
+	}
 }
 
 // Abandon closes the control pipe, as if this process had died: the

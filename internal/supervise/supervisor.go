@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -78,7 +79,17 @@ func Main(args []string) int {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: if the supervisor itself is killed, the kernel kills the
+	// command too. It fires when the forking thread exits, so this goroutine
+	// keeps its thread for the supervisor's whole life.
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if Mono() >= s.deadline-s.killGrace {
+		// The lease is (nearly) gone already: never start the command.
+		r := Result{Killed: ReasonDeadline, ExitCode: 128 + int(syscall.SIGKILL)}
+		_, _ = out.Write(encodeReport(report{Event: eventExited, Result: r}))
+		return r.Status()
+	}
 	if err := cmd.Start(); err != nil {
 		r := Result{ExitCode: execStatus(err), ExecError: fmt.Sprintf("cannot run %s: %v", argv[0], errors.Unwrap(err))}
 		if errors.Unwrap(err) == nil {
@@ -234,7 +245,7 @@ func (s *supervisor) act(now int64) {
 		s.signalAll(syscall.SIGKILL)
 		return
 	}
-	if s.termSent == 0 && now >= term.at {
+	if s.termSent == 0 && s.killSent == 0 && now >= term.at {
 		s.reason = term.reason
 		s.termSent = now
 		s.signalAll(syscall.SIGTERM)
