@@ -106,7 +106,8 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 	for srv[f].raft.AppliedIndex() < target && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	fi, _ := srv[f].wal.FirstIndex(); li, _ := srv[f].wal.LastIndex()
+	fi, _ := srv[f].wal.FirstIndex()
+	li, _ := srv[f].wal.LastIndex()
 	st := srv[f].raft.Stats()
 	t.Logf("follower wal [%d,%d] last_snapshot_index=%s last_log_index=%s", fi, li, st["last_snapshot_index"], st["last_log_index"])
 	t.Logf("follower applied %d, leader %d; follower sessions %d, leader %d", srv[f].raft.AppliedIndex(), target, srv[f].fsm.Info().Sessions, srv[leader].fsm.Info().Sessions)
