@@ -381,6 +381,9 @@ func (f *FSM) remember(s *session, seq uint64, r *Result) *Result {
 func validMode(m int32) bool { return m == ModeExclusive || m == ModeShared }
 
 func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
+	if r := f.liveAcquire(c); r != nil {
+		return r
+	}
 	s, r := f.request(c.SessionId, c.Seq, c.Ack)
 	if r != nil {
 		if r.Duplicate && r.Code == CodeBusy {
@@ -438,6 +441,28 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	l.queue = append(l.queue, w)
 	s.waits[c.Name] = w
 	return f.remember(s, c.Seq, &Result{Status: StatusQueued, Position: uint32(len(l.queue))})
+}
+
+// liveAcquire answers a repeated acquire whose answer the duplicate table
+// has already dropped (a long wait outlives 256 later requests of its
+// session) from the state: its wait is still queued, or it was granted.
+// Without it, the repeat would be refused while its wait stays live, and a
+// grant would later go to a caller that was told it failed.
+func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
+	s := f.sessions[c.SessionId]
+	if s == nil || c.Seq == 0 || c.Seq >= s.ack {
+		return nil
+	}
+	if _, ok := s.results[c.Seq]; ok {
+		return nil
+	}
+	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq {
+		return &Result{Status: StatusQueued, Position: uint32(slices.Index(f.locks[c.Name].queue, w) + 1), Duplicate: true}
+	}
+	if h := s.holds[c.Name]; h != nil && h.seq == c.Seq {
+		return &Result{Status: StatusGranted, Token: h.token, Duplicate: true}
+	}
+	return nil
 }
 
 func (l *lock) grantable(mode int32) bool {

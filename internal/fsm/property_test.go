@@ -637,12 +637,50 @@ func (m *machine) replay(t *rapid.T) {
 		if !r.Duplicate || r.Code != f.Code || r.Token != f.Token || r.Status != f.Status || r.Position != f.Position || r.Released != f.Released {
 			t.Fatalf("replay: got %s, want the first answer %s", resultString(r), resultString(f))
 		}
+	case liveAcquire(pre, a.msg, session, seq) != nil:
+		// An acquire whose answer was dropped but whose wait or hold is
+		// still live is answered from the state.
+		live := liveAcquire(pre, a.msg, session, seq)
+		if r.Code != fsm.OK || !r.Duplicate || r.Status != live.status || r.Token != live.token || r.Position != live.position {
+			t.Fatalf("replay of live acquire seq %d: got %s, want status %d token %d position %d", seq, resultString(r), live.status, live.token, live.position)
+		}
 	default:
 		// Acknowledged (or evicted): refused.
 		if r.Code != fsm.CodeInvalid || seq >= ps.Ack {
 			t.Fatalf("replay of seq %d (session ack %d) without a remembered answer: got %s, want CodeInvalid", seq, ps.Ack, resultString(r))
 		}
 	}
+}
+
+type liveAnswer struct {
+	status   int
+	token    uint64
+	position uint32
+}
+
+// liveAcquire finds the live wait or hold made by the acquire (session,
+// seq) in the state pre, if msg is such an acquire.
+func liveAcquire(pre *fsmv1.Snapshot, msg proto.Message, session string, seq uint64) *liveAnswer {
+	acq, ok := msg.(*fsmv1.Acquire)
+	if !ok {
+		return nil
+	}
+	for _, l := range pre.Locks {
+		if l.Name != acq.Name {
+			continue
+		}
+		for _, h := range l.Holders {
+			if h.SessionId == session && h.Seq == seq {
+				return &liveAnswer{status: fsm.StatusGranted, token: h.Token}
+			}
+		}
+		for i, w := range l.Queue {
+			if w.SessionId == session && w.Seq == seq {
+				return &liveAnswer{status: fsm.StatusQueued, position: uint32(i + 1)}
+			}
+		}
+	}
+	return nil
 }
 
 // restoreMain replaces the main FSM by one restored from its snapshot, so

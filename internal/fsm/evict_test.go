@@ -1,0 +1,42 @@
+package fsm_test
+
+import (
+	"testing"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+// A session waits on "a" (seq 1, still in flight so the client's ack stays 1)
+// while it does 256 more requests on other locks. The duplicate table evicts
+// seq 1 and raises ack, so the client's re-poll of its live wait is refused
+// as invalid, although the wait is still queued and will be granted.
+func TestLiveWaitOutlivesDuplicateTable(t *testing.T) {
+	f := fsm.New(nil)
+	apply(t, f, &fsmv1.Init{ClusterId: "c", Epoch: epoch})
+	apply(t, f, &fsmv1.CreateSession{SessionId: "h", TtlMs: 10000})
+	apply(t, f, &fsmv1.CreateSession{SessionId: "w", TtlMs: 10000})
+	r := apply(t, f, &fsmv1.Acquire{SessionId: "h", Seq: 1, Ack: 1, Name: "a", Mode: excl})
+	tok := r.Token
+	r = apply(t, f, &fsmv1.Acquire{SessionId: "w", Seq: 1, Ack: 1, Name: "a", Mode: excl, Wait: true})
+	if r.Status != fsm.StatusQueued {
+		t.Fatalf("want queued, got %+v", r)
+	}
+	for i := uint64(2); i <= 258; i++ {
+		// Other requests, each answered, while ack stays 1 (seq 1 in flight).
+		apply(t, f, &fsmv1.Acquire{SessionId: "w", Seq: i, Ack: 1, Name: "x", Mode: shrd, Limit: nil})
+	}
+	r = apply(t, f, &fsmv1.Acquire{SessionId: "w", Seq: 1, Ack: 1, Name: "a", Mode: excl, Wait: true})
+	t.Logf("re-poll of live wait: code=%d msg=%q status=%d", r.Code, r.Msg, r.Status)
+	st, _, pos := f.WaitState("w", "a", 1)
+	t.Logf("server still has wait: status=%d pos=%d", st, pos)
+	apply(t, f, &fsmv1.Release{SessionId: "h", Seq: 2, Ack: 2, Name: "a", Token: tok})
+	st, tk, _ := f.WaitState("w", "a", 1)
+	if r.Code != fsm.OK || r.Status != fsm.StatusQueued {
+		t.Fatalf("live wait re-poll: code %d %q status %d, want queued", r.Code, r.Msg, r.Status)
+	}
+	r = apply(t, f, &fsmv1.Acquire{SessionId: "w", Seq: 1, Ack: 1, Name: "a", Mode: excl, Wait: true})
+	if r.Code != fsm.OK || r.Status != fsm.StatusGranted || r.Token != tk || st != fsm.StatusGranted {
+		t.Fatalf("re-poll after the grant: %+v, want granted with token %d", r, tk)
+	}
+}
