@@ -40,3 +40,24 @@ func TestLiveWaitOutlivesDuplicateTable(t *testing.T) {
 		t.Fatalf("re-poll after the grant: %+v, want granted with token %d", r, tk)
 	}
 }
+
+// A Cancel applied before its Acquire (the acquire still in flight through a
+// follower) makes the late Acquire a refused duplicate: it neither queues
+// nor takes the lock for a caller that gave up.
+func TestCancelOvertakesAcquire(t *testing.T) {
+	f := fsm.New(nil)
+	apply(t, f, &fsmv1.Init{ClusterId: "c", Epoch: epoch})
+	apply(t, f, &fsmv1.CreateSession{SessionId: "w", TtlMs: 10000})
+	apply(t, f, &fsmv1.Cancel{SessionId: "w", Seq: 2, Ack: 1, Name: "a", AcquireSeq: 1})
+	b, err := fsm.Encode(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "w", Seq: 1, Ack: 1, Name: "a", Mode: excl, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := f.ApplyCommand(b)
+	if r.Code != fsm.CodeCancelled || !r.Duplicate {
+		t.Fatalf("late acquire: %+v, want a cancelled duplicate", r)
+	}
+	if _, ok := f.Describe("a"); ok {
+		t.Fatal("late acquire of a cancelled request queued or took the lock")
+	}
+}

@@ -34,6 +34,7 @@ const (
 	CodeLimitMismatch  Code = 6
 	CodeRevoked        Code = 7
 	CodeNotInitialized Code = 8
+	CodeCancelled      Code = 9
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.
@@ -551,6 +552,13 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 		f.removeHold(l, h)
 		f.promote(l, c.TimeUnixNano)
 		return f.remember(s, c.Seq, &Result{Released: true})
+	}
+	if _, answered := s.results[c.AcquireSeq]; !answered && c.AcquireSeq >= s.ack && c.AcquireSeq < c.Seq {
+		// The cancel overtook its acquire (still in flight, say through a
+		// follower): answer that acquire now, so when it lands it is refused
+		// from the duplicate table instead of queuing or taking the lock for
+		// a caller that gave up.
+		s.results[c.AcquireSeq] = &fsmv1.Result{Seq: c.AcquireSeq, Code: int32(CodeCancelled)}
 	}
 	return f.remember(s, c.Seq, &Result{})
 }
