@@ -197,7 +197,7 @@ func (f *FSM) applyLog(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return f.apply(l.Data)
+	return f.apply(l.Data, l.Term)
 }
 
 // ApplyCommand applies one encoded command outside Raft, for tests and
@@ -206,10 +206,11 @@ func (f *FSM) applyLog(l *raft.Log) any {
 func (f *FSM) ApplyCommand(data []byte) *Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.apply(data)
+	return f.apply(data, 0)
 }
 
-func (f *FSM) apply(data []byte) *Result {
+// apply applies one command; term is its log entry's term (0 outside Raft).
+func (f *FSM) apply(data []byte, term uint64) *Result {
 	t, m, err := Decode(data)
 	if err != nil {
 		return fail(CodeInvalid, "%v", err)
@@ -227,6 +228,11 @@ func (f *FSM) apply(data []byte) *Result {
 		return &Result{}
 	case CmdExpireSession:
 		c := m.(*fsmv1.ExpireSession)
+		if c.Term != 0 && term != 0 && c.Term != term {
+			// Decided by an earlier leadership and committed in a later one:
+			// leases were restarted in full since, so the decision is stale.
+			return fail(CodeInvalid, "stale expiry of session %s decided in term %d, committed in term %d", c.SessionId, c.Term, term)
+		}
 		if s := f.sessions[c.SessionId]; s != nil {
 			f.stats.Expired++
 			f.removeSession(s, c.TimeUnixNano)

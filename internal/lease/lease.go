@@ -48,29 +48,33 @@ type entry struct {
 // Manager holds the deadlines. Its methods are safe for concurrent use.
 type Manager struct {
 	grace  time.Duration
-	expire func(id string)
+	expire func(id string, term uint64)
 
 	mu       sync.Mutex
 	active   bool
+	term     uint64 // the leadership term Promote was called for
 	gen      uint64 // bumped by Promote and Demote; stale timers check it
 	sessions map[string]*entry
 }
 
 // New returns an inactive manager. expire is called (in its own goroutine)
-// when a session's deadline passes; it should verify leadership and propose
-// the expiry, then call Retry if the proposal failed while still leader.
-func New(grace time.Duration, expire func(id string)) *Manager {
+// when a session's deadline passes, with the term of the leadership that
+// promoted the manager; it should verify leadership and propose the expiry
+// bound to that term, then call Retry if the proposal failed while still
+// leader.
+func New(grace time.Duration, expire func(id string, term uint64)) *Manager {
 	return &Manager{grace: grace, expire: expire, sessions: map[string]*entry{}}
 }
 
-// Promote activates the manager with every session's deadline at
-// now + TTL + grace.
-func (m *Manager) Promote(sessions []Session) {
+// Promote activates the manager for a leadership term with every session's
+// deadline at now + TTL + grace.
+func (m *Manager) Promote(term uint64, sessions []Session) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.clearLocked()
 	m.active = true
+	m.term = term
 	for _, s := range sessions {
 		e := &entry{ttl: s.TTL, revoked: s.Revoked}
 		m.sessions[s.ID] = e
@@ -116,8 +120,9 @@ func (m *Manager) fire(id string, e *entry, gen uint64) {
 		return
 	}
 	e.expiring = true
+	term := m.term
 	m.mu.Unlock()
-	m.expire(id)
+	m.expire(id, term)
 }
 
 // Retry re-arms the expiry of a session whose ExpireSession proposal failed

@@ -16,7 +16,7 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{fired: map[string]time.Time{}} }
 
-func (r *recorder) expire(id string) {
+func (r *recorder) expire(id string, _ uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.fired[id] = time.Now()
@@ -52,7 +52,7 @@ func TestPromoteRestartsLeasesInFull(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
 		start := time.Now()
-		m.Promote([]Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: 3 * time.Second}})
+		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: 3 * time.Second}})
 		time.Sleep(time.Second + grace - time.Millisecond)
 		synctest.Wait()
 		if _, ok := r.get("a"); ok {
@@ -79,7 +79,7 @@ func TestKeepAliveMovesDeadlineFromReceiveTime(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
 		start := time.Now()
-		m.Promote(nil)
+		m.Promote(1, nil)
 		m.Created("a", time.Second)
 		for i := 0; i < 10; i++ {
 			time.Sleep(400 * time.Millisecond)
@@ -115,7 +115,7 @@ func TestDemoteClearsTimers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
-		m.Promote([]Session{{ID: "a", TTL: time.Second}})
+		m.Promote(1, []Session{{ID: "a", TTL: time.Second}})
 		time.Sleep(time.Second)
 		m.Demote()
 		if _, err := m.KeepAlive("a", time.Now()); !errors.Is(err, ErrNotActive) {
@@ -128,7 +128,7 @@ func TestDemoteClearsTimers(t *testing.T) {
 		}
 		// A new term starts the lease over in full.
 		promoted := time.Now()
-		m.Promote([]Session{{ID: "a", TTL: time.Second}})
+		m.Promote(1, []Session{{ID: "a", TTL: time.Second}})
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if at, ok := r.get("a"); !ok || at.Sub(promoted) != time.Second+grace {
@@ -142,7 +142,7 @@ func TestRevokedRefusesKeepAliveAndExpiresAtDeadline(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
 		start := time.Now()
-		m.Promote([]Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: time.Second, Revoked: true}})
+		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: time.Second, Revoked: true}})
 		m.Revoked("a")
 		for _, id := range []string{"a", "b"} {
 			if _, err := m.KeepAlive(id, time.Now()); !errors.Is(err, ErrRevoked) {
@@ -164,7 +164,7 @@ func TestRetryAndRemoved(t *testing.T) {
 		var mu sync.Mutex
 		calls := 0
 		var m *Manager
-		m = New(grace, func(id string) {
+		m = New(grace, func(id string, _ uint64) {
 			mu.Lock()
 			calls++
 			first := calls == 1
@@ -173,7 +173,7 @@ func TestRetryAndRemoved(t *testing.T) {
 				m.Retry(id, time.Second) // the proposal failed once
 			}
 		})
-		m.Promote([]Session{{ID: "a", TTL: time.Second}, {ID: "gone", TTL: time.Second}})
+		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "gone", TTL: time.Second}})
 		m.Removed("gone")
 		if _, err := m.KeepAlive("gone", time.Now()); !errors.Is(err, ErrUnknown) {
 			t.Fatalf("removed session: got %v, want ErrUnknown", err)

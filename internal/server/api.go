@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -142,8 +143,9 @@ func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 		return nil, a.s.invalid("session_id is required")
 	}
 	// Leadership must be verified after the request was received, or a
-	// deposed leader could extend a lease the new leader already expired.
-	if err := a.s.raft.VerifyLeader().Error(); err != nil {
+	// deposed leader could extend a lease the new leader already expired;
+	// and in the term whose leases this node runs (see linearizable).
+	if err := a.s.linearizable(); err != nil {
 		return nil, a.s.raftError(err)
 	}
 	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
@@ -265,7 +267,11 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		return connect.NewResponse(resp), nil
 	case <-timer.C:
 	case <-ctx.Done():
-		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+		code := connect.CodeCanceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded
+		}
+		return nil, connect.NewError(code, ctx.Err())
 	case <-a.s.done:
 		return nil, a.s.raftError(raft.ErrRaftShutdown)
 	case <-changed:

@@ -414,7 +414,9 @@ func (s *Server) establish(gen uint64) {
 			return
 		}
 		term := s.raft.CurrentTerm()
+		end := s.watch.begin() // a hung disk stalls the Barrier too
 		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		end()
 		if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
 			var r *fsm.Result
 			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(time.Now().UnixMicro())})
@@ -443,7 +445,7 @@ func (s *Server) establish(gen uint64) {
 					for i, x := range ss {
 						ls[i] = lease.Session{ID: x.ID, TTL: time.Duration(x.TTLMs) * time.Millisecond, Revoked: x.Revoked}
 					}
-					s.lease.Promote(ls)
+					s.lease.Promote(term, ls)
 				})
 				s.promotedTerm.Store(term)
 				s.firstReadyOnce.Do(func() { close(s.firstReady) })
@@ -462,12 +464,17 @@ func (s *Server) establish(gen uint64) {
 }
 
 // expire is the lease manager's callback for a session whose deadline
-// passed: verify leadership, then propose the expiry.
-func (s *Server) expire(id string) {
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+// passed in leadership term: verify leadership (still in that term), then
+// propose the expiry bound to that term, so a decision that is only
+// committed in a later term (after leases were restarted) is ignored.
+func (s *Server) expire(id string, term uint64) {
+	if s.promotedTerm.Load() != term {
+		return
+	}
+	if err := s.linearizable(); err != nil {
 		return // no longer leader: Demote clears the timers
 	}
-	if _, err := s.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+	if _, err := s.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano(), Term: term}); err != nil {
 		s.log.Warn("propose session expiry failed", "session", id, "err", err)
 		s.lease.Retry(id, s.cfg.ElectionTimeout)
 		return
@@ -516,7 +523,10 @@ func (s *Server) linearizable() error {
 	if term == 0 {
 		return raft.ErrNotLeader
 	}
-	if err := s.raft.VerifyLeader().Error(); err != nil {
+	end := s.watch.begin() // VerifyLeader runs on the leader loop a hung disk blocks
+	err := s.raft.VerifyLeader().Error()
+	end()
+	if err != nil {
 		return err
 	}
 	if s.raft.CurrentTerm() != term || s.promotedTerm.Load() != term {

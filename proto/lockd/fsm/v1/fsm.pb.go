@@ -218,9 +218,13 @@ func (x *CloseSession) GetSeq() uint64 {
 
 // ExpireSession is proposed by the leader when a session's lease ran out.
 type ExpireSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// The term of the leadership that decided the expiry; Apply ignores the
+	// command when its log entry has another term (a stale decision of an
+	// earlier leadership). 0: no check (operator-forced expiry).
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +269,13 @@ func (x *ExpireSession) GetSessionId() string {
 func (x *ExpireSession) GetTimeUnixNano() int64 {
 	if x != nil {
 		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *ExpireSession) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -1303,11 +1314,12 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\fCloseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"T\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"h\n" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"V\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"V\n" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
