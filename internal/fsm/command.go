@@ -36,6 +36,13 @@ const (
 	MaxValueBytes     = 1024
 	MaxOwnerBytes     = 256
 	MaxRequestIDBytes = 64
+	// MaxSessions, MaxLocksPerSession and MaxWaiters bound the state a
+	// client (or a flood of them) can make the cluster keep. They are
+	// constants, not configuration: Apply must decide the same on every
+	// replica.
+	MaxSessions        = 1 << 20
+	MaxLocksPerSession = 1 << 14
+	MaxWaiters         = 1 << 16
 	// maxResults bounds the duplicate table of one session even when a
 	// client never advances its ack.
 	maxResults = 256

@@ -35,6 +35,7 @@ const (
 	CodeRevoked        Code = 7
 	CodeNotInitialized Code = 8
 	CodeCancelled      Code = 9
+	CodeTooMany        Code = 10
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.
@@ -305,6 +306,8 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 		return fail(CodeInvalid, "ttl must be positive")
 	case f.sessions[c.SessionId] != nil:
 		return fail(CodeInvalid, "session id %s already exists", c.SessionId)
+	case len(f.sessions) >= MaxSessions:
+		return fail(CodeTooMany, "too many sessions (%d)", MaxSessions)
 	}
 	s := &session{
 		id: c.SessionId, requestID: c.RequestId, ttlMs: c.TtlMs, owner: c.Owner,
@@ -420,6 +423,9 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if s.waits[c.Name] != nil {
 		return f.remember(s, c.Seq, fail(CodeAlreadyHeld, "session already waits for %q", c.Name))
 	}
+	if len(s.holds)+len(s.waits) >= MaxLocksPerSession {
+		return f.remember(s, c.Seq, fail(CodeTooMany, "session holds or waits for %d locks already", MaxLocksPerSession))
+	}
 	l := f.locks[c.Name]
 	if l == nil {
 		limit := uint32(1)
@@ -442,6 +448,9 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 			r.Msg = fmt.Sprintf("lock %q is busy (waiters queued)", c.Name)
 		}
 		return f.remember(s, c.Seq, r)
+	}
+	if len(l.queue) >= MaxWaiters {
+		return f.remember(s, c.Seq, fail(CodeTooMany, "lock %q has %d waiters already", c.Name, MaxWaiters))
 	}
 	f.locks[c.Name] = l
 	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}

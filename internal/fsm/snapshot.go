@@ -208,6 +208,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if ps.Id == "" || sessions[ps.Id] != nil {
 			return nil, fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
 		}
+		if ps.TtlMs <= 0 {
+			return nil, fmt.Errorf("snapshot: session %q has ttl %d ms", ps.Id, ps.TtlMs)
+		}
 		s := &session{id: ps.Id, requestID: ps.RequestId, ttlMs: ps.TtlMs, owner: ps.Owner, created: ps.CreatedUnixNano, revoked: ps.Revoked, ack: ps.Ack,
 			results: map[uint64]*fsmv1.Result{}, holds: map[string]*hold{}, waits: map[string]*wait{}}
 		for _, r := range ps.Results {
@@ -257,6 +260,14 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			w := &wait{session: pw.SessionId, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
 			l.queue = append(l.queue, w)
 			s.waits[l.name] = w
+		}
+		if len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
+			// Apply never leaves a head waiter that fits: it would wait on a
+			// lock nothing will ever release.
+			return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)
+		}
+		if len(l.holders) == 0 && len(l.queue) == 0 {
+			return nil, fmt.Errorf("snapshot: lock %q is empty", pl.Name)
 		}
 		locks[l.name] = l
 	}

@@ -129,8 +129,7 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 		return nil, s.raftError(err)
 	}
 	if !m.NonVoter {
-		s.wg.Add(1)
-		go s.promoteWhenCaughtUp(id, addr, m.ApiUrl)
+		s.background(func() { s.promoteWhenCaughtUp(id, addr, m.ApiUrl) })
 	}
 	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.members()}), nil
 }
@@ -138,7 +137,6 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 // promoteWhenCaughtUp polls the new member's Status until it has applied
 // the leader's commit index as of now, then makes it a voter.
 func (s *Server) promoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, api string) {
-	defer s.wg.Done()
 	target := s.raft.CommitIndex()
 	c := s.fwd.lockClient(api)
 	deadline := time.Now().Add(10 * time.Minute)

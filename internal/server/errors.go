@@ -64,6 +64,8 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_NOT_HELD, r.Msg)
 	case fsm.CodeLimitMismatch:
 		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH, r.Msg)
+	case fsm.CodeTooMany:
+		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_TOO_MANY, r.Msg)
 	case fsm.CodeCancelled:
 		return s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the acquire was cancelled before it arrived")
 	case fsm.CodeNotInitialized:

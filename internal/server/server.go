@@ -109,6 +109,7 @@ type Server struct {
 	leaderMu      sync.Mutex
 	leaderGen     uint64
 	leaderChanged chan struct{} // closed and replaced on every leadership change
+	closing       bool          // Close has begun: start no background task
 	promotedTerm  atomic.Uint64
 
 	watch *watchdog
@@ -297,7 +298,14 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	go s.watchLeadership(notify)
 	go s.runWatchdog()
 
-	s.httpSrv = &http.Server{Handler: s.Handler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{
+		Handler:           s.Handler(gatherer),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second, // request bodies are small
+		// A queued Acquire blocks up to MaxPollTimeout after its proposal.
+		WriteTimeout: cfg.MaxPollTimeout + cfg.ApplyTimeout + 10*time.Second,
+		IdleTimeout:  2 * time.Minute,
+	}
 	s.httpSrv.Protocols = new(http.Protocols)
 	s.httpSrv.Protocols.SetHTTP1(true)
 	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
@@ -393,8 +401,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 			s.lease.Demote()
 			s.leaderMu.Unlock()
 			if isLeader {
-				s.wg.Add(1)
-				go s.establish(gen)
+				s.background(func() { s.establish(gen) })
 			} else {
 				s.log.Info("leadership lost")
 			}
@@ -403,7 +410,6 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 }
 
 func (s *Server) establish(gen uint64) {
-	defer s.wg.Done()
 	for attempt := 0; ; attempt++ {
 		select {
 		case <-s.done:
@@ -481,6 +487,21 @@ func (s *Server) expire(id string, term uint64) {
 	}
 	s.metrics.sessionsExpired.Inc()
 	s.log.Info("session expired", "session", id)
+}
+
+// background runs f in a goroutine Close waits for, unless Close has begun.
+func (s *Server) background(f func()) bool {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
 }
 
 // leadershipChanges returns a channel closed at the next leadership change
@@ -584,6 +605,9 @@ func (s *Server) WaitLeader(ctx context.Context) error {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.transferOnShutdown()
+		s.leaderMu.Lock()
+		s.closing = true // no background task starts after this
+		s.leaderMu.Unlock()
 		close(s.done)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
