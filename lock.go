@@ -155,6 +155,9 @@ func definitive(err error) bool {
 // never reported after the session's Done was closed (the server releases
 // such a hold when it ends the session).
 func (l *lock) granted(token uint64, shared bool) error {
+	if err := l.s.live(); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.s.ctx.Err() != nil {
@@ -291,6 +294,9 @@ func (l *lock) context() context.Context {
 func (l *lock) err() error {
 	ctx := l.context()
 	if ctx.Err() == nil {
+		if err := l.s.live(); err != nil {
+			return err // past the deadline: the context is about to end
+		}
 		return nil
 	}
 	return context.Cause(ctx)

@@ -73,9 +73,15 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		giveUp = t.C
 	}
 	var lastErr error
+	followed := false // the previous attempt went straight to a named leader
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return joinCtx(err, lastErr)
+		}
+		select {
+		case <-giveUp:
+			return lastErr
+		default:
 		}
 		ep, err := c.pick()
 		if err != nil {
@@ -90,7 +96,10 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 		if ctx.Err() != nil {
 			if isContextErr(err) || connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
-				return joinCtx(ctx.Err(), lastErr)
+				// The caller's time ran out during this attempt, not because
+				// of an earlier failure: say only that (a --wait that ran out
+				// is "busy", not "unavailable").
+				return ctx.Err()
 			}
 			return joinCtx(ctx.Err(), mapError(err, name))
 		}
@@ -106,13 +115,17 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		c.logger.Debug("call failed", "endpoint", ep.url, "attempt", attempt+1, "err", err)
 		immediate := false
 		if hint != "" {
-			immediate = c.follow(ep, hint)
+			// Follow a leader hint at once, but not twice in a row: two
+			// nodes naming each other during an election must not make a
+			// tight loop.
+			immediate = c.follow(ep, hint) && !followed
 		} else {
 			c.rotate(ep)
 		}
 		if errors.Is(err, ErrClusterMismatch) {
 			immediate = true
 		}
+		followed = hint != "" && immediate
 		if p.once && !(immediate && attempt == 0) {
 			return err
 		}

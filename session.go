@@ -253,9 +253,26 @@ func (s *Session) Context() context.Context { return s.ctx }
 // Err returns nil while the session is live, an error matching ErrLeaseLost
 // after its lease was lost, or ErrSessionClosed after Close.
 func (s *Session) Err() error {
+	return s.live()
+}
+
+// live returns nil while the lease is live. Past the deadline it loses the
+// session at once, without waiting for the deadline timer's goroutine (which
+// a pause may have delayed), so no caller is told a lease is live after its
+// deadline.
+func (s *Session) live() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+	if s.err != nil {
+		defer s.mu.Unlock()
+		return s.err
+	}
+	if time.Now().Before(s.lease.deadline) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	s.lose(s.lostError("no keepalive confirmed before the client deadline"))
+	return s.Err()
 }
 
 // Deadline returns the current client-side lease deadline (with a
