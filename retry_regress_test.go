@@ -58,7 +58,9 @@ func testWaitTimeoutIsNotUnavailable(t *testing.T) {
 	ts[0].acquire = func(context.Context, *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
 		return nil, errConnRefused
 	}
-	ts[0].cancel = func(context.Context, *lockdv1.CancelRequest) (*lockdv1.CancelResponse, error) { return nil, errConnRefused }
+	ts[0].cancel = func(context.Context, *lockdv1.CancelRequest) (*lockdv1.CancelResponse, error) {
+		return nil, errConnRefused
+	}
 	ts[1].keepAlive = okKeepAlive(10 * time.Second)
 	ts[1].acquire = func(ctx context.Context, r *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
 		<-ctx.Done()
