@@ -81,6 +81,11 @@ func Start(cfg Config) (*Process, error) {
 		ctrlW.Close()
 		return nil, fmt.Errorf("supervise: %w", err)
 	}
+	// Become a subreaper too: if the supervisor is killed, the command's
+	// descendants that left its group come to us instead of init, so
+	// supervisorDied can still find and end them before the lock is
+	// released. Best effort (Linux only).
+	_ = setSubreaper()
 	args := append(self[1:len(self):len(self)],
 		fmt.Sprintf("--deadline=%d", MonoOf(cfg.Deadline)),
 		fmt.Sprintf("--kill-grace=%s", cfg.KillGrace),
@@ -114,6 +119,7 @@ func Start(cfg Config) (*Process, error) {
 		return nil, fmt.Errorf("supervise: start supervisor: %w", err)
 	}
 	p := &Process{cmd: cmd, ctrl: ctrlW, report: bufio.NewReader(repR), done: make(chan struct{})}
+	supervisors.Store(cmd.Process.Pid, true)
 	first, err := p.readReport()
 	switch {
 	case err != nil:
@@ -121,6 +127,7 @@ func Start(cfg Config) (*Process, error) {
 		ctrlW.Close()
 		repR.Close()
 		werr := cmd.Wait()
+		supervisors.Delete(cmd.Process.Pid)
 		return nil, fmt.Errorf("supervise: supervisor failed (%v): %w", werr, err)
 	case first.Event == eventExited:
 		// The command could not run, or its lease was gone before it could.
@@ -159,6 +166,16 @@ func (p *Process) wait(repR *os.File) {
 	// The group is gone: the caller need not wait for the supervisor to exit.
 	close(p.done)
 	_ = p.cmd.Wait()
+	supervisors.Delete(p.cmd.Process.Pid)
+}
+
+// supervisors holds the pids of the supervisors this process started and
+// has not reaped yet: our direct children that are not orphans.
+var supervisors sync.Map
+
+func isSupervisor(pid int) bool {
+	_, ok := supervisors.Load(pid)
+	return ok
 }
 
 // supervisorDied ends the group itself when the supervisor died without a
@@ -176,7 +193,28 @@ func (p *Process) supervisorDied(cause error) error {
 		<-t.C
 		_ = unix.Kill(-p.pid, syscall.SIGKILL)
 	}
-	return fmt.Errorf("supervise: supervisor died, group %d killed: %w", p.pid, cause)
+	// Orphans that left the group were reparented to us (see Start): they
+	// are our direct children that are not supervisors we started. Kill
+	// them and all below them, and reap them, until none is left.
+	for {
+		var left []int
+		for _, pid := range descendants(os.Getpid()) {
+			if ppid, ok := parentOf(pid); ok && ppid == os.Getpid() && !isSupervisor(pid) {
+				left = append(left, pid)
+				left = append(left, descendants(pid)...)
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		for _, pid := range left {
+			_ = unix.Kill(pid, syscall.SIGKILL)
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		}
+		<-t.C
+	}
+	return fmt.Errorf("supervise: supervisor died, its processes killed: %w", cause)
 }
 
 // Pid returns the command's pid, which is also its process group id; 0 when

@@ -83,7 +83,7 @@ func Main(args []string) int {
 	// command too. It fires when the forking thread exits, so this goroutine
 	// keeps its thread for the supervisor's whole life.
 	runtime.LockOSThread()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = commandAttr()
 	if Mono() >= s.deadline-s.killGrace {
 		// The lease is (nearly) gone already: never start the command.
 		r := Result{Killed: ReasonDeadline, ExitCode: 128 + int(syscall.SIGKILL)}
