@@ -68,6 +68,9 @@ var (
 
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("lockd: client closed")
+
+	// ErrNoLeader means an election has no leader now.
+	ErrNoLeader = errors.New("lockd: election has no leader")
 )
 
 // Holder describes one current holder of a lock, as reported in a

@@ -280,3 +280,53 @@ func ExampleSession_Done() {
 	fmt.Println(session.Err())
 	// Output: lockd: session closed
 }
+
+// ExampleElection: of the copies of the invoice service, one leads and
+// runs the scheduler; the others know who it is and take over, in order,
+// when it steps down.
+func ExampleElection() {
+	ctx := context.Background()
+	client, err := lockd.New(lockd.WithEndpoints(endpoint))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	web1, err := client.NewSession(ctx, lockd.WithOwner("web-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer web1.Close(ctx)
+	web2, err := client.NewSession(ctx, lockd.WithOwner("web-2"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer web2.Close(ctx)
+
+	first := web1.NewElection("invoices/scheduler")
+	if err := first.Campaign(ctx, []byte("http://web-1:8080")); err != nil {
+		log.Fatal(err)
+	}
+	leader, err := web2.NewElection("invoices/scheduler").Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("leader: %s at %s\n", leader.Owner, leader.Value)
+
+	// web-1 steps down (say, for a deploy); web-2 takes over.
+	if err := first.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	second := web2.NewElection("invoices/scheduler")
+	if err := second.Campaign(ctx, []byte("http://web-2:8080")); err != nil {
+		log.Fatal(err)
+	}
+	leader, err = second.Leader(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("leader: %s at %s\n", leader.Owner, leader.Value)
+	// Output:
+	// leader: web-1 at http://web-1:8080
+	// leader: web-2 at http://web-2:8080
+}
