@@ -69,6 +69,11 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("lockd: client closed")
 
+	// ErrAlreadyDone means the lock's job was completed (Mutex.Complete) and
+	// its completion mark is still kept: there is nothing to do. The error
+	// is a *DoneError saying who did it, when, with which token.
+	ErrAlreadyDone = errors.New("lockd: already done")
+
 	// ErrNoLeader means an election has no leader now.
 	ErrNoLeader = errors.New("lockd: election has no leader")
 )
@@ -206,6 +211,8 @@ func mapError(err error, name string) error {
 			return wrap(ErrWaitDropped, err)
 		case lockdv1.ErrorReason_ERROR_REASON_TOO_MANY:
 			return wrap(ErrTooMany, err)
+		case lockdv1.ErrorReason_ERROR_REASON_ALREADY_DONE:
+			return doneError(name, d.GetMark(), err)
 		}
 	}
 	switch ce.Code() {
@@ -223,6 +230,45 @@ func mapError(err error, name string) error {
 		return wrap(ErrTooMany, err)
 	}
 	return err
+}
+
+// DoneError is returned (matching ErrAlreadyDone) when a lock's job was
+// already completed.
+type DoneError struct {
+	// Name is the lock.
+	Name string
+	// SessionID and Owner identify who completed the job.
+	SessionID, Owner string
+	// Token is the token of the hold that completed it.
+	Token uint64
+	// CompletedAt is when (server wall clock, for people).
+	CompletedAt time.Time
+	// Retention is how long the mark is kept from when it was set (a leader
+	// change restarts it in full).
+	Retention time.Duration
+	err       error
+}
+
+func (e *DoneError) Error() string {
+	return fmt.Sprintf("lockd: lock %q already done by %s (token %d) at %s", e.Name, e.Owner, e.Token, e.CompletedAt.UTC().Format(time.RFC3339))
+}
+
+// Is reports ErrAlreadyDone.
+func (e *DoneError) Is(target error) bool { return target == ErrAlreadyDone }
+
+// Unwrap returns the server's error.
+func (e *DoneError) Unwrap() error { return e.err }
+
+func doneError(name string, m *lockdv1.Mark, err error) *DoneError {
+	d := &DoneError{Name: name, err: err}
+	if m != nil {
+		d.SessionID, d.Owner, d.Token = m.GetSessionId(), m.GetOwner(), m.GetToken()
+		if m.GetCompletedAt() != nil {
+			d.CompletedAt = m.GetCompletedAt().AsTime()
+		}
+		d.Retention = m.GetRetention().AsDuration()
+	}
+	return d
 }
 
 func holders(hs []*lockdv1.Holder) []Holder {

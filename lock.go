@@ -143,7 +143,7 @@ func definitive(err error) bool {
 	if errors.As(err, &be) {
 		return true
 	}
-	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch} {
+	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch, ErrAlreadyDone} {
 		if errors.Is(err, k) {
 			return true
 		}
@@ -258,6 +258,44 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 	return fmt.Errorf("release %q: %w", l.name, err)
 }
 
+// complete sends Complete for the exclusive hold. Once the server has
+// answered (or the lease is gone) the hold is over; after an unknown outcome
+// the hold stays, so the caller may retry Complete or Unlock.
+func (l *lock) complete(ctx context.Context, retention time.Duration) error {
+	s := l.s
+	l.mu.Lock()
+	h := l.h
+	l.mu.Unlock()
+	if h == nil || h.shared {
+		return fmt.Errorf("complete %q: %w", l.name, ErrNotHeld)
+	}
+	if err := s.live(); err != nil {
+		return fmt.Errorf("complete %q: %w", l.name, err)
+	}
+	bctx, stop := s.bind(ctx)
+	defer stop()
+	seq := s.seqs.begin()
+	defer s.seqs.end(seq)
+	_, err := invoke(bctx, s.c, safe, l.name, &lockdv1.CompleteRequest{
+		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
+	}, nil, lockdv1connect.LockServiceClient.Complete)
+	if errors.Is(err, ErrLeaseLost) {
+		s.lose(err)
+	}
+	if err == nil || definitive(err) || errors.Is(err, ErrLeaseLost) {
+		l.mu.Lock()
+		if l.h == h {
+			l.h = nil
+		}
+		l.mu.Unlock()
+		h.cancel(ErrNotHeld)
+	}
+	if err != nil {
+		return fmt.Errorf("complete %q: %w", l.name, err)
+	}
+	return nil
+}
+
 func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	s := l.s
 	bctx, stop := s.bind(ctx)
@@ -324,6 +362,16 @@ func (m *Mutex) TryLock(ctx context.Context) error { return m.l.acquire(ctx, fal
 // on the server: the session keeps trying to release it in the background
 // until it succeeds or the session ends.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.l.release(ctx, false) }
+
+// Complete marks the job this lock guards as done and releases the lock.
+// For the retention (1 s to 400 days; a leader change restarts it in full),
+// every Lock or TryLock of the name, by any session, fails with an error
+// matching ErrAlreadyDone (a *DoneError naming who did it), and so do the
+// waiters queued now. This turns "run once across servers" into a
+// guarantee: complete only after the work's effects are durable.
+func (m *Mutex) Complete(ctx context.Context, retention time.Duration) error {
+	return m.l.complete(ctx, retention)
+}
 
 // Token returns the fencing token of the current hold, or 0 when not held.
 // Pass it to the resource the lock protects, so that it can refuse a holder

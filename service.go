@@ -75,6 +75,10 @@ func (s *service) ForceRelease(ctx context.Context, req *connect.Request[lockdv1
 	return invoke(ctx, s.c, unsafe, req.Msg.GetName(), req.Msg, req.Header(), lockdv1connect.LockServiceClient.ForceRelease)
 }
 
+func (s *service) Complete(ctx context.Context, req *connect.Request[lockdv1.CompleteRequest]) (*connect.Response[lockdv1.CompleteResponse], error) {
+	return invoke(ctx, s.c, seqPolicy(req.Msg.GetSeq()), req.Msg.GetName(), req.Msg, req.Header(), lockdv1connect.LockServiceClient.Complete)
+}
+
 func (s *service) Status(ctx context.Context, req *connect.Request[lockdv1.StatusRequest]) (*connect.Response[lockdv1.StatusResponse], error) {
 	return invoke(ctx, s.c, safe, "", req.Msg, req.Header(), lockdv1connect.LockServiceClient.Status)
 }

@@ -49,6 +49,11 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "lock %q is free, nobody waits\n", pos[0])
 		return nil
 	}
+	if m := l.GetMark(); m != nil {
+		fmt.Fprintf(c.env.stdout, "lock %q is done: completed by %s (session %s, token %d) at %s, mark kept %v\n",
+			l.GetName(), m.GetOwner(), m.GetSessionId(), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339), m.GetRetention().AsDuration())
+		return nil
+	}
 	w := c.env.stdout
 	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", l.GetName(), limitString(l.GetLimit()))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

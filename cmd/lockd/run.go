@@ -53,11 +53,12 @@ type runFlags struct {
 	killGrace        time.Duration
 	killGraceSet     bool
 	conflictExitCode int
+	once             time.Duration // --once: complete instead of release after exit 0
 	name             string
 	command          []string
 }
 
-const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] NAME -- CMD [ARGS...]"
+const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] NAME -- CMD [ARGS...]"
 
 func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	var f runFlags
@@ -85,6 +86,7 @@ func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
 	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
 	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
+	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
 
 	// Everything after the first "--" is the command.
 	flagArgs, command := args, []string(nil)
@@ -135,6 +137,12 @@ func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	}
 	if f.shared && f.limitSet {
 		return nil, usageError{errors.New("--shared and --limit cannot be used together: --limit N takes one of N shared permits")}
+	}
+	if f.once < 0 || f.once > 0 && f.once < time.Second {
+		return nil, usageError{fmt.Errorf("--once %v: want a retention of 1s or more", f.once)}
+	}
+	if f.once > 0 && (f.shared || f.limitSet) {
+		return nil, usageError{errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")}
 	}
 	if f.ttl <= 0 {
 		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.ttl)}
@@ -270,6 +278,10 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 	switch {
 	case errors.As(err, &busy):
 		return exitWith(f.conflictExitCode, busyError(busy))
+	case errors.Is(err, lockd.ErrAlreadyDone):
+		// --once: someone already did the job; nothing to do is success.
+		fmt.Fprintf(c.Stderr, "lockd: %v; not running %s\n", err, f.command[0])
+		return exitWith(exitOK, nil)
 	case errors.Is(err, lockd.ErrUnavailable):
 		return exitWith(exitUnavailable, fmt.Errorf("lock %q not obtained: no server reachable or no leader: %w", f.name, err))
 	case errors.Is(err, context.DeadlineExceeded):
@@ -379,6 +391,16 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 	case res.ExecError != "":
 		c.closeSession(sess, releaseTimeout)
 		return exitWith(res.ExitCode, errors.New(res.ExecError))
+	}
+	if m, ok := lock.(*lockd.Mutex); ok && f.once > 0 && res.Status() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		err := m.Complete(ctx, f.once)
+		cancel()
+		if err != nil {
+			// The job ran; only the mark is missing: a later run may repeat
+			// it. Say so, but the command's status stands.
+			fmt.Fprintf(c.Stderr, "lockd: warning: could not mark %q done: %v\n", f.name, err)
+		}
 	}
 	c.closeSession(sess, releaseTimeout)
 	return exitWith(res.Status(), nil)

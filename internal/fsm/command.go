@@ -27,6 +27,8 @@ const (
 	CmdCancel        CmdType = 8
 	CmdSetMember     CmdType = 9
 	CmdRestore       CmdType = 10
+	CmdComplete      CmdType = 11
+	CmdClearMark     CmdType = 12
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -90,6 +92,10 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.SetMember{}
 	case CmdRestore:
 		m = &fsmv1.Restore{}
+	case CmdComplete:
+		m = &fsmv1.Complete{}
+	case CmdClearMark:
+		m = &fsmv1.ClearMark{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

@@ -36,6 +36,7 @@ const (
 	CodeNotInitialized Code = 8
 	CodeCancelled      Code = 9
 	CodeTooMany        Code = 10
+	CodeAlreadyDone    Code = 11
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.
@@ -61,7 +62,8 @@ type Result struct {
 	Released  bool   // cancel: a raced grant was released
 	SessionID string // create session
 	Holders   []HolderInfo
-	Duplicate bool // the answer came from the duplicate table
+	Mark      *Mark // CodeAlreadyDone: the lock's completion mark
+	Duplicate bool  // the answer came from the duplicate table
 }
 
 // Err returns nil for OK, else an *Error with the code and message.
@@ -96,6 +98,10 @@ type Observer interface {
 	// WaitDropped: the queued acquire (session, name, seq) left the queue
 	// without a grant (cancel, close or expiry).
 	WaitDropped(session, name string, seq uint64)
+	// MarkSet: lock name got a completion mark (token) kept retentionMs.
+	MarkSet(name string, token uint64, retentionMs int64)
+	// MarkCleared: lock name's completion mark (token) ended.
+	MarkCleared(name string, token uint64)
 	// Restored: the whole state was replaced from a snapshot.
 	Restored()
 }
@@ -135,7 +141,20 @@ type lock struct {
 	limit   uint32
 	holders []*hold // in token order
 	queue   []*wait // FIFO
+	mark    *Mark   // completion mark: then no holders or waiters
 }
+
+// Mark is a completion mark: the job a lock guards was done.
+type Mark struct {
+	Session     string
+	Owner       string
+	Token       uint64
+	CompletedAt int64 // display only
+	RetentionMs int64
+}
+
+// empty reports whether the lock can be deleted.
+func (l *lock) empty() bool { return len(l.holders) == 0 && len(l.queue) == 0 && l.mark == nil }
 
 // Stats counts what Apply did, for metrics and tests.
 type Stats struct {
@@ -261,6 +280,21 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applyCancel(m.(*fsmv1.Cancel))
 	case CmdSetMember:
 		return f.applySetMember(m.(*fsmv1.SetMember))
+	case CmdComplete:
+		return f.applyComplete(m.(*fsmv1.Complete))
+	case CmdClearMark:
+		c := m.(*fsmv1.ClearMark)
+		if c.Term != 0 && term != 0 && c.Term != term {
+			return fail(CodeInvalid, "stale mark expiry decided in term %d, committed in term %d", c.Term, term)
+		}
+		if l := f.locks[c.Name]; l != nil && l.mark != nil && l.mark.Token == c.Token {
+			l.mark = nil
+			delete(f.locks, l.name) // a marked lock has no holders or waiters
+			if f.obs != nil {
+				f.obs.MarkCleared(c.Name, c.Token)
+			}
+		}
+		return &Result{}
 	case CmdRestore:
 		return f.applyRestore(m.(*fsmv1.Restore))
 	}
@@ -436,6 +470,11 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	} else if c.Limit != nil && *c.Limit != l.limit {
 		return f.remember(s, c.Seq, fail(CodeLimitMismatch, "lock %q has limit %d, request asked %d", c.Name, l.limit, *c.Limit))
 	}
+	if l.mark != nil {
+		r := fail(CodeAlreadyDone, "the job of lock %q is done (token %d)", c.Name, l.mark.Token)
+		r.Mark = l.mark
+		return f.remember(s, c.Seq, r)
+	}
 	if len(l.queue) == 0 && l.grantable(c.Mode) {
 		f.locks[c.Name] = l
 		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano)
@@ -481,6 +520,68 @@ func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
 	return nil
 }
 
+// MaxRetentionMs bounds how long a completion mark is kept (400 days).
+const MaxRetentionMs = 400 * 24 * 3600 * 1000
+
+// applyComplete marks the job of a lock done: the session must hold it
+// exclusively with the token. The hold is released, every waiter is answered
+// "already done", and the mark stays until the leader clears it after the
+// retention.
+func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
+	s, r := f.request(c.SessionId, c.Seq, c.Ack)
+	if r != nil {
+		return r
+	}
+	if c.RetentionMs <= 0 || c.RetentionMs > MaxRetentionMs {
+		return f.remember(s, c.Seq, fail(CodeInvalid, "retention %d ms is outside (0, %d]", c.RetentionMs, MaxRetentionMs))
+	}
+	h := s.holds[c.Name]
+	if h == nil || h.token != c.Token {
+		return f.remember(s, c.Seq, fail(CodeNotHeld, "lock %q is not held with token %d by this session", c.Name, c.Token))
+	}
+	if h.mode != ModeExclusive {
+		return f.remember(s, c.Seq, fail(CodeInvalid, "only an exclusive hold can complete lock %q", c.Name))
+	}
+	l := f.locks[c.Name]
+	f.removeHold(l, h)
+	for len(l.queue) > 0 {
+		f.removeWait(l, l.queue[0])
+	}
+	l.queue = nil
+	l.mark = &Mark{Session: s.id, Owner: s.owner, Token: h.token, CompletedAt: c.TimeUnixNano, RetentionMs: c.RetentionMs}
+	if f.obs != nil {
+		f.obs.MarkSet(l.name, h.token, c.RetentionMs)
+	}
+	return f.remember(s, c.Seq, &Result{})
+}
+
+// Marks returns every completion mark by lock name.
+func (f *FSM) Marks() map[string]Mark {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]Mark{}
+	for name, l := range f.locks {
+		if l.mark != nil {
+			out[name] = *l.mark
+		}
+	}
+	return out
+}
+
+// WithMarks calls fn with every completion mark while no command can be
+// applied (see WithSessions).
+func (f *FSM) WithMarks(fn func(map[string]Mark)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]Mark{}
+	for name, l := range f.locks {
+		if l.mark != nil {
+			out[name] = *l.mark
+		}
+	}
+	fn(out)
+}
+
 func (l *lock) grantable(mode int32) bool {
 	if mode == ModeExclusive {
 		return len(l.holders) == 0
@@ -519,7 +620,7 @@ func (f *FSM) promote(l *lock, now int64) {
 	if len(l.queue) == 0 {
 		l.queue = nil // let the backing array go
 	}
-	if len(l.holders) == 0 && len(l.queue) == 0 {
+	if l.empty() {
 		delete(f.locks, l.name)
 	}
 }
@@ -645,6 +746,7 @@ type LockInfo struct {
 	Limit   uint32
 	Holders []HolderInfo
 	Waiters []WaiterInfo
+	Mark    *Mark
 }
 
 func (f *FSM) holderInfos(l *lock) []HolderInfo {
@@ -664,6 +766,10 @@ func (f *FSM) ownerOf(id string) string {
 
 func (f *FSM) lockInfo(l *lock) LockInfo {
 	li := LockInfo{Name: l.name, Limit: l.limit, Holders: f.holderInfos(l), Waiters: make([]WaiterInfo, len(l.queue))}
+	if l.mark != nil {
+		m := *l.mark
+		li.Mark = &m
+	}
 	for i, w := range l.queue {
 		li.Waiters[i] = WaiterInfo{Session: w.session, Owner: f.ownerOf(w.session), Mode: w.mode, Seq: w.seq, QueuedAt: w.queued}
 	}

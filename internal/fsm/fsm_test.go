@@ -63,6 +63,10 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdSetMember
 	case *fsmv1.Restore:
 		return fsm.CmdRestore
+	case *fsmv1.Complete:
+		return fsm.CmdComplete
+	case *fsmv1.ClearMark:
+		return fsm.CmdClearMark
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -133,7 +137,11 @@ func (r *recorder) WaitGranted(session, name string, seq, token uint64) {
 func (r *recorder) WaitDropped(session, name string, seq uint64) {
 	r.add("dropped %s %q %d", session, name, seq)
 }
-func (r *recorder) Restored() { r.add("restored") }
+func (r *recorder) MarkSet(name string, token uint64, retentionMs int64) {
+	r.add("marked %q %d %d", name, token, retentionMs)
+}
+func (r *recorder) MarkCleared(name string, token uint64) { r.add("unmarked %q %d", name, token) }
+func (r *recorder) Restored()                             { r.add("restored") }
 
 // take returns the events since the last call.
 func (r *recorder) take() []string {

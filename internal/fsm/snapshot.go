@@ -40,6 +40,9 @@ func (f *FSM) State() *fsmv1.Snapshot {
 		for _, w := range l.queue {
 			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued})
 		}
+		if m := l.mark; m != nil {
+			pl.Mark = &fsmv1.Mark{SessionId: m.Session, Owner: m.Owner, Token: m.Token, CompletedUnixNano: m.CompletedAt, RetentionMs: m.RetentionMs}
+		}
 		snap.Locks = append(snap.Locks, pl)
 	}
 	slices.SortFunc(snap.Locks, func(a, b *fsmv1.Lock) int { return strings.Compare(a.Name, b.Name) })
@@ -192,6 +195,11 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
 			f.obs.SessionCreated(id, f.sessions[id].ttlMs)
 		}
+		for _, name := range slices.Sorted(maps.Keys(f.locks)) {
+			if m := f.locks[name].mark; m != nil {
+				f.obs.MarkSet(name, m.Token, m.RetentionMs)
+			}
+		}
 	}
 	return &Result{}
 }
@@ -261,12 +269,21 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			l.queue = append(l.queue, w)
 			s.waits[l.name] = w
 		}
+		if pm := pl.Mark; pm != nil {
+			switch {
+			case len(l.holders) > 0 || len(l.queue) > 0:
+				return nil, fmt.Errorf("snapshot: lock %q has a completion mark and holders or waiters", pl.Name)
+			case pm.Token == 0 || pm.Token > snap.LastToken || pm.RetentionMs <= 0:
+				return nil, fmt.Errorf("snapshot: lock %q: bad completion mark", pl.Name)
+			}
+			l.mark = &Mark{Session: pm.SessionId, Owner: pm.Owner, Token: pm.Token, CompletedAt: pm.CompletedUnixNano, RetentionMs: pm.RetentionMs}
+		}
 		if len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
 			// Apply never leaves a head waiter that fits: it would wait on a
 			// lock nothing will ever release.
 			return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)
 		}
-		if len(l.holders) == 0 && len(l.queue) == 0 {
+		if l.empty() {
 			return nil, fmt.Errorf("snapshot: lock %q is empty", pl.Name)
 		}
 		locks[l.name] = l

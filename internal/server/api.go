@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -254,14 +255,14 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
 		return connect.NewResponse(resp), nil
 	case 0:
-		return nil, a.dropped(m.SessionId)
+		return nil, a.dropped(m.SessionId, m.Name)
 	}
 	timer := time.NewTimer(poll)
 	defer timer.Stop()
 	select {
 	case o := <-ch:
 		if o.dropped {
-			return nil, a.dropped(m.SessionId)
+			return nil, a.dropped(m.SessionId, m.Name)
 		}
 		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.token
 		return connect.NewResponse(resp), nil
@@ -284,14 +285,17 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	case fsm.StatusQueued:
 		resp.Status, resp.Position = lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED, pos
 	default:
-		return nil, a.dropped(m.SessionId)
+		return nil, a.dropped(m.SessionId, m.Name)
 	}
 	return connect.NewResponse(resp), nil
 }
 
 // dropped explains a wait that ended without a grant: the session is gone
-// (lease lost) or the wait was cancelled.
-func (a *api) dropped(session string) error {
+// (lease lost), the lock's job was completed, or the wait was cancelled.
+func (a *api) dropped(session, name string) error {
+	if l, ok := a.s.fsm.Describe(name); ok && l.Mark != nil {
+		return a.s.resultError(&fsm.Result{Code: fsm.CodeAlreadyDone, Msg: fmt.Sprintf("the job of lock %q was completed while waiting", name), Mark: l.Mark})
+	}
 	info, ok := a.s.fsm.Session(session)
 	if !ok {
 		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session expired or closed while waiting")
@@ -331,6 +335,28 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 	return connect.NewResponse(&lockdv1.CancelResponse{Released: r.Released}), nil
 }
 
+func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.CompleteRequest]) (*connect.Response[lockdv1.CompleteResponse], error) {
+	m := req.Msg
+	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateName(m.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if m.Retention == nil || m.Retention.CheckValid() != nil {
+		return nil, a.s.invalid("retention is required (1s to 400 days)")
+	}
+	ret := m.Retention.AsDuration()
+	if ret < time.Second || ret.Milliseconds() > fsm.MaxRetentionMs {
+		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
+	}
+	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil
+}
+
 func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
@@ -354,8 +380,16 @@ func holdersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	return out
 }
 
+func markPB(m fsm.Mark) *lockdv1.Mark {
+	return &lockdv1.Mark{SessionId: m.Session, Owner: m.Owner, Token: m.Token,
+		CompletedAt: timestamppb.New(time.Unix(0, m.CompletedAt)), Retention: durationpb.New(time.Duration(m.RetentionMs) * time.Millisecond)}
+}
+
 func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
 	li := &lockdv1.LockInfo{Name: l.Name, Limit: l.Limit, Holders: holdersPB(l.Holders)}
+	if l.Mark != nil {
+		li.Mark = markPB(*l.Mark)
+	}
 	for _, w := range l.Waiters {
 		li.Waiters = append(li.Waiters, &lockdv1.Waiter{SessionId: w.Session, Mode: lockdv1.Mode(w.Mode), QueuedAt: timestamppb.New(time.Unix(0, w.QueuedAt)), Owner: w.Owner})
 	}

@@ -64,6 +64,16 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_NOT_HELD, r.Msg)
 	case fsm.CodeLimitMismatch:
 		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH, r.Msg)
+	case fsm.CodeAlreadyDone:
+		e := connect.NewError(connect.CodeFailedPrecondition, errors.New(r.Msg))
+		d := &lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_ALREADY_DONE, ClusterId: s.fsm.ClusterID()}
+		if r.Mark != nil {
+			d.Mark = markPB(*r.Mark)
+		}
+		if ed, err := connect.NewErrorDetail(d); err == nil {
+			e.AddDetail(ed)
+		}
+		return e
 	case fsm.CodeTooMany:
 		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_TOO_MANY, r.Msg)
 	case fsm.CodeCancelled:

@@ -64,3 +64,7 @@ func (a *api) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLo
 func (a *api) ForceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
 	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.ForceRelease, func() (*connect.Response[lockdv1.ForceReleaseResponse], error) { return a.forceRelease(ctx, req) })
 }
+
+func (a *api) Complete(ctx context.Context, req *connect.Request[lockdv1.CompleteRequest]) (*connect.Response[lockdv1.CompleteResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Complete, func() (*connect.Response[lockdv1.CompleteResponse], error) { return a.complete(ctx, req) })
+}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,10 +71,37 @@ func (w *waiters) notify(k waitKey, o waitOutcome) {
 	}
 }
 
-// observer fans FSM events out to the lease manager and the waiters.
+// observer fans FSM events out to the lease manager, the completion-mark
+// timers and the waiters.
 type observer struct {
 	lease   *lease.Manager
+	marks   *lease.Manager // completion marks, keyed by markKey
 	waiters *waiters
+}
+
+// markKey names a completion mark in the marks manager.
+func markKey(name string, token uint64) string { return strconv.FormatUint(token, 10) + " " + name }
+
+// parseMarkKey undoes markKey.
+func parseMarkKey(key string) (name string, token uint64, ok bool) {
+	tok, name, ok := strings.Cut(key, " ")
+	if !ok {
+		return "", 0, false
+	}
+	token, err := strconv.ParseUint(tok, 10, 64)
+	return name, token, err == nil
+}
+
+func (o *observer) MarkSet(name string, token uint64, retentionMs int64) {
+	if o.marks != nil {
+		o.marks.Created(markKey(name, token), time.Duration(retentionMs)*time.Millisecond)
+	}
+}
+
+func (o *observer) MarkCleared(name string, token uint64) {
+	if o.marks != nil {
+		o.marks.Removed(markKey(name, token))
+	}
 }
 
 func (o *observer) SessionCreated(id string, ttlMs int64) {

@@ -97,6 +97,7 @@ type Server struct {
 	trans   raft.Transport
 	raft    *raft.Raft
 	lease   *lease.Manager
+	marks   *lease.Manager
 	waiters *waiters
 	metrics *metrics
 	fwd     *forwarder
@@ -190,7 +191,10 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
 	s.lease = lease.New(cfg.Grace, s.expire)
-	s.fsm = fsm.New(&observer{lease: s.lease, waiters: s.waiters})
+	// Completion marks end by the same kind of leader timer, without grace:
+	// a new leader restarts each retention in full (late, never early).
+	s.marks = lease.New(0, s.clearMark)
+	s.fsm = fsm.New(&observer{lease: s.lease, marks: s.marks, waiters: s.waiters})
 	s.metrics.registerState(reg, s)
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
@@ -399,6 +403,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 			s.leaderChanged = make(chan struct{})
 			s.promotedTerm.Store(0)
 			s.lease.Demote()
+			s.marks.Demote()
 			s.leaderMu.Unlock()
 			if isLeader {
 				s.background(func() { s.establish(gen) })
@@ -453,6 +458,13 @@ func (s *Server) establish(gen uint64) {
 					}
 					s.lease.Promote(term, ls)
 				})
+				s.fsm.WithMarks(func(ms map[string]fsm.Mark) {
+					ls := make([]lease.Session, 0, len(ms))
+					for name, m := range ms {
+						ls = append(ls, lease.Session{ID: markKey(name, m.Token), TTL: time.Duration(m.RetentionMs) * time.Millisecond})
+					}
+					s.marks.Promote(term, ls)
+				})
 				s.promotedTerm.Store(term)
 				s.firstReadyOnce.Do(func() { close(s.firstReady) })
 				s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
@@ -502,6 +514,24 @@ func (s *Server) background(f func()) bool {
 		f()
 	}()
 	return true
+}
+
+// clearMark is the marks manager's callback for a completion mark whose
+// retention passed: like expire, verified and bound to the deciding term.
+func (s *Server) clearMark(key string, term uint64) {
+	name, token, ok := parseMarkKey(key)
+	if !ok || s.promotedTerm.Load() != term {
+		return
+	}
+	if err := s.linearizable(); err != nil {
+		return
+	}
+	if _, err := s.propose(fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}); err != nil {
+		s.log.Warn("propose mark expiry failed", "lock", name, "err", err)
+		s.marks.Retry(key, s.cfg.ElectionTimeout)
+		return
+	}
+	s.log.Info("completion mark expired", "lock", name, "token", token)
 }
 
 // leadershipChanges returns a channel closed at the next leadership change
@@ -619,6 +649,7 @@ func (s *Server) Close() error {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
 		s.lease.Demote()
+		s.marks.Demote()
 		s.wg.Wait()
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())

@@ -145,6 +145,7 @@ const (
 	ErrorReason_ERROR_REASON_WAIT_DROPPED      ErrorReason = 10 // the queued wait was cancelled or dropped
 	ErrorReason_ERROR_REASON_TOO_MANY          ErrorReason = 11 // a server limit (sessions, locks, queue) was reached
 	ErrorReason_ERROR_REASON_SESSION_REVOKED   ErrorReason = 12 // the session was force-released and will expire
+	ErrorReason_ERROR_REASON_ALREADY_DONE      ErrorReason = 13 // the lock carries a completion mark: the job is done
 )
 
 // Enum value maps for ErrorReason.
@@ -163,6 +164,7 @@ var (
 		10: "ERROR_REASON_WAIT_DROPPED",
 		11: "ERROR_REASON_TOO_MANY",
 		12: "ERROR_REASON_SESSION_REVOKED",
+		13: "ERROR_REASON_ALREADY_DONE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -178,6 +180,7 @@ var (
 		"ERROR_REASON_WAIT_DROPPED":      10,
 		"ERROR_REASON_TOO_MANY":          11,
 		"ERROR_REASON_SESSION_REVOKED":   12,
+		"ERROR_REASON_ALREADY_DONE":      13,
 	}
 )
 
@@ -264,8 +267,10 @@ type ErrorDetail struct {
 	// For BUSY: the current holders (may be truncated).
 	Holders []*Holder `protobuf:"bytes,2,rep,name=holders,proto3" json:"holders,omitempty"`
 	// For NOT_LEADER: the leader's API URL when known.
-	LeaderApi     string `protobuf:"bytes,3,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
-	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	LeaderApi string `protobuf:"bytes,3,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// For ALREADY_DONE: who completed the job, when, with which token.
+	Mark          *Mark `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +333,91 @@ func (x *ErrorDetail) GetClusterId() string {
 	return ""
 }
 
+func (x *ErrorDetail) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
+// Mark is a lock's completion mark: the job it guards was done, by whom and
+// when; until the retention ends, acquiring the lock answers ALREADY_DONE.
+type Mark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	CompletedAt   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=completed_at,json=completedAt,proto3" json:"completed_at,omitempty"`
+	Retention     *durationpb.Duration   `protobuf:"bytes,5,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Mark) Reset() {
+	*x = Mark{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mark) ProtoMessage() {}
+
+func (x *Mark) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mark.ProtoReflect.Descriptor instead.
+func (*Mark) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Mark) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Mark) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Mark) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Mark) GetCompletedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CompletedAt
+	}
+	return nil
+}
+
+func (x *Mark) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
 type CreateSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Requested TTL; absent means the server default (10 s). 1 s to 1 h.
@@ -342,7 +432,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[1]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +444,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[1]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +457,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{1}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
@@ -402,7 +492,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[2]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +504,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[2]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +517,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{2}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSessionResponse) GetSessionId() string {
@@ -460,7 +550,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +562,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[3]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +575,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeepAliveRequest) GetSessionId() string {
@@ -507,7 +597,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +609,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[4]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +622,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeepAliveResponse) GetTtl() *durationpb.Duration {
@@ -559,7 +649,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +661,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[5]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +674,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{5}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -609,7 +699,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +711,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[6]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +724,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{6}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
 }
 
 type ListSessionsRequest struct {
@@ -646,7 +736,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -658,7 +748,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[7]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -671,7 +761,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{7}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSessionsRequest) GetConsistency() ReadConsistency {
@@ -696,7 +786,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +798,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[8]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +811,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{8}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionInfo) GetSessionId() string {
@@ -782,7 +872,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +884,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[9]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +897,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{9}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*SessionInfo {
@@ -843,7 +933,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +945,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[10]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +958,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{10}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireRequest) GetSessionId() string {
@@ -948,7 +1038,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1050,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[11]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1063,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{11}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcquireResponse) GetStatus() AcquireStatus {
@@ -1017,7 +1107,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1119,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[12]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1132,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{12}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReleaseRequest) GetSessionId() string {
@@ -1088,7 +1178,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1190,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[13]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1203,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{13}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
 }
 
 type CancelRequest struct {
@@ -1129,7 +1219,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1231,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[14]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1244,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{14}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelRequest) GetSessionId() string {
@@ -1202,7 +1292,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1304,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[15]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1317,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{15}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelResponse) GetReleased() bool {
@@ -1247,7 +1337,7 @@ type CheckTokenRequest struct {
 
 func (x *CheckTokenRequest) Reset() {
 	*x = CheckTokenRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1349,7 @@ func (x *CheckTokenRequest) String() string {
 func (*CheckTokenRequest) ProtoMessage() {}
 
 func (x *CheckTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[16]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1362,7 @@ func (x *CheckTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTokenRequest.ProtoReflect.Descriptor instead.
 func (*CheckTokenRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{16}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CheckTokenRequest) GetName() string {
@@ -1300,7 +1390,7 @@ type CheckTokenResponse struct {
 
 func (x *CheckTokenResponse) Reset() {
 	*x = CheckTokenResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1402,7 @@ func (x *CheckTokenResponse) String() string {
 func (*CheckTokenResponse) ProtoMessage() {}
 
 func (x *CheckTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[17]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1415,7 @@ func (x *CheckTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckTokenResponse.ProtoReflect.Descriptor instead.
 func (*CheckTokenResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{17}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckTokenResponse) GetValid() bool {
@@ -1359,7 +1449,7 @@ type DescribeLockRequest struct {
 
 func (x *DescribeLockRequest) Reset() {
 	*x = DescribeLockRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1461,7 @@ func (x *DescribeLockRequest) String() string {
 func (*DescribeLockRequest) ProtoMessage() {}
 
 func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[18]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1474,7 @@ func (x *DescribeLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockRequest.ProtoReflect.Descriptor instead.
 func (*DescribeLockRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{18}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeLockRequest) GetName() string {
@@ -1415,7 +1505,7 @@ type Holder struct {
 
 func (x *Holder) Reset() {
 	*x = Holder{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1517,7 @@ func (x *Holder) String() string {
 func (*Holder) ProtoMessage() {}
 
 func (x *Holder) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[19]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1530,7 @@ func (x *Holder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Holder.ProtoReflect.Descriptor instead.
 func (*Holder) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{19}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Holder) GetSessionId() string {
@@ -1497,7 +1587,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1599,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[20]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1612,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{20}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Waiter) GetSessionId() string {
@@ -1554,18 +1644,20 @@ func (x *Waiter) GetOwner() string {
 }
 
 type LockInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
-	Holders       []*Holder              `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
-	Waiters       []*Waiter              `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Limit   uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Holders []*Holder              `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
+	Waiters []*Waiter              `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
+	// Set when the lock's job is done (then there are no holders or waiters).
+	Mark          *Mark `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockInfo) Reset() {
 	*x = LockInfo{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1669,7 @@ func (x *LockInfo) String() string {
 func (*LockInfo) ProtoMessage() {}
 
 func (x *LockInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[21]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1682,7 @@ func (x *LockInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockInfo.ProtoReflect.Descriptor instead.
 func (*LockInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{21}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LockInfo) GetName() string {
@@ -1621,6 +1713,13 @@ func (x *LockInfo) GetWaiters() []*Waiter {
 	return nil
 }
 
+func (x *LockInfo) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
 type DescribeLockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Absent when no such lock exists (free, no waiters).
@@ -1631,7 +1730,7 @@ type DescribeLockResponse struct {
 
 func (x *DescribeLockResponse) Reset() {
 	*x = DescribeLockResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1742,7 @@ func (x *DescribeLockResponse) String() string {
 func (*DescribeLockResponse) ProtoMessage() {}
 
 func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[22]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1755,7 @@ func (x *DescribeLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeLockResponse.ProtoReflect.Descriptor instead.
 func (*DescribeLockResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{22}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DescribeLockResponse) GetLock() *LockInfo {
@@ -1680,7 +1779,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1791,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[23]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1804,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{23}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -1747,7 +1846,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1858,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1871,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -1801,7 +1900,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1912,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1925,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -1853,7 +1952,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1964,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1977,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ForceReleaseResponse) GetSessionIds() []string {
@@ -1886,6 +1985,129 @@ func (x *ForceReleaseResponse) GetSessionIds() []string {
 		return x.SessionIds
 	}
 	return nil
+}
+
+type CompleteRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// The token of this session's exclusive hold.
+	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	// How long the mark stays (1 s to 400 days). A leader change restarts it
+	// in full: it may last longer, never shorter.
+	Retention     *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteRequest) Reset() {
+	*x = CompleteRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteRequest) ProtoMessage() {}
+
+func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
+func (*CompleteRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CompleteRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CompleteRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *CompleteRequest) GetRetention() *durationpb.Duration {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+type CompleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteResponse) Reset() {
+	*x = CompleteResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteResponse) ProtoMessage() {}
+
+func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
+func (*CompleteResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
 type StatusRequest struct {
@@ -1896,7 +2118,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2130,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2143,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
 }
 
 type Member struct {
@@ -1937,7 +2159,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2171,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2184,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Member) GetId() string {
@@ -2020,7 +2242,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2254,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2267,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2145,7 +2367,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2379,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2392,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -2211,7 +2433,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2445,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2458,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2262,7 +2484,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2496,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2509,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -2305,7 +2527,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2539,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2552,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 type TransferLeadershipRequest struct {
@@ -2343,7 +2565,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2577,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2590,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -2387,7 +2609,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2621,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2634,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -2426,14 +2648,22 @@ var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
-	"\x14lockd/v1/lockd.proto\x12\blockd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x01\n" +
+	"\x14lockd/v1/lockd.proto\x12\blockd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x01\n" +
 	"\vErrorDetail\x12-\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x15.lockd.v1.ErrorReasonR\x06reason\x12*\n" +
 	"\aholders\x18\x02 \x03(\v2\x10.lockd.v1.HolderR\aholders\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\x03 \x01(\tR\tleaderApi\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x04 \x01(\tR\tclusterId\"x\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12\"\n" +
+	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\"\xc9\x01\n" +
+	"\x04Mark\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12=\n" +
+	"\fcompleted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x127\n" +
+	"\tretention\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tretention\"x\n" +
 	"\x14CreateSessionRequest\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1d\n" +
@@ -2532,12 +2762,13 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x127\n" +
 	"\tqueued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\tR\x05owner\"\x8c\x01\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"\xb0\x01\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12*\n" +
 	"\aholders\x18\x03 \x03(\v2\x10.lockd.v1.HolderR\aholders\x12*\n" +
-	"\awaiters\x18\x04 \x03(\v2\x10.lockd.v1.WaiterR\awaiters\">\n" +
+	"\awaiters\x18\x04 \x03(\v2\x10.lockd.v1.WaiterR\awaiters\x12\"\n" +
+	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\">\n" +
 	"\x14DescribeLockResponse\x12&\n" +
 	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xa3\x01\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
@@ -2555,7 +2786,16 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"unsafe_now\x18\x02 \x01(\bR\tunsafeNow\"7\n" +
 	"\x14ForceReleaseResponse\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
-	"sessionIds\"\x0f\n" +
+	"sessionIds\"\xb7\x01\n" +
+	"\x0fCompleteRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x127\n" +
+	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\x12\n" +
+	"\x10CompleteResponse\"\x0f\n" +
 	"\rStatusRequest\"h\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -2602,7 +2842,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12 \n" +
 	"\x1cREAD_CONSISTENCY_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREAD_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x02*\x9b\x03\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x02*\xba\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -2617,11 +2857,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19ERROR_REASON_WAIT_DROPPED\x10\n" +
 	"\x12\x19\n" +
 	"\x15ERROR_REASON_TOO_MANY\x10\v\x12 \n" +
-	"\x1cERROR_REASON_SESSION_REVOKED\x10\f*f\n" +
+	"\x1cERROR_REASON_SESSION_REVOKED\x10\f\x12\x1d\n" +
+	"\x19ERROR_REASON_ALREADY_DONE\x10\r*f\n" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\x82\a\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\xc7\a\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -2635,7 +2876,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fDescribeLock\x12\x1d.lockd.v1.DescribeLockRequest\x1a\x1e.lockd.v1.DescribeLockResponse\"\x00\x12F\n" +
 	"\tListLocks\x12\x1a.lockd.v1.ListLocksRequest\x1a\x1b.lockd.v1.ListLocksResponse\"\x00\x12O\n" +
 	"\fForceRelease\x12\x1d.lockd.v1.ForceReleaseRequest\x1a\x1e.lockd.v1.ForceReleaseResponse\"\x00\x12=\n" +
-	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x002\xfd\x01\n" +
+	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
+	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -2654,112 +2896,122 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
 	(ErrorReason)(0),                   // 2: lockd.v1.ErrorReason
 	(AcquireStatus)(0),                 // 3: lockd.v1.AcquireStatus
 	(*ErrorDetail)(nil),                // 4: lockd.v1.ErrorDetail
-	(*CreateSessionRequest)(nil),       // 5: lockd.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),      // 6: lockd.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),           // 7: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),          // 8: lockd.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),        // 9: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),       // 10: lockd.v1.CloseSessionResponse
-	(*ListSessionsRequest)(nil),        // 11: lockd.v1.ListSessionsRequest
-	(*SessionInfo)(nil),                // 12: lockd.v1.SessionInfo
-	(*ListSessionsResponse)(nil),       // 13: lockd.v1.ListSessionsResponse
-	(*AcquireRequest)(nil),             // 14: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),            // 15: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),             // 16: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),            // 17: lockd.v1.ReleaseResponse
-	(*CancelRequest)(nil),              // 18: lockd.v1.CancelRequest
-	(*CancelResponse)(nil),             // 19: lockd.v1.CancelResponse
-	(*CheckTokenRequest)(nil),          // 20: lockd.v1.CheckTokenRequest
-	(*CheckTokenResponse)(nil),         // 21: lockd.v1.CheckTokenResponse
-	(*DescribeLockRequest)(nil),        // 22: lockd.v1.DescribeLockRequest
-	(*Holder)(nil),                     // 23: lockd.v1.Holder
-	(*Waiter)(nil),                     // 24: lockd.v1.Waiter
-	(*LockInfo)(nil),                   // 25: lockd.v1.LockInfo
-	(*DescribeLockResponse)(nil),       // 26: lockd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),           // 27: lockd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),          // 28: lockd.v1.ListLocksResponse
-	(*ForceReleaseRequest)(nil),        // 29: lockd.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),       // 30: lockd.v1.ForceReleaseResponse
-	(*StatusRequest)(nil),              // 31: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 32: lockd.v1.Member
-	(*StatusResponse)(nil),             // 33: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 34: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 35: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 36: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 37: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 38: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 39: lockd.v1.TransferLeadershipResponse
-	(*durationpb.Duration)(nil),        // 40: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 41: google.protobuf.Timestamp
+	(*Mark)(nil),                       // 5: lockd.v1.Mark
+	(*CreateSessionRequest)(nil),       // 6: lockd.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),      // 7: lockd.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),           // 8: lockd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 9: lockd.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 10: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 11: lockd.v1.CloseSessionResponse
+	(*ListSessionsRequest)(nil),        // 12: lockd.v1.ListSessionsRequest
+	(*SessionInfo)(nil),                // 13: lockd.v1.SessionInfo
+	(*ListSessionsResponse)(nil),       // 14: lockd.v1.ListSessionsResponse
+	(*AcquireRequest)(nil),             // 15: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 16: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 17: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 18: lockd.v1.ReleaseResponse
+	(*CancelRequest)(nil),              // 19: lockd.v1.CancelRequest
+	(*CancelResponse)(nil),             // 20: lockd.v1.CancelResponse
+	(*CheckTokenRequest)(nil),          // 21: lockd.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),         // 22: lockd.v1.CheckTokenResponse
+	(*DescribeLockRequest)(nil),        // 23: lockd.v1.DescribeLockRequest
+	(*Holder)(nil),                     // 24: lockd.v1.Holder
+	(*Waiter)(nil),                     // 25: lockd.v1.Waiter
+	(*LockInfo)(nil),                   // 26: lockd.v1.LockInfo
+	(*DescribeLockResponse)(nil),       // 27: lockd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),           // 28: lockd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 29: lockd.v1.ListLocksResponse
+	(*ForceReleaseRequest)(nil),        // 30: lockd.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),       // 31: lockd.v1.ForceReleaseResponse
+	(*CompleteRequest)(nil),            // 32: lockd.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 33: lockd.v1.CompleteResponse
+	(*StatusRequest)(nil),              // 34: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 35: lockd.v1.Member
+	(*StatusResponse)(nil),             // 36: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 37: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 38: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 39: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 40: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 41: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 42: lockd.v1.TransferLeadershipResponse
+	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
-	23, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
-	40, // 2: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	40, // 3: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	40, // 4: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	1,  // 5: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	40, // 6: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	41, // 7: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	12, // 8: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	0,  // 9: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	40, // 10: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	3,  // 11: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 12: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 13: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 14: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	41, // 15: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 16: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	41, // 17: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	23, // 18: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	24, // 19: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	25, // 20: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 21: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	25, // 22: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	32, // 23: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	32, // 24: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	5,  // 25: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	7,  // 26: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	9,  // 27: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	11, // 28: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	14, // 29: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	16, // 30: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	18, // 31: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	20, // 32: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	22, // 33: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	27, // 34: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	29, // 35: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	31, // 36: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	34, // 37: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	36, // 38: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	38, // 39: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	6,  // 40: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	8,  // 41: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	10, // 42: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	13, // 43: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	15, // 44: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	17, // 45: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	19, // 46: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	21, // 47: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	26, // 48: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	28, // 49: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	30, // 50: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	33, // 51: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	35, // 52: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	37, // 53: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	39, // 54: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	24, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
+	5,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
+	43, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	44, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	44, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	44, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	44, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	43, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
+	44, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	3,  // 14: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	0,  // 15: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 16: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 17: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	43, // 18: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	0,  // 19: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	43, // 20: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	24, // 21: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	25, // 22: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	5,  // 23: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	26, // 24: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	1,  // 25: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	26, // 26: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	44, // 27: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	35, // 28: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	35, // 29: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	6,  // 30: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 31: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 32: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 33: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 34: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 35: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 36: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 37: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 38: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 39: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 40: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	34, // 41: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 42: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	37, // 43: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	39, // 44: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	41, // 45: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	7,  // 46: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 47: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 48: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 49: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 50: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 51: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 52: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 53: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 54: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 55: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 56: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	36, // 57: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 58: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	38, // 59: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	40, // 60: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	42, // 61: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	46, // [46:62] is the sub-list for method output_type
+	30, // [30:46] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -2767,14 +3019,14 @@ func file_lockd_v1_lockd_proto_init() {
 	if File_lockd_v1_lockd_proto != nil {
 		return
 	}
-	file_lockd_v1_lockd_proto_msgTypes[10].OneofWrappers = []any{}
+	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1037,6 +1037,7 @@ type Lock struct {
 	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
 	Holders       []*Hold                `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"` // by token
 	Queue         []*Wait                `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`     // FIFO
+	Mark          *Mark                  `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`       // completion mark; then no holders or waiters
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1099,6 +1100,244 @@ func (x *Lock) GetQueue() []*Wait {
 	return nil
 }
 
+func (x *Lock) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
+type Mark struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	SessionId         string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner             string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Token             uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	CompletedUnixNano int64                  `protobuf:"varint,4,opt,name=completed_unix_nano,json=completedUnixNano,proto3" json:"completed_unix_nano,omitempty"`
+	RetentionMs       int64                  `protobuf:"varint,5,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Mark) Reset() {
+	*x = Mark{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Mark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Mark) ProtoMessage() {}
+
+func (x *Mark) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Mark.ProtoReflect.Descriptor instead.
+func (*Mark) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Mark) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Mark) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *Mark) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Mark) GetCompletedUnixNano() int64 {
+	if x != nil {
+		return x.CompletedUnixNano
+	}
+	return 0
+}
+
+func (x *Mark) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+// Complete marks a held exclusive lock's job done and releases the hold.
+type Complete struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	RetentionMs   int64                  `protobuf:"varint,6,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Complete) Reset() {
+	*x = Complete{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Complete) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Complete) ProtoMessage() {}
+
+func (x *Complete) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Complete.ProtoReflect.Descriptor instead.
+func (*Complete) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Complete) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Complete) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Complete) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *Complete) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Complete) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Complete) GetRetentionMs() int64 {
+	if x != nil {
+		return x.RetentionMs
+	}
+	return 0
+}
+
+func (x *Complete) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+// ClearMark ends a completion mark whose retention ran out (leader timer).
+// Like ExpireSession it carries the deciding term.
+type ClearMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearMark) Reset() {
+	*x = ClearMark{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearMark) ProtoMessage() {}
+
+func (x *ClearMark) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearMark.ProtoReflect.Descriptor instead.
+func (*ClearMark) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ClearMark) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClearMark) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ClearMark) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 // SetMember records a node's addresses so every node can find the leader's
 // API (for forwarding) and list members with their URLs. It does not change
 // Raft membership.
@@ -1114,7 +1353,7 @@ type SetMember struct {
 
 func (x *SetMember) Reset() {
 	*x = SetMember{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1365,7 @@ func (x *SetMember) String() string {
 func (*SetMember) ProtoMessage() {}
 
 func (x *SetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1378,7 @@ func (x *SetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
 func (*SetMember) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetMember) GetNodeId() string {
@@ -1181,7 +1420,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1432,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1445,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MemberInfo) GetNodeId() string {
@@ -1244,7 +1483,7 @@ type Restore struct {
 
 func (x *Restore) Reset() {
 	*x = Restore{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1495,7 @@ func (x *Restore) String() string {
 func (*Restore) ProtoMessage() {}
 
 func (x *Restore) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1508,7 @@ func (x *Restore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restore.ProtoReflect.Descriptor instead.
 func (*Restore) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Restore) GetSnapshot() []byte {
@@ -1392,12 +1631,33 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12(\n" +
-	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\x88\x01\n" +
+	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\xb0\x01\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
 	"\aholders\x18\x03 \x03(\v2\x12.lockd.fsm.v1.HoldR\aholders\x12(\n" +
-	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queue\"x\n" +
+	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queue\x12&\n" +
+	"\x04mark\x18\x05 \x01(\v2\x12.lockd.fsm.v1.MarkR\x04mark\"\xa4\x01\n" +
+	"\x04Mark\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12.\n" +
+	"\x13completed_unix_nano\x18\x04 \x01(\x03R\x11completedUnixNano\x12!\n" +
+	"\fretention_ms\x18\x05 \x01(\x03R\vretentionMs\"\xc0\x01\n" +
+	"\bComplete\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12!\n" +
+	"\fretention_ms\x18\x06 \x01(\x03R\vretentionMs\x12$\n" +
+	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\"I\n" +
+	"\tClearMark\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"x\n" +
 	"\tSetMember\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
@@ -1426,7 +1686,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),          // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
@@ -1442,22 +1702,26 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Hold)(nil),          // 11: lockd.fsm.v1.Hold
 	(*Wait)(nil),          // 12: lockd.fsm.v1.Wait
 	(*Lock)(nil),          // 13: lockd.fsm.v1.Lock
-	(*SetMember)(nil),     // 14: lockd.fsm.v1.SetMember
-	(*MemberInfo)(nil),    // 15: lockd.fsm.v1.MemberInfo
-	(*Restore)(nil),       // 16: lockd.fsm.v1.Restore
+	(*Mark)(nil),          // 14: lockd.fsm.v1.Mark
+	(*Complete)(nil),      // 15: lockd.fsm.v1.Complete
+	(*ClearMark)(nil),     // 16: lockd.fsm.v1.ClearMark
+	(*SetMember)(nil),     // 17: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),    // 18: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),       // 19: lockd.fsm.v1.Restore
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
 	13, // 1: lockd.fsm.v1.Snapshot.locks:type_name -> lockd.fsm.v1.Lock
-	15, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
+	18, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
 	9,  // 3: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
 	11, // 4: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
 	12, // 5: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
-	6,  // [6:6] is the sub-list for method output_type
-	6,  // [6:6] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	14, // 6: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_lockd_fsm_v1_fsm_proto_init() }
@@ -1472,7 +1736,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -67,6 +67,8 @@ const (
 	LockServiceForceReleaseProcedure = "/lockd.v1.LockService/ForceRelease"
 	// LockServiceStatusProcedure is the fully-qualified name of the LockService's Status RPC.
 	LockServiceStatusProcedure = "/lockd.v1.LockService/Status"
+	// LockServiceCompleteProcedure is the fully-qualified name of the LockService's Complete RPC.
+	LockServiceCompleteProcedure = "/lockd.v1.LockService/Complete"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -108,6 +110,11 @@ type LockServiceClient interface {
 	ForceRelease(context.Context, *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error)
 	// Status describes this node and the cluster as it sees it.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Complete marks the job a held exclusive lock guards as done and releases
+	// the lock: for the retention, acquiring it answers ALREADY_DONE instead
+	// of a grant, and its waiters are answered so at once. "Run once across
+	// servers" (the monthly invoice) becomes a guarantee.
+	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -193,6 +200,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Status")),
 			connect.WithClientOptions(opts...),
 		),
+		complete: connect.NewClient[v1.CompleteRequest, v1.CompleteResponse](
+			httpClient,
+			baseURL+LockServiceCompleteProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Complete")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -210,6 +223,7 @@ type lockServiceClient struct {
 	listLocks     *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
 	forceRelease  *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
 	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -272,6 +286,11 @@ func (c *lockServiceClient) Status(ctx context.Context, req *connect.Request[v1.
 	return c.status.CallUnary(ctx, req)
 }
 
+// Complete calls lockd.v1.LockService.Complete.
+func (c *lockServiceClient) Complete(ctx context.Context, req *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error) {
+	return c.complete.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -303,6 +322,11 @@ type LockServiceHandler interface {
 	ForceRelease(context.Context, *connect.Request[v1.ForceReleaseRequest]) (*connect.Response[v1.ForceReleaseResponse], error)
 	// Status describes this node and the cluster as it sees it.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Complete marks the job a held exclusive lock guards as done and releases
+	// the lock: for the retention, acquiring it answers ALREADY_DONE instead
+	// of a grant, and its waiters are answered so at once. "Run once across
+	// servers" (the monthly invoice) becomes a guarantee.
+	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -384,6 +408,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Status")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceCompleteHandler := connect.NewUnaryHandler(
+		LockServiceCompleteProcedure,
+		svc.Complete,
+		connect.WithSchema(lockServiceMethods.ByName("Complete")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -410,6 +440,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceForceReleaseHandler.ServeHTTP(w, r)
 		case LockServiceStatusProcedure:
 			lockServiceStatusHandler.ServeHTTP(w, r)
+		case LockServiceCompleteProcedure:
+			lockServiceCompleteHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -465,6 +497,10 @@ func (UnimplementedLockServiceHandler) ForceRelease(context.Context, *connect.Re
 
 func (UnimplementedLockServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Status is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Complete is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.

@@ -1,0 +1,77 @@
+package fsm_test
+
+import (
+	"slices"
+	"strconv"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+func applyRaw(t *testing.T, f *fsm.FSM, ct fsm.CmdType, m proto.Message) *fsm.Result {
+	t.Helper()
+	b, err := fsm.Encode(ct, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.ApplyCommand(b)
+}
+
+// TestCompleteMarksJobDone: completing a held lock releases it, answers its
+// waiters "already done", refuses later acquires until the mark is
+// cleared, and the mark survives a snapshot.
+func TestCompleteMarksJobDone(t *testing.T) {
+	rec := &recorder{}
+	f := fsm.New(rec)
+	apply(t, f, &fsmv1.Init{ClusterId: "c", Epoch: epoch})
+	for _, id := range []string{"a", "b", "c"} {
+		apply(t, f, &fsmv1.CreateSession{SessionId: id, TtlMs: 10000})
+	}
+	g := apply(t, f, &fsmv1.Acquire{SessionId: "a", Seq: 1, Ack: 1, Name: "invoices", Mode: excl})
+	apply(t, f, &fsmv1.Acquire{SessionId: "b", Seq: 1, Ack: 1, Name: "invoices", Mode: excl, Wait: true})
+	rec.take()
+
+	if r := applyRaw(t, f, fsm.CmdComplete, &fsmv1.Complete{SessionId: "c", Seq: 1, Ack: 1, Name: "invoices", Token: g.Token, RetentionMs: 1000}); r.Code != fsm.CodeNotHeld {
+		t.Fatalf("complete by a non-holder: %+v, want CodeNotHeld", r)
+	}
+	if r := applyRaw(t, f, fsm.CmdComplete, &fsmv1.Complete{SessionId: "a", Seq: 2, Ack: 2, Name: "invoices", Token: g.Token}); r.Code != fsm.CodeInvalid {
+		t.Fatalf("complete without retention: %+v, want CodeInvalid", r)
+	}
+	apply(t, f, &fsmv1.Complete{SessionId: "a", Seq: 3, Ack: 3, Name: "invoices", Token: g.Token, RetentionMs: 60000})
+	if got, want := rec.take(), []string{`dropped b "invoices" 1`, `marked "invoices" ` + strconv.FormatUint(g.Token, 10) + ` 60000`}; !slices.Equal(got, want) {
+		t.Fatalf("observer: got %q, want %q", got, want)
+	}
+	info, ok := f.Describe("invoices")
+	if !ok || info.Mark == nil || info.Mark.Token != g.Token || len(info.Holders) != 0 || len(info.Waiters) != 0 {
+		t.Fatalf("describe after complete: %+v", info)
+	}
+	r := applyRaw(t, f, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "c", Seq: 2, Ack: 2, Name: "invoices", Mode: excl, Wait: true})
+	if r.Code != fsm.CodeAlreadyDone || r.Mark == nil || r.Mark.Session != "a" {
+		t.Fatalf("acquire of a done lock: %+v, want CodeAlreadyDone naming a", r)
+	}
+
+	// The mark survives a snapshot.
+	g2 := fsm.New(nil)
+	if err := g2.RestoreBytes(persist(t, f)); err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(g2.State(), f.State()) {
+		t.Fatal("state with a mark differs after restore")
+	}
+
+	// A stale clear (another token) changes nothing; the right one frees it.
+	apply(t, f, &fsmv1.ClearMark{Name: "invoices", Token: g.Token + 100})
+	if _, ok := f.Describe("invoices"); !ok {
+		t.Fatal("clear with another token removed the mark")
+	}
+	apply(t, f, &fsmv1.ClearMark{Name: "invoices", Token: g.Token})
+	if _, ok := f.Describe("invoices"); ok {
+		t.Fatal("lock still there after its mark was cleared")
+	}
+	if g3 := apply(t, f, &fsmv1.Acquire{SessionId: "c", Seq: 3, Ack: 3, Name: "invoices", Mode: excl}); g3.Token <= g.Token {
+		t.Fatalf("grant after the mark: token %d not above %d", g3.Token, g.Token)
+	}
+}
