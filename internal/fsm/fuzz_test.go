@@ -52,6 +52,9 @@ func fuzzMore() []proto.Message {
 		&fsmv1.Init{ClusterId: "c2", Epoch: 5},
 		&fsmv1.SetMember{NodeId: "n2", ApiUrl: "http://n2:7070", RaftAddress: "n2:7071"},
 		&fsmv1.SetMember{NodeId: "n1", Remove: true},
+		&fsmv1.Complete{SessionId: "s1", Seq: 4, Ack: 4, Name: "a", Token: epoch + 1, RetentionMs: 60000},
+		&fsmv1.Complete{SessionId: "s1", Seq: 4, Ack: 4, Name: "a", Token: epoch + 2, RetentionMs: 60000}, // wrong token
+		&fsmv1.ClearMark{Name: "a", Token: epoch + 1},
 	}
 }
 
