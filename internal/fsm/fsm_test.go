@@ -256,8 +256,11 @@ func checkInvariants(snap *fsmv1.Snapshot) error {
 		return err
 	}
 	for _, l := range snap.Locks {
-		if len(l.Holders) == 0 && len(l.Queue) == 0 {
-			return fmt.Errorf("lock %q kept with no holders and no waiters", l.Name)
+		if l.Mark != nil && (len(l.Holders) > 0 || len(l.Queue) > 0) {
+			return fmt.Errorf("lock %q has a completion mark and holders or waiters", l.Name)
+		}
+		if len(l.Holders) == 0 && len(l.Queue) == 0 && l.Mark == nil {
+			return fmt.Errorf("lock %q kept with no holders, waiters or mark", l.Name)
 		}
 		if len(l.Queue) > 0 && grantable(l, l.Queue[0].Mode) {
 			return fmt.Errorf("lock %q: queue head %s (mode %d) is grantable but waits; holders %v", l.Name, l.Queue[0].SessionId, l.Queue[0].Mode, l.Holders)
