@@ -430,11 +430,15 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	}
 	s, r := f.request(c.SessionId, c.Seq, c.Ack)
 	if r != nil {
-		if r.Duplicate && r.Code == CodeBusy {
-			// The duplicate table keeps codes, not holders: name the
-			// current ones, as the first answer did.
-			if l := f.locks[c.Name]; l != nil {
+		if l := f.locks[c.Name]; r.Duplicate && l != nil {
+			// The duplicate table keeps codes, not details: name the
+			// current holders or mark, as the first answer did.
+			switch {
+			case r.Code == CodeBusy:
 				r.Holders = f.holderInfos(l)
+			case r.Code == CodeAlreadyDone && l.mark != nil:
+				mark := *l.mark
+				r.Mark = &mark
 			}
 		}
 		return r
@@ -472,7 +476,8 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	}
 	if l.mark != nil {
 		r := fail(CodeAlreadyDone, "the job of lock %q is done (token %d)", c.Name, l.mark.Token)
-		r.Mark = l.mark
+		mark := *l.mark
+		r.Mark = &mark
 		return f.remember(s, c.Seq, r)
 	}
 	if len(l.queue) == 0 && l.grantable(c.Mode) {

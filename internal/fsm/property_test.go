@@ -33,6 +33,7 @@ type mLock struct {
 	limit   uint32
 	holders []mHold
 	queue   []mWait
+	mark    uint64 // completion mark's token, 0 for none
 }
 
 type model struct {
@@ -83,7 +84,7 @@ func (m *model) settle(name string) {
 		l.queue = l.queue[1:]
 		m.grant(l, w.session, w.mode, w.seq)
 	}
-	if len(l.holders) == 0 && len(l.queue) == 0 {
+	if len(l.holders) == 0 && len(l.queue) == 0 && l.mark == 0 {
 		delete(m.locks, name)
 	}
 }
@@ -107,6 +108,9 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 		}
 	} else if a.Limit != nil && *a.Limit != l.limit {
 		return outcome{code: fsm.CodeLimitMismatch}
+	}
+	if l.mark != 0 {
+		return outcome{code: fsm.CodeAlreadyDone}
 	}
 	if len(l.queue) == 0 && l.fits(a.Mode) {
 		m.locks[a.Name] = l
@@ -135,6 +139,37 @@ func (m *model) release(r *fsmv1.Release) outcome {
 	l.holders = slices.Delete(l.holders, i, i+1)
 	m.settle(r.Name)
 	return outcome{}
+}
+
+// complete marks a held exclusive lock done: the hold goes, every waiter is
+// dropped, the mark stays.
+func (m *model) complete(c *fsmv1.Complete) outcome {
+	if _, ok := m.revoked[c.SessionId]; !ok {
+		return outcome{code: fsm.CodeSessionUnknown}
+	}
+	if c.RetentionMs <= 0 || c.RetentionMs > fsm.MaxRetentionMs {
+		return outcome{code: fsm.CodeInvalid}
+	}
+	l := m.locks[c.Name]
+	if l == nil {
+		return outcome{code: fsm.CodeNotHeld}
+	}
+	i := slices.IndexFunc(l.holders, func(h mHold) bool { return h.session == c.SessionId && h.token == c.Token })
+	if i < 0 {
+		return outcome{code: fsm.CodeNotHeld}
+	}
+	if l.holders[i].mode != excl {
+		return outcome{code: fsm.CodeInvalid}
+	}
+	l.holders, l.queue, l.mark = nil, nil, c.Token
+	return outcome{}
+}
+
+// clearMark ends a mark with the given token.
+func (m *model) clearMark(c *fsmv1.ClearMark) {
+	if l := m.locks[c.Name]; l != nil && l.mark != 0 && l.mark == c.Token {
+		delete(m.locks, c.Name)
+	}
 }
 
 func (m *model) cancel(c *fsmv1.Cancel) outcome {
@@ -214,6 +249,9 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 		for _, w := range pl.Queue {
 			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq})
 		}
+		if mark := pl.GetMark().GetToken(); mark != l.mark {
+			return fmt.Errorf("lock %q: completion mark %d, want %d", pl.Name, mark, l.mark)
+		}
 		if pl.Limit != l.limit || !slices.Equal(holders, l.holders) || !slices.Equal(queue, l.queue) {
 			return fmt.Errorf("lock %q:\n got limit %d holders %v queue %v\nwant limit %d holders %v queue %v", pl.Name, pl.Limit, holders, queue, l.limit, l.holders, l.queue)
 		}
@@ -260,7 +298,15 @@ func newMachine(t *rapid.T) *machine {
 	return m
 }
 
-func resultString(r *fsm.Result) string { return fmt.Sprintf("%+v", *r) }
+func resultString(r *fsm.Result) string {
+	c := *r
+	mark := ""
+	if c.Mark != nil {
+		mark = fmt.Sprintf("%+v", *c.Mark)
+		c.Mark = nil
+	}
+	return fmt.Sprintf("%+v mark=%s", c, mark)
+}
 
 // exec applies msg to every FSM and checks everything. want is the model's
 // prediction; replay marks a re-applied earlier command, which must change
@@ -566,6 +612,36 @@ func (m *machine) cancel(t *rapid.T) {
 	m.exec(t, x, m.model.cancel(x), false)
 }
 
+// complete completes one of the client's holds (or a wrong token/lock),
+// with a valid or an invalid retention.
+func (m *machine) complete(t *rapid.T) {
+	c := m.pickClient(t)
+	name := rapid.SampledFrom(lockNames).Draw(t, "name")
+	tokens := []uint64{epoch + 1, rapid.Uint64().Draw(t, "anyToken")}
+	if l := m.model.locks[name]; l != nil {
+		for _, h := range l.holders {
+			tokens = append(tokens, h.token)
+		}
+	}
+	seq, ack := m.nextSeq(t, c)
+	x := &fsmv1.Complete{SessionId: c.id, Seq: seq, Ack: ack, Name: name,
+		Token: rapid.SampledFrom(tokens).Draw(t, "token"), RetentionMs: rapid.SampledFrom([]int64{60000, 0, -1}).Draw(t, "retention"), TimeUnixNano: m.now}
+	m.exec(t, x, m.model.complete(x), false)
+}
+
+// clearMark ends a mark (the right token or another one), as the leader's
+// retention timer would.
+func (m *machine) clearMark(t *rapid.T) {
+	name := rapid.SampledFrom(lockNames).Draw(t, "name")
+	tokens := []uint64{rapid.Uint64().Draw(t, "anyToken")}
+	if l := m.model.locks[name]; l != nil && l.mark != 0 {
+		tokens = append(tokens, l.mark, l.mark)
+	}
+	x := &fsmv1.ClearMark{Name: name, Token: rapid.SampledFrom(tokens).Draw(t, "token")}
+	m.model.clearMark(x)
+	m.exec(t, x, outcome{}, false)
+}
+
 func (m *machine) closeOrExpire(t *rapid.T) {
 	c := m.pickClient(t)
 	var msg proto.Message = &fsmv1.CloseSession{SessionId: c.id, Seq: c.next + 1}
@@ -711,6 +787,8 @@ func TestProperties(t *testing.T) {
 			{"acquire", 6, m.acquire},
 			{"release", 4, m.release},
 			{"cancel", 2, m.cancel},
+			{"complete", 1, m.complete},
+			{"clearMark", 1, m.clearMark},
 			{"close", 1, m.closeOrExpire},
 			{"revoke", 1, m.revoke},
 			{"replay", 3, m.replay},
