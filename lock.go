@@ -28,10 +28,11 @@ var notHeldCtx = func() context.Context {
 // lock is the machinery shared by Mutex, Semaphore and RWMutex: one hold
 // at a time, taken through a session.
 type lock struct {
-	s     *Session
-	name  string
-	limit *uint32 // nil: the lock's existing limit (1 for a new lock)
-	value []byte
+	s         *Session
+	name      string
+	limit     *uint32 // nil: the lock's existing limit (1 for a new lock)
+	value     []byte
+	lockDelay time.Duration
 
 	mu   sync.Mutex
 	busy bool  // an acquire is in flight
@@ -52,7 +53,7 @@ func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
 			o(&cfg)
 		}
 	}
-	return &lock{s: s, name: name, limit: limit, value: cfg.value}
+	return &lock{s: s, name: name, limit: limit, value: cfg.value, lockDelay: cfg.lockDelay}
 }
 
 // acquire takes the lock in a mode. With wait it queues on the server until
@@ -90,6 +91,9 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		msg := &lockdv1.AcquireRequest{
 			SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
 			Limit: l.limit, Wait: wait, Value: l.value,
+		}
+		if l.lockDelay > 0 {
+			msg.LockDelay = durationpb.New(l.lockDelay)
 		}
 		p := safe
 		if wait {

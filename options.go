@@ -230,7 +230,8 @@ func WithDeadlineFunc(f func(deadline time.Time)) SessionOption {
 }
 
 type lockConfig struct {
-	value []byte
+	value     []byte
+	lockDelay time.Duration
 }
 
 // LockOption configures a Mutex, Semaphore or RWMutex.
@@ -241,4 +242,13 @@ type LockOption func(*lockConfig)
 // the lock and why, for people.
 func WithValue(v []byte) LockOption {
 	return func(c *lockConfig) { c.value = append([]byte(nil), v...) }
+}
+
+// WithLockDelay sets the lock's lock-delay when this request creates it
+// (ignored for a lock that exists): after a holder's session expires — not
+// a clean Unlock — the server grants the lock to nobody for d (at most 1 h),
+// a margin against a holder that was paused past its lease and may still be
+// working. Fencing tokens remain the real protection.
+func WithLockDelay(d time.Duration) LockOption {
+	return func(c *lockConfig) { c.lockDelay = d }
 }

@@ -54,11 +54,12 @@ type runFlags struct {
 	killGraceSet     bool
 	conflictExitCode int
 	once             time.Duration // --once: complete instead of release after exit 0
+	lockDelay        time.Duration
 	name             string
 	command          []string
 }
 
-const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] NAME -- CMD [ARGS...]"
+const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
 
 func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	var f runFlags
@@ -86,6 +87,7 @@ func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
 	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
 	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
+	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
 	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
 
 	// Everything after the first "--" is the command.
@@ -252,19 +254,19 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 	try := f.waitSet && f.wait == 0
 	switch {
 	case f.limitSet:
-		l := sess.NewSemaphore(f.name, uint32(f.limit))
+		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay))
 		if try {
 			return l, l.TryLock(ctx)
 		}
 		return l, l.Lock(ctx)
 	case f.shared:
-		l := sess.NewRWMutex(f.name)
+		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay))
 		if try {
 			return l, l.TryRLock(ctx)
 		}
 		return l, l.RLock(ctx)
 	default:
-		l := sess.NewMutex(f.name)
+		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay))
 		if try {
 			return l, l.TryLock(ctx)
 		}

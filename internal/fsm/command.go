@@ -29,6 +29,7 @@ const (
 	CmdRestore       CmdType = 10
 	CmdComplete      CmdType = 11
 	CmdClearMark     CmdType = 12
+	CmdUndelay       CmdType = 13
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -45,6 +46,8 @@ const (
 	MaxSessions        = 1 << 20
 	MaxLocksPerSession = 1 << 14
 	MaxWaiters         = 1 << 16
+	// MaxLockDelayMs bounds a lock-delay (1 h).
+	MaxLockDelayMs = 3600 * 1000
 	// maxResults bounds the duplicate table of one session even when a
 	// client never advances its ack.
 	maxResults = 256
@@ -96,6 +99,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.Complete{}
 	case CmdClearMark:
 		m = &fsmv1.ClearMark{}
+	case CmdUndelay:
+		m = &fsmv1.Undelay{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

@@ -75,3 +75,52 @@ func TestCompleteMarksJobDone(t *testing.T) {
 		t.Fatalf("grant after the mark: token %d not above %d", g3.Token, g.Token)
 	}
 }
+
+// TestLockDelay: after a holder's session expires (not a clean release),
+// a lock with a lock-delay grants nothing until the leader's Undelay; a
+// clean release or close hands over at once.
+func TestLockDelay(t *testing.T) {
+	rec := &recorder{}
+	f := fsm.New(rec)
+	apply(t, f, &fsmv1.Init{ClusterId: "c", Epoch: epoch})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		apply(t, f, &fsmv1.CreateSession{SessionId: id, TtlMs: 10000})
+	}
+	if r := applyRaw(t, f, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: 1, Ack: 1, Name: "x", Mode: excl, LockDelayMs: -1}); r.Code != fsm.CodeInvalid {
+		t.Fatalf("negative lock-delay: %+v, want CodeInvalid", r)
+	}
+	g := apply(t, f, &fsmv1.Acquire{SessionId: "a", Seq: 2, Ack: 2, Name: "x", Mode: excl, LockDelayMs: 5000})
+	apply(t, f, &fsmv1.Acquire{SessionId: "b", Seq: 1, Ack: 1, Name: "x", Mode: excl, Wait: true})
+	rec.take()
+	apply(t, f, &fsmv1.ExpireSession{SessionId: "a"})
+	if got := rec.take(); !slices.Contains(got, `lockdelay "x" 5000`) {
+		t.Fatalf("observer after expiry: %q, want a lock-delay", got)
+	}
+	info, _ := f.Describe("x")
+	if !info.Delayed || len(info.Holders) != 0 || len(info.Waiters) != 1 {
+		t.Fatalf("after expiry: %+v, want delayed with b still waiting", info)
+	}
+	if r := applyRaw(t, f, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "c", Seq: 1, Ack: 1, Name: "x", Mode: excl}); r.Code != fsm.CodeBusy {
+		t.Fatalf("try during the lock-delay: %+v, want CodeBusy", r)
+	}
+	apply(t, f, &fsmv1.Undelay{Name: "x"})
+	info, _ = f.Describe("x")
+	if info.Delayed || len(info.Holders) != 1 || info.Holders[0].Session != "b" || info.Holders[0].Token <= g.Token {
+		t.Fatalf("after undelay: %+v, want b holding with a larger token", info)
+	}
+	// A clean release does not delay.
+	apply(t, f, &fsmv1.Acquire{SessionId: "d", Seq: 1, Ack: 1, Name: "x", Mode: excl, Wait: true})
+	apply(t, f, &fsmv1.Release{SessionId: "b", Seq: 2, Ack: 2, Name: "x", Token: info.Holders[0].Token})
+	if info, _ = f.Describe("x"); info.Delayed || len(info.Holders) != 1 || info.Holders[0].Session != "d" {
+		t.Fatalf("after a clean release: %+v, want d holding at once", info)
+	}
+	// The delay state survives a snapshot.
+	apply(t, f, &fsmv1.ExpireSession{SessionId: "d"})
+	g2 := fsm.New(nil)
+	if err := g2.RestoreBytes(persist(t, f)); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := g2.Describe("x"); !info.Delayed || info.DelayMs != 5000 {
+		t.Fatalf("restored: %+v, want delayed", info)
+	}
+}

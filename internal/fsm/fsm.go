@@ -102,6 +102,8 @@ type Observer interface {
 	MarkSet(name string, token uint64, retentionMs int64)
 	// MarkCleared: lock name's completion mark (token) ended.
 	MarkCleared(name string, token uint64)
+	// LockDelayed: lock name's holder expired; nothing is granted for delayMs.
+	LockDelayed(name string, delayMs int64)
 	// Restored: the whole state was replaced from a snapshot.
 	Restored()
 }
@@ -142,6 +144,8 @@ type lock struct {
 	holders []*hold // in token order
 	queue   []*wait // FIFO
 	mark    *Mark   // completion mark: then no holders or waiters
+	delayMs int64   // lock-delay after an expired holder, fixed at creation
+	delayed bool    // a lock-delay runs: nothing is granted
 }
 
 // Mark is a completion mark: the job a lock guards was done.
@@ -154,7 +158,9 @@ type Mark struct {
 }
 
 // empty reports whether the lock can be deleted.
-func (l *lock) empty() bool { return len(l.holders) == 0 && len(l.queue) == 0 && l.mark == nil }
+func (l *lock) empty() bool {
+	return len(l.holders) == 0 && len(l.queue) == 0 && l.mark == nil && !l.delayed
+}
 
 // Stats counts what Apply did, for metrics and tests.
 type Stats struct {
@@ -243,7 +249,7 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 	case CmdCloseSession:
 		c := m.(*fsmv1.CloseSession)
 		if s := f.sessions[c.SessionId]; s != nil {
-			f.removeSession(s, 0)
+			f.removeSession(s, 0, false)
 		}
 		return &Result{}
 	case CmdExpireSession:
@@ -255,7 +261,7 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		}
 		if s := f.sessions[c.SessionId]; s != nil {
 			f.stats.Expired++
-			f.removeSession(s, c.TimeUnixNano)
+			f.removeSession(s, c.TimeUnixNano, true)
 		}
 		return &Result{}
 	case CmdRevokeSession:
@@ -282,6 +288,16 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applySetMember(m.(*fsmv1.SetMember))
 	case CmdComplete:
 		return f.applyComplete(m.(*fsmv1.Complete))
+	case CmdUndelay:
+		c := m.(*fsmv1.Undelay)
+		if c.Term != 0 && term != 0 && c.Term != term {
+			return fail(CodeInvalid, "stale end of lock-delay decided in term %d, committed in term %d", c.Term, term)
+		}
+		if l := f.locks[c.Name]; l != nil && l.delayed {
+			l.delayed = false
+			f.promote(l, 0)
+		}
+		return &Result{}
 	case CmdClearMark:
 		c := m.(*fsmv1.ClearMark)
 		if c.Term != 0 && term != 0 && c.Term != term {
@@ -449,6 +465,9 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if !validMode(c.Mode) {
 		return f.remember(s, c.Seq, fail(CodeInvalid, "unknown mode %d", c.Mode))
 	}
+	if c.LockDelayMs < 0 || c.LockDelayMs > MaxLockDelayMs {
+		return f.remember(s, c.Seq, fail(CodeInvalid, "lock-delay %d ms is outside [0, %d]", c.LockDelayMs, MaxLockDelayMs))
+	}
 	if len(c.Value) > MaxValueBytes {
 		return f.remember(s, c.Seq, fail(CodeInvalid, "value is %d bytes, more than %d", len(c.Value), MaxValueBytes))
 	}
@@ -470,7 +489,7 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		if c.Limit != nil {
 			limit = *c.Limit
 		}
-		l = &lock{name: c.Name, limit: limit}
+		l = &lock{name: c.Name, limit: limit, delayMs: c.LockDelayMs}
 	} else if c.Limit != nil && *c.Limit != l.limit {
 		return f.remember(s, c.Seq, fail(CodeLimitMismatch, "lock %q has limit %d, request asked %d", c.Name, l.limit, *c.Limit))
 	}
@@ -480,7 +499,7 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		r.Mark = &mark
 		return f.remember(s, c.Seq, r)
 	}
-	if len(l.queue) == 0 && l.grantable(c.Mode) {
+	if !l.delayed && len(l.queue) == 0 && l.grantable(c.Mode) {
 		f.locks[c.Name] = l
 		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano)
 		return f.remember(s, c.Seq, &Result{Status: StatusGranted, Token: h.token})
@@ -573,6 +592,20 @@ func (f *FSM) Marks() map[string]Mark {
 	return out
 }
 
+// WithDelays calls fn with every lock whose lock-delay runs (name → delay)
+// while no command can be applied (see WithSessions).
+func (f *FSM) WithDelays(fn func(map[string]int64)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := map[string]int64{}
+	for name, l := range f.locks {
+		if l.delayed {
+			out[name] = l.delayMs
+		}
+	}
+	fn(out)
+}
+
 // WithMarks calls fn with every completion mark while no command can be
 // applied (see WithSessions).
 func (f *FSM) WithMarks(fn func(map[string]Mark)) {
@@ -610,7 +643,7 @@ func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, n
 // waiters together, an exclusive one alone. A waiting exclusive request stops
 // shared ones behind it.
 func (f *FSM) promote(l *lock, now int64) {
-	for len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
+	for !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
 		w := l.queue[0]
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
@@ -700,7 +733,7 @@ func (f *FSM) dropWaits(s *session, now int64) {
 	}
 }
 
-func (f *FSM) removeSession(s *session, now int64) {
+func (f *FSM) removeSession(s *session, now int64, expired bool) {
 	// Sorted, so the Observer hears the same events in the same order on
 	// every replica.
 	waits := slices.Sorted(maps.Keys(s.waits))
@@ -709,7 +742,16 @@ func (f *FSM) removeSession(s *session, now int64) {
 		f.removeWait(f.locks[name], s.waits[name])
 	}
 	for _, name := range holds {
-		f.removeHold(f.locks[name], s.holds[name])
+		l := f.locks[name]
+		f.removeHold(l, s.holds[name])
+		if expired && l.delayMs > 0 && !l.delayed {
+			// The holder did not release: it may still be running. Grant
+			// nothing for the lock-delay (the leader ends it with Undelay).
+			l.delayed = true
+			if f.obs != nil {
+				f.obs.LockDelayed(name, l.delayMs)
+			}
+		}
 	}
 	delete(f.sessions, s.id)
 	if s.requestID != "" {
@@ -752,6 +794,8 @@ type LockInfo struct {
 	Holders []HolderInfo
 	Waiters []WaiterInfo
 	Mark    *Mark
+	DelayMs int64
+	Delayed bool
 }
 
 func (f *FSM) holderInfos(l *lock) []HolderInfo {
@@ -770,7 +814,7 @@ func (f *FSM) ownerOf(id string) string {
 }
 
 func (f *FSM) lockInfo(l *lock) LockInfo {
-	li := LockInfo{Name: l.name, Limit: l.limit, Holders: f.holderInfos(l), Waiters: make([]WaiterInfo, len(l.queue))}
+	li := LockInfo{Name: l.name, Limit: l.limit, Holders: f.holderInfos(l), Waiters: make([]WaiterInfo, len(l.queue)), DelayMs: l.delayMs, Delayed: l.delayed}
 	if l.mark != nil {
 		m := *l.mark
 		li.Mark = &m

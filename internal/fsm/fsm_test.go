@@ -67,6 +67,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdComplete
 	case *fsmv1.ClearMark:
 		return fsm.CmdClearMark
+	case *fsmv1.Undelay:
+		return fsm.CmdUndelay
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -140,8 +142,9 @@ func (r *recorder) WaitDropped(session, name string, seq uint64) {
 func (r *recorder) MarkSet(name string, token uint64, retentionMs int64) {
 	r.add("marked %q %d %d", name, token, retentionMs)
 }
-func (r *recorder) MarkCleared(name string, token uint64) { r.add("unmarked %q %d", name, token) }
-func (r *recorder) Restored()                             { r.add("restored") }
+func (r *recorder) MarkCleared(name string, token uint64)  { r.add("unmarked %q %d", name, token) }
+func (r *recorder) LockDelayed(name string, delayMs int64) { r.add("lockdelay %q %d", name, delayMs) }
+func (r *recorder) Restored()                              { r.add("restored") }
 
 // take returns the events since the last call.
 func (r *recorder) take() []string {
@@ -259,10 +262,10 @@ func checkInvariants(snap *fsmv1.Snapshot) error {
 		if l.Mark != nil && (len(l.Holders) > 0 || len(l.Queue) > 0) {
 			return fmt.Errorf("lock %q has a completion mark and holders or waiters", l.Name)
 		}
-		if len(l.Holders) == 0 && len(l.Queue) == 0 && l.Mark == nil {
+		if len(l.Holders) == 0 && len(l.Queue) == 0 && l.Mark == nil && !l.Delayed {
 			return fmt.Errorf("lock %q kept with no holders, waiters or mark", l.Name)
 		}
-		if len(l.Queue) > 0 && grantable(l, l.Queue[0].Mode) {
+		if !l.Delayed && len(l.Queue) > 0 && grantable(l, l.Queue[0].Mode) {
 			return fmt.Errorf("lock %q: queue head %s (mode %d) is grantable but waits; holders %v", l.Name, l.Queue[0].SessionId, l.Queue[0].Mode, l.Holders)
 		}
 	}

@@ -33,7 +33,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	}
 	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
 	for _, l := range f.locks {
-		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit}
+		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed}
 		for _, h := range l.holders {
 			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
 		}
@@ -199,6 +199,9 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 			if m := f.locks[name].mark; m != nil {
 				f.obs.MarkSet(name, m.Token, m.RetentionMs)
 			}
+			if l := f.locks[name]; l.delayed {
+				f.obs.LockDelayed(name, l.delayMs)
+			}
 		}
 	}
 	return &Result{}
@@ -234,7 +237,10 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if locks[pl.Name] != nil {
 			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
-		l := &lock{name: pl.Name, limit: pl.Limit}
+		if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && pl.LockDelayMs == 0 {
+			return nil, fmt.Errorf("snapshot: lock %q: bad lock-delay", pl.Name)
+		}
+		l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed}
 		for i, ph := range pl.Holders {
 			s := sessions[ph.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
@@ -278,7 +284,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			}
 			l.mark = &Mark{Session: pm.SessionId, Owner: pm.Owner, Token: pm.Token, CompletedAt: pm.CompletedUnixNano, RetentionMs: pm.RetentionMs}
 		}
-		if len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
+		if !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
 			// Apply never leaves a head waiter that fits: it would wait on a
 			// lock nothing will ever release.
 			return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)

@@ -232,9 +232,16 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	// any leadership change, and the client repeats the same request on the
 	// new leader, which answers from its state.
 	changed := a.s.leadershipChanges()
+	var delay time.Duration
+	if m.LockDelay != nil {
+		if err := m.LockDelay.CheckValid(); err != nil || m.LockDelay.AsDuration() < 0 || m.LockDelay.AsDuration().Milliseconds() > fsm.MaxLockDelayMs {
+			return nil, a.s.invalid("lock_delay must be a duration from 0 to 1h")
+		}
+		delay = m.LockDelay.AsDuration()
+	}
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(),
+		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(), LockDelayMs: delay.Milliseconds(),
 	})
 	if err != nil {
 		return nil, err
@@ -389,6 +396,10 @@ func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
 	li := &lockdv1.LockInfo{Name: l.Name, Limit: l.Limit, Holders: holdersPB(l.Holders)}
 	if l.Mark != nil {
 		li.Mark = markPB(*l.Mark)
+	}
+	if l.DelayMs > 0 {
+		li.LockDelay = durationpb.New(time.Duration(l.DelayMs) * time.Millisecond)
+		li.Delayed = l.Delayed
 	}
 	for _, w := range l.Waiters {
 		li.Waiters = append(li.Waiters, &lockdv1.Waiter{SessionId: w.Session, Mode: lockdv1.Mode(w.Mode), QueuedAt: timestamppb.New(time.Unix(0, w.QueuedAt)), Owner: w.Owner})

@@ -395,3 +395,28 @@ func TestSharedQueuesBehindWaitingExclusive(t *testing.T) {
 		t.Fatalf("after writer released: holders %v, want reader 2 with a larger token", info.Holders)
 	}
 }
+
+// TestLockDelayAfterExpiry: a holder's session expires; the lock, created
+// with a lock-delay, goes to the waiter no earlier than TTL + delay after
+// the holder's last contact (a clean release would hand over at once).
+func TestLockDelayAfterExpiry(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newRaw(t, srv)
+	a := c.session(200 * time.Millisecond) // never kept alive
+	b := c.session(10 * time.Second)
+	start := time.Now()
+	g, err := c.acquire(&lockdv1.AcquireRequest{SessionId: a, Seq: 1, Name: "delayed", LockDelay: durationpb.New(500 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.acquire(&lockdv1.AcquireRequest{SessionId: b, Seq: 1, Name: "delayed", Wait: true, PollTimeout: durationpb.New(10 * time.Second)})
+	if err != nil || r.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED || r.Token <= g.Token {
+		t.Fatalf("waiter: %v %v", r, err)
+	}
+	if el, min := time.Since(start), 700*time.Millisecond; el < min {
+		t.Fatalf("granted %v after the holder's start, before TTL + lock-delay (%v)", el, min)
+	}
+	if _, err := c.acquire(&lockdv1.AcquireRequest{SessionId: b, Seq: 2, Name: "bad", LockDelay: durationpb.New(2 * time.Hour)}); reason(err) != lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT {
+		t.Fatalf("lock-delay of 2h: %v, want invalid argument", err)
+	}
+}

@@ -76,6 +76,7 @@ func (w *waiters) notify(k waitKey, o waitOutcome) {
 type observer struct {
 	lease   *lease.Manager
 	marks   *lease.Manager // completion marks, keyed by markKey
+	delays  *lease.Manager // lock-delays, keyed by lock name
 	waiters *waiters
 }
 
@@ -95,6 +96,13 @@ func parseMarkKey(key string) (name string, token uint64, ok bool) {
 func (o *observer) MarkSet(name string, token uint64, retentionMs int64) {
 	if o.marks != nil {
 		o.marks.Created(markKey(name, token), time.Duration(retentionMs)*time.Millisecond)
+	}
+}
+
+func (o *observer) LockDelayed(name string, delayMs int64) {
+	if o.delays != nil {
+		o.delays.Removed(name) // a new delay starts over
+		o.delays.Created(name, time.Duration(delayMs)*time.Millisecond)
 	}
 }
 

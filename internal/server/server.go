@@ -98,6 +98,7 @@ type Server struct {
 	raft    *raft.Raft
 	lease   *lease.Manager
 	marks   *lease.Manager
+	delays  *lease.Manager
 	waiters *waiters
 	metrics *metrics
 	fwd     *forwarder
@@ -194,7 +195,8 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	// Completion marks end by the same kind of leader timer, without grace:
 	// a new leader restarts each retention in full (late, never early).
 	s.marks = lease.New(0, s.clearMark)
-	s.fsm = fsm.New(&observer{lease: s.lease, marks: s.marks, waiters: s.waiters})
+	s.delays = lease.New(0, s.undelay)
+	s.fsm = fsm.New(&observer{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters})
 	s.metrics.registerState(reg, s)
 
 	raftDir := filepath.Join(cfg.DataDir, "raft")
@@ -404,6 +406,7 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 			s.promotedTerm.Store(0)
 			s.lease.Demote()
 			s.marks.Demote()
+			s.delays.Demote()
 			s.leaderMu.Unlock()
 			if isLeader {
 				s.background(func() { s.establish(gen) })
@@ -464,6 +467,13 @@ func (s *Server) establish(gen uint64) {
 						ls = append(ls, lease.Session{ID: markKey(name, m.Token), TTL: time.Duration(m.RetentionMs) * time.Millisecond})
 					}
 					s.marks.Promote(term, ls)
+				})
+				s.fsm.WithDelays(func(ds map[string]int64) {
+					ls := make([]lease.Session, 0, len(ds))
+					for name, ms := range ds {
+						ls = append(ls, lease.Session{ID: name, TTL: time.Duration(ms) * time.Millisecond})
+					}
+					s.delays.Promote(term, ls)
 				})
 				s.promotedTerm.Store(term)
 				s.firstReadyOnce.Do(func() { close(s.firstReady) })
@@ -532,6 +542,21 @@ func (s *Server) clearMark(key string, term uint64) {
 		return
 	}
 	s.log.Info("completion mark expired", "lock", name, "token", token)
+}
+
+// undelay is the lock-delay manager's callback: the delay after an expired
+// holder of lock name has run (in full on this leader); grant again.
+func (s *Server) undelay(name string, term uint64) {
+	if s.promotedTerm.Load() != term {
+		return
+	}
+	if err := s.linearizable(); err != nil {
+		return
+	}
+	if _, err := s.propose(fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Term: term}); err != nil {
+		s.log.Warn("propose end of lock-delay failed", "lock", name, "err", err)
+		s.delays.Retry(name, s.cfg.ElectionTimeout)
+	}
 }
 
 // leadershipChanges returns a channel closed at the next leadership change
@@ -650,6 +675,7 @@ func (s *Server) Close() error {
 		}
 		s.lease.Demote()
 		s.marks.Demote()
+		s.delays.Demote()
 		s.wg.Wait()
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())

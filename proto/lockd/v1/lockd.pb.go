@@ -926,7 +926,11 @@ type AcquireRequest struct {
 	// runs out the answer is QUEUED and the client repeats the same request.
 	PollTimeout *durationpb.Duration `protobuf:"bytes,8,opt,name=poll_timeout,json=pollTimeout,proto3" json:"poll_timeout,omitempty"`
 	// Small owner metadata kept with the hold (at most 1 KiB).
-	Value         []byte `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	// Lock-delay, fixed when the lock is created (later values are ignored):
+	// after a holder's session *expires* (not a clean release), the lock is
+	// not granted again for this long. Default 0, at most 1 h.
+	LockDelay     *durationpb.Duration `protobuf:"bytes,10,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1020,6 +1024,13 @@ func (x *AcquireRequest) GetPollTimeout() *durationpb.Duration {
 func (x *AcquireRequest) GetValue() []byte {
 	if x != nil {
 		return x.Value
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
 	}
 	return nil
 }
@@ -1650,7 +1661,10 @@ type LockInfo struct {
 	Holders []*Holder              `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
 	Waiters []*Waiter              `protobuf:"bytes,4,rep,name=waiters,proto3" json:"waiters,omitempty"`
 	// Set when the lock's job is done (then there are no holders or waiters).
-	Mark          *Mark `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`
+	Mark      *Mark                `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,6,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// True while the lock-delay after an expired holder runs.
+	Delayed       bool `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1718,6 +1732,20 @@ func (x *LockInfo) GetMark() *Mark {
 		return x.Mark
 	}
 	return nil
+}
+
+func (x *LockInfo) GetLockDelay() *durationpb.Duration {
+	if x != nil {
+		return x.LockDelay
+	}
+	return nil
+}
+
+func (x *LockInfo) GetDelayed() bool {
+	if x != nil {
+		return x.Delayed
+	}
+	return false
 }
 
 type DescribeLockResponse struct {
@@ -2700,7 +2728,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05waits\x18\x06 \x01(\rR\x05waits\x12\x18\n" +
 	"\arevoked\x18\a \x01(\bR\arevoked\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
-	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\x98\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xd2\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2711,7 +2739,10 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\rH\x00R\x05limit\x88\x01\x01\x12\x12\n" +
 	"\x04wait\x18\a \x01(\bR\x04wait\x12<\n" +
 	"\fpoll_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\vpollTimeout\x12\x14\n" +
-	"\x05value\x18\t \x01(\fR\x05valueB\b\n" +
+	"\x05value\x18\t \x01(\fR\x05value\x128\n" +
+	"\n" +
+	"lock_delay\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\tlockDelayB\b\n" +
 	"\x06_limit\"\x93\x01\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12\x14\n" +
@@ -2762,13 +2793,16 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x127\n" +
 	"\tqueued_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x12\x14\n" +
-	"\x05owner\x18\x04 \x01(\tR\x05owner\"\xb0\x01\n" +
+	"\x05owner\x18\x04 \x01(\tR\x05owner\"\x84\x02\n" +
 	"\bLockInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12*\n" +
 	"\aholders\x18\x03 \x03(\v2\x10.lockd.v1.HolderR\aholders\x12*\n" +
 	"\awaiters\x18\x04 \x03(\v2\x10.lockd.v1.WaiterR\awaiters\x12\"\n" +
-	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\">\n" +
+	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\x128\n" +
+	"\n" +
+	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x18\n" +
+	"\adelayed\x18\a \x01(\bR\adelayed\">\n" +
 	"\x14DescribeLockResponse\x12&\n" +
 	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xa3\x01\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
@@ -2959,59 +2993,61 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
 	44, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	3,  // 14: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 15: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 16: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 17: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	43, // 18: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 19: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	43, // 20: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	24, // 21: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	25, // 22: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	5,  // 23: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	26, // 24: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 25: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	26, // 26: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	44, // 27: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	35, // 28: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	35, // 29: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	6,  // 30: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 31: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 32: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 33: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 34: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 35: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 36: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 37: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 38: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 39: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 40: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	34, // 41: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 42: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	37, // 43: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	39, // 44: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	41, // 45: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	7,  // 46: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 47: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 48: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 49: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 50: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 51: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 52: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 53: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 54: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 55: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 56: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	36, // 57: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 58: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	38, // 59: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	40, // 60: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	42, // 61: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	46, // [46:62] is the sub-list for method output_type
-	30, // [30:46] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	44, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	43, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	43, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	24, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	25, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	5,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	44, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	26, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	26, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	44, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	35, // 30: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	35, // 31: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	6,  // 32: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 33: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 34: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 35: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 36: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 37: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 38: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 39: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 40: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 41: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 42: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	34, // 43: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 44: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	37, // 45: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	39, // 46: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	41, // 47: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	7,  // 48: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 49: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 50: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 51: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 52: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 53: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 54: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 55: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 56: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 57: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 58: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	36, // 59: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 60: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	38, // 61: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	40, // 62: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	42, // 63: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	48, // [48:64] is the sub-list for method output_type
+	32, // [32:48] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }

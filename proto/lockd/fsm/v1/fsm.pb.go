@@ -345,6 +345,7 @@ type Acquire struct {
 	Wait          bool                   `protobuf:"varint,7,opt,name=wait,proto3" json:"wait,omitempty"`
 	Value         []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	TimeUnixNano  int64                  `protobuf:"varint,9,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	LockDelayMs   int64                  `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +439,13 @@ func (x *Acquire) GetValue() []byte {
 func (x *Acquire) GetTimeUnixNano() int64 {
 	if x != nil {
 		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Acquire) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
 	}
 	return 0
 }
@@ -1038,6 +1046,8 @@ type Lock struct {
 	Holders       []*Hold                `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"` // by token
 	Queue         []*Wait                `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`     // FIFO
 	Mark          *Mark                  `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`       // completion mark; then no holders or waiters
+	LockDelayMs   int64                  `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	Delayed       bool                   `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"` // a lock-delay runs: nothing is granted
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,6 +1117,73 @@ func (x *Lock) GetMark() *Mark {
 	return nil
 }
 
+func (x *Lock) GetLockDelayMs() int64 {
+	if x != nil {
+		return x.LockDelayMs
+	}
+	return 0
+}
+
+func (x *Lock) GetDelayed() bool {
+	if x != nil {
+		return x.Delayed
+	}
+	return false
+}
+
+// Undelay ends a lock-delay (leader timer), bound to the deciding term.
+type Undelay struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Undelay) Reset() {
+	*x = Undelay{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Undelay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Undelay) ProtoMessage() {}
+
+func (x *Undelay) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Undelay.ProtoReflect.Descriptor instead.
+func (*Undelay) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Undelay) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Undelay) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 type Mark struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	SessionId         string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1120,7 +1197,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1132,7 +1209,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1145,7 +1222,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Mark) GetSessionId() string {
@@ -1199,7 +1276,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1288,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1301,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Complete) GetSessionId() string {
@@ -1289,7 +1366,7 @@ type ClearMark struct {
 
 func (x *ClearMark) Reset() {
 	*x = ClearMark{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1378,7 @@ func (x *ClearMark) String() string {
 func (*ClearMark) ProtoMessage() {}
 
 func (x *ClearMark) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1391,7 @@ func (x *ClearMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMark.ProtoReflect.Descriptor instead.
 func (*ClearMark) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ClearMark) GetName() string {
@@ -1353,7 +1430,7 @@ type SetMember struct {
 
 func (x *SetMember) Reset() {
 	*x = SetMember{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1442,7 @@ func (x *SetMember) String() string {
 func (*SetMember) ProtoMessage() {}
 
 func (x *SetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1455,7 @@ func (x *SetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
 func (*SetMember) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetMember) GetNodeId() string {
@@ -1420,7 +1497,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1509,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1522,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MemberInfo) GetNodeId() string {
@@ -1483,7 +1560,7 @@ type Restore struct {
 
 func (x *Restore) Reset() {
 	*x = Restore{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1572,7 @@ func (x *Restore) String() string {
 func (*Restore) ProtoMessage() {}
 
 func (x *Restore) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1585,7 @@ func (x *Restore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restore.ProtoReflect.Descriptor instead.
 func (*Restore) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Restore) GetSnapshot() []byte {
@@ -1562,7 +1639,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xe9\x01\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\x8d\x02\n" +
 	"\aAcquire\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1573,7 +1650,9 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05limit\x18\x06 \x01(\rH\x00R\x05limit\x88\x01\x01\x12\x12\n" +
 	"\x04wait\x18\a \x01(\bR\x04wait\x12\x14\n" +
 	"\x05value\x18\b \x01(\fR\x05value\x12$\n" +
-	"\x0etime_unix_nano\x18\t \x01(\x03R\ftimeUnixNanoB\b\n" +
+	"\x0etime_unix_nano\x18\t \x01(\x03R\ftimeUnixNano\x12\"\n" +
+	"\rlock_delay_ms\x18\n" +
+	" \x01(\x03R\vlockDelayMsB\b\n" +
 	"\x06_limit\"\x9c\x01\n" +
 	"\aRelease\x12\x1d\n" +
 	"\n" +
@@ -1631,13 +1710,18 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12(\n" +
-	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\xb0\x01\n" +
+	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\xee\x01\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
 	"\aholders\x18\x03 \x03(\v2\x12.lockd.fsm.v1.HoldR\aholders\x12(\n" +
 	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queue\x12&\n" +
-	"\x04mark\x18\x05 \x01(\v2\x12.lockd.fsm.v1.MarkR\x04mark\"\xa4\x01\n" +
+	"\x04mark\x18\x05 \x01(\v2\x12.lockd.fsm.v1.MarkR\x04mark\x12\"\n" +
+	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12\x18\n" +
+	"\adelayed\x18\a \x01(\bR\adelayed\"1\n" +
+	"\aUndelay\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\"\xa4\x01\n" +
 	"\x04Mark\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -1686,7 +1770,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),          // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
@@ -1702,21 +1786,22 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Hold)(nil),          // 11: lockd.fsm.v1.Hold
 	(*Wait)(nil),          // 12: lockd.fsm.v1.Wait
 	(*Lock)(nil),          // 13: lockd.fsm.v1.Lock
-	(*Mark)(nil),          // 14: lockd.fsm.v1.Mark
-	(*Complete)(nil),      // 15: lockd.fsm.v1.Complete
-	(*ClearMark)(nil),     // 16: lockd.fsm.v1.ClearMark
-	(*SetMember)(nil),     // 17: lockd.fsm.v1.SetMember
-	(*MemberInfo)(nil),    // 18: lockd.fsm.v1.MemberInfo
-	(*Restore)(nil),       // 19: lockd.fsm.v1.Restore
+	(*Undelay)(nil),       // 14: lockd.fsm.v1.Undelay
+	(*Mark)(nil),          // 15: lockd.fsm.v1.Mark
+	(*Complete)(nil),      // 16: lockd.fsm.v1.Complete
+	(*ClearMark)(nil),     // 17: lockd.fsm.v1.ClearMark
+	(*SetMember)(nil),     // 18: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),    // 19: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),       // 20: lockd.fsm.v1.Restore
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	10, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
 	13, // 1: lockd.fsm.v1.Snapshot.locks:type_name -> lockd.fsm.v1.Lock
-	18, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
+	19, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
 	9,  // 3: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
 	11, // 4: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
 	12, // 5: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
-	14, // 6: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
+	15, // 6: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
 	7,  // [7:7] is the sub-list for method output_type
 	7,  // [7:7] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -1736,7 +1821,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
