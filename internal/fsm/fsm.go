@@ -579,19 +579,6 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	return f.remember(s, c.Seq, &Result{})
 }
 
-// Marks returns every completion mark by lock name.
-func (f *FSM) Marks() map[string]Mark {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := map[string]Mark{}
-	for name, l := range f.locks {
-		if l.mark != nil {
-			out[name] = *l.mark
-		}
-	}
-	return out
-}
-
 // WithDelays calls fn with every lock whose lock-delay runs (name → delay)
 // while no command can be applied (see WithSessions).
 func (f *FSM) WithDelays(fn func(map[string]int64)) {

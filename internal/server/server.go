@@ -492,23 +492,32 @@ func (s *Server) establish(gen uint64) {
 }
 
 // expire is the lease manager's callback for a session whose deadline
-// passed in leadership term: verify leadership (still in that term), then
-// propose the expiry bound to that term, so a decision that is only
-// committed in a later term (after leases were restarted) is ignored.
+// passed in leadership term.
 func (s *Server) expire(id string, term uint64) {
+	if s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano(), Term: term}) {
+		s.metrics.sessionsExpired.Inc()
+		s.log.Info("session expired", "session", id)
+	}
+}
+
+// proposeTimed proposes the command a leader timer of manager m decided
+// (for key, in leadership term): only while this node still leads in that
+// term (verified after the timer fired), and bound to that term so Apply
+// ignores it if it commits in a later one. A failed proposal is retried
+// after an election timeout if the node still leads.
+func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.CmdType, msg proto.Message) bool {
 	if s.promotedTerm.Load() != term {
-		return
+		return false
 	}
 	if err := s.linearizable(); err != nil {
-		return // no longer leader: Demote clears the timers
+		return false // no longer leader: Demote clears the timers
 	}
-	if _, err := s.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano(), Term: term}); err != nil {
-		s.log.Warn("propose session expiry failed", "session", id, "err", err)
-		s.lease.Retry(id, s.cfg.ElectionTimeout)
-		return
+	if _, err := s.propose(t, msg); err != nil {
+		s.log.Warn("propose of a timed command failed", "type", t, "key", key, "err", err)
+		m.Retry(key, s.cfg.ElectionTimeout)
+		return false
 	}
-	s.metrics.sessionsExpired.Inc()
-	s.log.Info("session expired", "session", id)
+	return true
 }
 
 // background runs f in a goroutine Close waits for, unless Close has begun.
@@ -527,36 +536,18 @@ func (s *Server) background(f func()) bool {
 }
 
 // clearMark is the marks manager's callback for a completion mark whose
-// retention passed: like expire, verified and bound to the deciding term.
+// retention passed.
 func (s *Server) clearMark(key string, term uint64) {
 	name, token, ok := parseMarkKey(key)
-	if !ok || s.promotedTerm.Load() != term {
-		return
+	if ok && s.proposeTimed(s.marks, key, term, fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}) {
+		s.log.Info("completion mark expired", "lock", name, "token", token)
 	}
-	if err := s.linearizable(); err != nil {
-		return
-	}
-	if _, err := s.propose(fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}); err != nil {
-		s.log.Warn("propose mark expiry failed", "lock", name, "err", err)
-		s.marks.Retry(key, s.cfg.ElectionTimeout)
-		return
-	}
-	s.log.Info("completion mark expired", "lock", name, "token", token)
 }
 
 // undelay is the lock-delay manager's callback: the delay after an expired
 // holder of lock name has run (in full on this leader); grant again.
 func (s *Server) undelay(name string, term uint64) {
-	if s.promotedTerm.Load() != term {
-		return
-	}
-	if err := s.linearizable(); err != nil {
-		return
-	}
-	if _, err := s.propose(fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Term: term}); err != nil {
-		s.log.Warn("propose end of lock-delay failed", "lock", name, "err", err)
-		s.delays.Retry(name, s.cfg.ElectionTimeout)
-	}
+	s.proposeTimed(s.delays, name, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Term: term})
 }
 
 // leadershipChanges returns a channel closed at the next leadership change
