@@ -731,9 +731,10 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 	for _, name := range holds {
 		l := f.locks[name]
 		f.removeHold(l, s.holds[name])
-		if expired && l.delayMs > 0 && !l.delayed {
+		if expired && l.delayMs > 0 {
 			// The holder did not release: it may still be running. Grant
-			// nothing for the lock-delay (the leader ends it with Undelay).
+			// nothing for the lock-delay, counted from this expiry (the
+			// leader ends it with Undelay).
 			l.delayed = true
 			if f.obs != nil {
 				f.obs.LockDelayed(name, l.delayMs)
