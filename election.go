@@ -20,8 +20,9 @@ type Election struct {
 	s    *Session
 	name string
 
-	mu sync.Mutex
-	m  *Mutex // the current campaign, nil before the first
+	mu          sync.Mutex
+	m           *Mutex // the current campaign, nil before the first
+	campaigning bool   // a Campaign call is in progress
 }
 
 // NewElection returns an election on name for this session. Nothing is sent
@@ -31,18 +32,24 @@ func (s *Session) NewElection(name string) *Election {
 }
 
 // Campaign waits until this session is the leader, announcing value (at
-// most 1 KiB, shown by Leader to everyone). When ctx ends first, the
+// most 1 KiB, shown by Leader to everyone). A second Campaign while one is
+// in progress or while leading fails with ErrAlreadyHeld. When ctx ends first, the
 // campaign is withdrawn and the error matches ctx.Err(). Leadership lasts
 // until Resign or until the session's lease is lost; watch Done.
 func (e *Election) Campaign(ctx context.Context, value []byte) error {
 	e.mu.Lock()
-	if e.m != nil && e.m.Err() == nil {
+	if e.campaigning || e.m != nil && e.m.Err() == nil {
 		e.mu.Unlock()
 		return fmt.Errorf("campaign %q: %w", e.name, ErrAlreadyHeld)
 	}
 	m := e.s.NewMutex(e.name, WithValue(value))
-	e.m = m
+	e.m, e.campaigning = m, true
 	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.campaigning = false
+		e.mu.Unlock()
+	}()
 	return m.Lock(ctx)
 }
 

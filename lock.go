@@ -262,6 +262,9 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 	return fmt.Errorf("release %q: %w", l.name, err)
 }
 
+// maxRetention bounds a completion mark's retention (the server's limit).
+const maxRetention = 400 * 24 * time.Hour
+
 // complete sends Complete for the exclusive hold. Once the server has
 // answered (or the lease is gone) the hold is over; after an unknown outcome
 // the hold stays, so the caller may retry Complete or Unlock.
@@ -272,6 +275,9 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	l.mu.Unlock()
 	if h == nil || h.shared {
 		return fmt.Errorf("complete %q: %w", l.name, ErrNotHeld)
+	}
+	if retention < time.Second || retention > maxRetention {
+		return fmt.Errorf("complete %q: retention %v outside [1s, 400 days]: %w", l.name, retention, ErrInvalidArgument)
 	}
 	if err := s.live(); err != nil {
 		return fmt.Errorf("complete %q: %w", l.name, err)
@@ -286,7 +292,9 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
-	if err == nil || definitive(err) || errors.Is(err, ErrLeaseLost) {
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLeaseLost) {
+		// Done, or the hold is gone anyway. Any other refusal leaves the
+		// hold in place: the caller can still Unlock.
 		l.mu.Lock()
 		if l.h == h {
 			l.h = nil

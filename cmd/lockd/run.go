@@ -143,6 +143,9 @@ func (c *RunCommand) parse(args []string) (*runFlags, error) {
 	if f.once < 0 || f.once > 0 && f.once < time.Second {
 		return nil, usageError{fmt.Errorf("--once %v: want a retention of 1s or more", f.once)}
 	}
+	if f.lockDelay < 0 || f.lockDelay > time.Hour || f.lockDelay > 0 && f.lockDelay < time.Millisecond {
+		return nil, usageError{fmt.Errorf("--lock-delay %v: want 0, or 1ms to 1h", f.lockDelay)}
+	}
 	if f.once > 0 && (f.shared || f.limitSet) {
 		return nil, usageError{errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")}
 	}
@@ -280,10 +283,13 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 	switch {
 	case errors.As(err, &busy):
 		return exitWith(f.conflictExitCode, busyError(busy))
-	case errors.Is(err, lockd.ErrAlreadyDone):
+	case errors.Is(err, lockd.ErrAlreadyDone) && f.once > 0:
 		// --once: someone already did the job; nothing to do is success.
 		fmt.Fprintf(c.Stderr, "lockd: %v; not running %s\n", err, f.command[0])
 		return exitWith(exitOK, nil)
+	case errors.Is(err, lockd.ErrAlreadyDone):
+		// Without --once a done lock is simply not obtained.
+		return exitWith(f.conflictExitCode, fmt.Errorf("lock %q not obtained: %w", f.name, err))
 	case errors.Is(err, lockd.ErrUnavailable):
 		return exitWith(exitUnavailable, fmt.Errorf("lock %q not obtained: no server reachable or no leader: %w", f.name, err))
 	case errors.Is(err, context.DeadlineExceeded):

@@ -103,7 +103,11 @@ func TestLockDelay(t *testing.T) {
 	if r := applyRaw(t, f, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "c", Seq: 1, Ack: 1, Name: "x", Mode: excl}); r.Code != fsm.CodeBusy {
 		t.Fatalf("try during the lock-delay: %+v, want CodeBusy", r)
 	}
-	apply(t, f, &fsmv1.Undelay{Name: "x"})
+	apply(t, f, &fsmv1.Undelay{Name: "x", Token: g.Token + 100}) // another delay's timer
+	if info, _ = f.Describe("x"); !info.Delayed {
+		t.Fatal("an Undelay naming another delay ended this one")
+	}
+	apply(t, f, &fsmv1.Undelay{Name: "x", Token: g.Token})
 	info, _ = f.Describe("x")
 	if info.Delayed || len(info.Holders) != 1 || info.Holders[0].Session != "b" || info.Holders[0].Token <= g.Token {
 		t.Fatalf("after undelay: %+v, want b holding with a larger token", info)

@@ -102,8 +102,11 @@ type Observer interface {
 	MarkSet(name string, token uint64, retentionMs int64)
 	// MarkCleared: lock name's completion mark (token) ended.
 	MarkCleared(name string, token uint64)
-	// LockDelayed: lock name's holder expired; nothing is granted for delayMs.
-	LockDelayed(name string, delayMs int64)
+	// LockDelayed: lock name's holder (token) expired; nothing is granted
+	// for delayMs.
+	LockDelayed(name string, token uint64, delayMs int64)
+	// DelayEnded: lock name's delay started by token ended or was replaced.
+	DelayEnded(name string, token uint64)
 	// Restored: the whole state was replaced from a snapshot.
 	Restored()
 }
@@ -146,6 +149,9 @@ type lock struct {
 	mark    *Mark   // completion mark: then no holders or waiters
 	delayMs int64   // lock-delay after an expired holder, fixed at creation
 	delayed bool    // a lock-delay runs: nothing is granted
+	// delayToken is the token of the expired hold that started the delay;
+	// Undelay must name it, so an old timer cannot end a newer delay.
+	delayToken uint64
 }
 
 // Mark is a completion mark: the job a lock guards was done.
@@ -293,9 +299,12 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		if c.Term != 0 && term != 0 && c.Term != term {
 			return fail(CodeInvalid, "stale end of lock-delay decided in term %d, committed in term %d", c.Term, term)
 		}
-		if l := f.locks[c.Name]; l != nil && l.delayed {
-			l.delayed = false
-			f.promote(l, 0)
+		if l := f.locks[c.Name]; l != nil && l.delayed && l.delayToken == c.Token {
+			l.delayed, l.delayToken = false, 0
+			if f.obs != nil {
+				f.obs.DelayEnded(c.Name, c.Token)
+			}
+			f.promote(l, c.TimeUnixNano)
 		}
 		return &Result{}
 	case CmdClearMark:
@@ -507,7 +516,10 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if !c.Wait {
 		r := fail(CodeBusy, "lock %q is busy", c.Name)
 		r.Holders = f.holderInfos(l)
-		if len(l.holders) == 0 {
+		switch {
+		case l.delayed:
+			r.Msg = fmt.Sprintf("lock %q is busy (lock-delay after an expired holder)", c.Name)
+		case len(l.holders) == 0:
 			r.Msg = fmt.Sprintf("lock %q is busy (waiters queued)", c.Name)
 		}
 		return f.remember(s, c.Seq, r)
@@ -579,15 +591,21 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	return f.remember(s, c.Seq, &Result{})
 }
 
-// WithDelays calls fn with every lock whose lock-delay runs (name → delay)
-// while no command can be applied (see WithSessions).
-func (f *FSM) WithDelays(fn func(map[string]int64)) {
+// Delay is a running lock-delay.
+type Delay struct {
+	Token   uint64 // of the expired hold that started it
+	DelayMs int64
+}
+
+// WithDelays calls fn with every running lock-delay by lock name while no
+// command can be applied (see WithSessions).
+func (f *FSM) WithDelays(fn func(map[string]Delay)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	out := map[string]int64{}
+	out := map[string]Delay{}
 	for name, l := range f.locks {
 		if l.delayed {
-			out[name] = l.delayMs
+			out[name] = Delay{Token: l.delayToken, DelayMs: l.delayMs}
 		}
 	}
 	fn(out)
@@ -729,15 +747,18 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 		f.removeWait(f.locks[name], s.waits[name])
 	}
 	for _, name := range holds {
-		l := f.locks[name]
-		f.removeHold(l, s.holds[name])
+		l, h := f.locks[name], s.holds[name]
+		f.removeHold(l, h)
 		if expired && l.delayMs > 0 {
 			// The holder did not release: it may still be running. Grant
 			// nothing for the lock-delay, counted from this expiry (the
-			// leader ends it with Undelay).
-			l.delayed = true
+			// leader ends it with Undelay naming this hold's token).
+			if l.delayed && f.obs != nil {
+				f.obs.DelayEnded(name, l.delayToken) // replaced by this one
+			}
+			l.delayed, l.delayToken = true, h.token
 			if f.obs != nil {
-				f.obs.LockDelayed(name, l.delayMs)
+				f.obs.LockDelayed(name, h.token, l.delayMs)
 			}
 		}
 	}

@@ -142,9 +142,12 @@ func (r *recorder) WaitDropped(session, name string, seq uint64) {
 func (r *recorder) MarkSet(name string, token uint64, retentionMs int64) {
 	r.add("marked %q %d %d", name, token, retentionMs)
 }
-func (r *recorder) MarkCleared(name string, token uint64)  { r.add("unmarked %q %d", name, token) }
-func (r *recorder) LockDelayed(name string, delayMs int64) { r.add("lockdelay %q %d", name, delayMs) }
-func (r *recorder) Restored()                              { r.add("restored") }
+func (r *recorder) MarkCleared(name string, token uint64) { r.add("unmarked %q %d", name, token) }
+func (r *recorder) LockDelayed(name string, token uint64, delayMs int64) {
+	r.add("lockdelay %q %d", name, delayMs)
+}
+func (r *recorder) DelayEnded(name string, token uint64) { r.add("undelayed %q %d", name, token) }
+func (r *recorder) Restored()                            { r.add("restored") }
 
 // take returns the events since the last call.
 func (r *recorder) take() []string {

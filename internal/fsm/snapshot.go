@@ -33,7 +33,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	}
 	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
 	for _, l := range f.locks {
-		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed}
+		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed, DelayToken: l.delayToken}
 		for _, h := range l.holders {
 			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
 		}
@@ -200,7 +200,7 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 				f.obs.MarkSet(name, m.Token, m.RetentionMs)
 			}
 			if l := f.locks[name]; l.delayed {
-				f.obs.LockDelayed(name, l.delayMs)
+				f.obs.LockDelayed(name, l.delayToken, l.delayMs)
 			}
 		}
 	}
@@ -237,10 +237,10 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if locks[pl.Name] != nil {
 			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
-		if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && pl.LockDelayMs == 0 {
+		if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && (pl.LockDelayMs == 0 || pl.DelayToken == 0) || !pl.Delayed && pl.DelayToken != 0 {
 			return nil, fmt.Errorf("snapshot: lock %q: bad lock-delay", pl.Name)
 		}
-		l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed}
+		l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed, delayToken: pl.DelayToken}
 		for i, ph := range pl.Holders {
 			s := sessions[ph.SessionId]
 			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {

@@ -300,15 +300,15 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 // dropped explains a wait that ended without a grant: the session is gone
 // (lease lost), the lock's job was completed, or the wait was cancelled.
 func (a *api) dropped(session, name string) error {
-	if l, ok := a.s.fsm.Describe(name); ok && l.Mark != nil {
-		return a.s.resultError(&fsm.Result{Code: fsm.CodeAlreadyDone, Msg: fmt.Sprintf("the job of lock %q was completed while waiting", name), Mark: l.Mark})
-	}
 	info, ok := a.s.fsm.Session(session)
 	if !ok {
 		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session expired or closed while waiting")
 	}
 	if info.Revoked {
 		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_REVOKED, "session was force-released while waiting")
+	}
+	if l, ok := a.s.fsm.Describe(name); ok && l.Mark != nil {
+		return a.s.resultError(&fsm.Result{Code: fsm.CodeAlreadyDone, Msg: fmt.Sprintf("the job of lock %q was completed while waiting", name), Mark: l.Mark})
 	}
 	return a.s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the wait was cancelled")
 }

@@ -76,11 +76,12 @@ func (w *waiters) notify(k waitKey, o waitOutcome) {
 type observer struct {
 	lease   *lease.Manager
 	marks   *lease.Manager // completion marks, keyed by markKey
-	delays  *lease.Manager // lock-delays, keyed by lock name
+	delays  *lease.Manager // lock-delays, keyed by markKey(name, token)
 	waiters *waiters
 }
 
-// markKey names a completion mark in the marks manager.
+// markKey names a completion mark (or a lock-delay) in its manager: the
+// lock and the token that identifies the mark or delay.
 func markKey(name string, token uint64) string { return strconv.FormatUint(token, 10) + " " + name }
 
 // parseMarkKey undoes markKey.
@@ -99,10 +100,15 @@ func (o *observer) MarkSet(name string, token uint64, retentionMs int64) {
 	}
 }
 
-func (o *observer) LockDelayed(name string, delayMs int64) {
+func (o *observer) LockDelayed(name string, token uint64, delayMs int64) {
 	if o.delays != nil {
-		o.delays.Removed(name) // a new delay starts over
-		o.delays.Created(name, time.Duration(delayMs)*time.Millisecond)
+		o.delays.Created(markKey(name, token), time.Duration(delayMs)*time.Millisecond)
+	}
+}
+
+func (o *observer) DelayEnded(name string, token uint64) {
+	if o.delays != nil {
+		o.delays.Removed(markKey(name, token))
 	}
 }
 

@@ -468,10 +468,10 @@ func (s *Server) establish(gen uint64) {
 					}
 					s.marks.Promote(term, ls)
 				})
-				s.fsm.WithDelays(func(ds map[string]int64) {
+				s.fsm.WithDelays(func(ds map[string]fsm.Delay) {
 					ls := make([]lease.Session, 0, len(ds))
-					for name, ms := range ds {
-						ls = append(ls, lease.Session{ID: name, TTL: time.Duration(ms) * time.Millisecond})
+					for name, d := range ds {
+						ls = append(ls, lease.Session{ID: markKey(name, d.Token), TTL: time.Duration(d.DelayMs) * time.Millisecond})
 					}
 					s.delays.Promote(term, ls)
 				})
@@ -506,7 +506,13 @@ func (s *Server) expire(id string, term uint64) {
 // ignores it if it commits in a later one. A failed proposal is retried
 // after an election timeout if the node still leads.
 func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.CmdType, msg proto.Message) bool {
-	if s.promotedTerm.Load() != term {
+	// Under leaderMu: establish holds it from Promote until it records the
+	// promoted term, so a timer firing in between waits instead of being
+	// dropped (and its entry left expiring for the whole term).
+	s.leaderMu.Lock()
+	current := s.promotedTerm.Load()
+	s.leaderMu.Unlock()
+	if current != term {
 		return false
 	}
 	if err := s.linearizable(); err != nil {
@@ -544,10 +550,13 @@ func (s *Server) clearMark(key string, term uint64) {
 	}
 }
 
-// undelay is the lock-delay manager's callback: the delay after an expired
-// holder of lock name has run (in full on this leader); grant again.
-func (s *Server) undelay(name string, term uint64) {
-	s.proposeTimed(s.delays, name, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Term: term})
+// undelay is the lock-delay manager's callback: the delay started by an
+// expired hold (key: lock and that hold's token) has run in full on this
+// leader; grant again.
+func (s *Server) undelay(key string, term uint64) {
+	if name, token, ok := parseMarkKey(key); ok {
+		s.proposeTimed(s.delays, key, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Token: token, Term: term, TimeUnixNano: time.Now().UnixNano()})
+	}
 }
 
 // leadershipChanges returns a channel closed at the next leadership change

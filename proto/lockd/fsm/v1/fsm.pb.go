@@ -1047,7 +1047,8 @@ type Lock struct {
 	Queue         []*Wait                `protobuf:"bytes,4,rep,name=queue,proto3" json:"queue,omitempty"`     // FIFO
 	Mark          *Mark                  `protobuf:"bytes,5,opt,name=mark,proto3" json:"mark,omitempty"`       // completion mark; then no holders or waiters
 	LockDelayMs   int64                  `protobuf:"varint,6,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
-	Delayed       bool                   `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"` // a lock-delay runs: nothing is granted
+	Delayed       bool                   `protobuf:"varint,7,opt,name=delayed,proto3" json:"delayed,omitempty"`                         // a lock-delay runs: nothing is granted
+	DelayToken    uint64                 `protobuf:"varint,8,opt,name=delay_token,json=delayToken,proto3" json:"delay_token,omitempty"` // the expired hold's token that started it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1131,11 +1132,21 @@ func (x *Lock) GetDelayed() bool {
 	return false
 }
 
-// Undelay ends a lock-delay (leader timer), bound to the deciding term.
+func (x *Lock) GetDelayToken() uint64 {
+	if x != nil {
+		return x.DelayToken
+	}
+	return 0
+}
+
+// Undelay ends a lock-delay (leader timer), bound to the deciding term and
+// to the delay it ends (the token of the expired hold that started it).
 type Undelay struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Term          uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1180,6 +1191,20 @@ func (x *Undelay) GetName() string {
 func (x *Undelay) GetTerm() uint64 {
 	if x != nil {
 		return x.Term
+	}
+	return 0
+}
+
+func (x *Undelay) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *Undelay) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
 	}
 	return 0
 }
@@ -1710,7 +1735,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12(\n" +
-	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\xee\x01\n" +
+	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\x8f\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
@@ -1718,10 +1743,14 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05queue\x18\x04 \x03(\v2\x12.lockd.fsm.v1.WaitR\x05queue\x12&\n" +
 	"\x04mark\x18\x05 \x01(\v2\x12.lockd.fsm.v1.MarkR\x04mark\x12\"\n" +
 	"\rlock_delay_ms\x18\x06 \x01(\x03R\vlockDelayMs\x12\x18\n" +
-	"\adelayed\x18\a \x01(\bR\adelayed\"1\n" +
+	"\adelayed\x18\a \x01(\bR\adelayed\x12\x1f\n" +
+	"\vdelay_token\x18\b \x01(\x04R\n" +
+	"delayToken\"m\n" +
 	"\aUndelay\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\"\xa4\x01\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12$\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNano\"\xa4\x01\n" +
 	"\x04Mark\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
