@@ -580,8 +580,13 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	}
 	l := f.locks[c.Name]
 	f.removeHold(l, h)
-	for len(l.queue) > 0 {
-		f.removeWait(l, l.queue[0])
+	// Every waiter is answered "already done", in queue order, in one pass
+	// (removeWait per waiter would rescan the queue each time).
+	for _, w := range l.queue {
+		delete(f.sessions[w.session].waits, l.name)
+		if f.obs != nil {
+			f.obs.WaitDropped(w.session, l.name, w.seq)
+		}
 	}
 	l.queue = nil
 	l.mark = &Mark{Session: s.id, Owner: s.owner, Token: h.token, CompletedAt: c.TimeUnixNano, RetentionMs: c.RetentionMs}
