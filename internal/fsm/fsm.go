@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -188,6 +189,7 @@ type FSM struct {
 	members   map[string]Member
 	stats     Stats
 	obs       Observer
+	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 }
 
 // New returns an empty FSM. obs may be nil.
@@ -199,6 +201,7 @@ func New(obs Observer) *FSM {
 
 func (f *FSM) reset() {
 	f.clusterID = ""
+	f.publicID.Store(new(string))
 	f.epoch = 0
 	f.lastToken = 0
 	f.sessions = map[string]*session{}
@@ -338,6 +341,8 @@ func (f *FSM) applyInit(c *fsmv1.Init) *Result {
 		return fail(CodeInvalid, "init epoch %d is not below %d", c.Epoch, uint64(maxEpoch))
 	}
 	f.clusterID = c.ClusterId
+	id := c.ClusterId
+	f.publicID.Store(&id)
 	f.epoch = c.Epoch
 	if f.lastToken < c.Epoch {
 		f.lastToken = c.Epoch
@@ -963,12 +968,9 @@ func (f *FSM) Info() Info {
 	return Info{ClusterID: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: len(f.sessions), Locks: len(f.locks), Stats: f.stats}
 }
 
-// ClusterID returns the cluster id, "" before the Init command.
-func (f *FSM) ClusterID() string {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.clusterID
-}
+// ClusterID returns the cluster id, "" before the Init command. It takes no
+// lock: every API response carries it.
+func (f *FSM) ClusterID() string { return *f.publicID.Load() }
 
 // WithSessions calls fn with every session while no command can be applied,
 // so fn sees a state that later observer calls continue exactly (used to

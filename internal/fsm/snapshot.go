@@ -151,6 +151,8 @@ type state struct {
 
 func (f *FSM) install(st *state) {
 	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
+	id := st.clusterID
+	f.publicID.Store(&id)
 	f.sessions, f.byRequest, f.locks, f.members = st.sessions, st.byRequest, st.locks, st.members
 }
 
