@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -102,16 +103,31 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 	s.metrics.forwarded.Inc()
 	resp, err := call(client, ctx, out)
 	if err != nil {
-		if connect.CodeOf(err) == connect.CodeUnknown || connect.CodeOf(err) == connect.CodeUnavailable {
-			if _, ok := err.(*connect.Error); !ok || connect.CodeOf(err) == connect.CodeUnknown {
-				// Transport error to the leader: the outcome of a write is
-				// unknown; the client retries with the same request id.
-				return nil, s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "forward to leader "+url+": "+err.Error())
-			}
+		if ctx.Err() == nil && !answeredByServer(err) {
+			// The leader never answered (transport error): a write's outcome
+			// is unknown; the client retries with the same request id.
+			return nil, s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "forward to leader "+url+": "+err.Error())
 		}
-		return nil, err
+		return nil, err // the leader's own answer, details included
 	}
 	return connect.NewResponse(resp.Msg), nil
+}
+
+// answeredByServer reports whether err is an error a lockd node returned:
+// those always carry an ErrorDetail.
+func answeredByServer(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return false
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if _, ok := v.(*lockdv1.ErrorDetail); ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // viaLeader serves a LockService request here when this node is the leader,
