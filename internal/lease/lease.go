@@ -30,8 +30,10 @@ var (
 	ErrRevoked = errors.New("lease: session revoked")
 )
 
-// Session is what Promote needs to know of a session.
-type Session struct {
+// Entry is what Promote needs to know of one timed item: a session (its TTL,
+// whether it was revoked), or, in the managers the server keeps for them, a
+// completion mark or a lock-delay (its retention or delay as TTL).
+type Entry struct {
 	ID      string
 	TTL     time.Duration
 	Revoked bool
@@ -68,7 +70,7 @@ func New(grace time.Duration, expire func(id string, term uint64)) *Manager {
 
 // Promote activates the manager for a leadership term with every session's
 // deadline at now + TTL + grace.
-func (m *Manager) Promote(term uint64, sessions []Session) {
+func (m *Manager) Promote(term uint64, sessions []Entry) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -52,7 +52,7 @@ func TestPromoteRestartsLeasesInFull(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
 		start := time.Now()
-		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: 3 * time.Second}})
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}, {ID: "b", TTL: 3 * time.Second}})
 		time.Sleep(time.Second + grace - time.Millisecond)
 		synctest.Wait()
 		if _, ok := r.get("a"); ok {
@@ -115,7 +115,7 @@ func TestDemoteClearsTimers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
-		m.Promote(1, []Session{{ID: "a", TTL: time.Second}})
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}})
 		time.Sleep(time.Second)
 		m.Demote()
 		if _, err := m.KeepAlive("a", time.Now()); !errors.Is(err, ErrNotActive) {
@@ -128,7 +128,7 @@ func TestDemoteClearsTimers(t *testing.T) {
 		}
 		// A new term starts the lease over in full.
 		promoted := time.Now()
-		m.Promote(1, []Session{{ID: "a", TTL: time.Second}})
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}})
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if at, ok := r.get("a"); !ok || at.Sub(promoted) != time.Second+grace {
@@ -142,7 +142,7 @@ func TestRevokedRefusesKeepAliveAndExpiresAtDeadline(t *testing.T) {
 		r := newRecorder()
 		m := New(grace, r.expire)
 		start := time.Now()
-		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "b", TTL: time.Second, Revoked: true}})
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}, {ID: "b", TTL: time.Second, Revoked: true}})
 		m.Revoked("a")
 		for _, id := range []string{"a", "b"} {
 			if _, err := m.KeepAlive(id, time.Now()); !errors.Is(err, ErrRevoked) {
@@ -173,7 +173,7 @@ func TestRetryAndRemoved(t *testing.T) {
 				m.Retry(id, time.Second) // the proposal failed once
 			}
 		})
-		m.Promote(1, []Session{{ID: "a", TTL: time.Second}, {ID: "gone", TTL: time.Second}})
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}, {ID: "gone", TTL: time.Second}})
 		m.Removed("gone")
 		if _, err := m.KeepAlive("gone", time.Now()); !errors.Is(err, ErrUnknown) {
 			t.Fatalf("removed session: got %v, want ErrUnknown", err)

@@ -455,23 +455,23 @@ func (s *Server) establish(gen uint64) {
 			s.leaderMu.Lock()
 			if s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term {
 				s.fsm.WithSessions(func(ss []fsm.SessionInfo) {
-					ls := make([]lease.Session, len(ss))
+					ls := make([]lease.Entry, len(ss))
 					for i, x := range ss {
-						ls[i] = lease.Session{ID: x.ID, TTL: time.Duration(x.TTLMs) * time.Millisecond, Revoked: x.Revoked}
+						ls[i] = lease.Entry{ID: x.ID, TTL: time.Duration(x.TTLMs) * time.Millisecond, Revoked: x.Revoked}
 					}
 					s.lease.Promote(term, ls)
 				})
 				s.fsm.WithMarks(func(ms map[string]fsm.Mark) {
-					ls := make([]lease.Session, 0, len(ms))
+					ls := make([]lease.Entry, 0, len(ms))
 					for name, m := range ms {
-						ls = append(ls, lease.Session{ID: markKey(name, m.Token), TTL: time.Duration(m.RetentionMs) * time.Millisecond})
+						ls = append(ls, lease.Entry{ID: markKey(name, m.Token), TTL: time.Duration(m.RetentionMs) * time.Millisecond})
 					}
 					s.marks.Promote(term, ls)
 				})
 				s.fsm.WithDelays(func(ds map[string]fsm.Delay) {
-					ls := make([]lease.Session, 0, len(ds))
+					ls := make([]lease.Entry, 0, len(ds))
 					for name, d := range ds {
-						ls = append(ls, lease.Session{ID: markKey(name, d.Token), TTL: time.Duration(d.DelayMs) * time.Millisecond})
+						ls = append(ls, lease.Entry{ID: markKey(name, d.Token), TTL: time.Duration(d.DelayMs) * time.Millisecond})
 					}
 					s.delays.Promote(term, ls)
 				})
