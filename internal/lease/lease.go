@@ -7,6 +7,9 @@
 // expires nothing) until Promote is called after the new leader's Barrier;
 // Promote restarts every deadline in full, so a leader change can only make a
 // lease last longer, never shorter. Demote clears every timer.
+//
+// The server uses the same manager, without grace, for the other things that
+// end by a leader timer: completion marks and lock-delays.
 package lease
 
 import (
