@@ -552,3 +552,83 @@ func TestAdminCommands(t *testing.T) {
 		t.Errorf("lock not granted again after force-release: exit status %d: %s", code, next.output())
 	}
 }
+
+// childrenOf returns the pids of pid's direct children, from
+// /proc/PID/task/*/children.
+func childrenOf(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// Issue 7, fault 1: kill -9 of the supervisor alone (not of lockd run, not
+// of the command's group). lockd run inherits the command's dead processes
+// as their subreaper; it must reap them, not wait on their zombies forever:
+// the group is dead and reaped, lockd run exits 71 within a second or two,
+// the lock is released and a waiter gets it.
+func TestRunSupervisorKilled(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	pids := filepath.Join(dir, "pids")
+	second := filepath.Join(dir, "second")
+	// The command ignores SIGTERM and leaves a grandchild in its group.
+	holder := startRun(t, s, "--ttl", "10s", "supervisor-killed", "--", "sh", "-c",
+		`trap "" TERM; sleep 1000 & echo $$ $! > "`+pids+`"; wait`)
+	f := readFields(t, pids, 2, 10*time.Second)
+	pgid, grandchild := atoi(t, f[0]), atoi(t, f[1])
+	waiter := startRun(t, s, "--ttl", "10s", "supervisor-killed", "--", "sh", "-c", `echo $LOCKD_TOKEN > "`+second+`"`)
+	if !poll(5*time.Second, func() bool {
+		out, _ := exec.Command(lockdBin, "describe", "--endpoints", s.url, "--json", "supervisor-killed").Output()
+		return strings.Contains(string(out), `"waiters"`)
+	}) {
+		t.Fatalf("the second lockd run did not queue: %s", waiter.output())
+	}
+
+	// lockd run's only child is the supervisor; the command is its child.
+	var sup int
+	for _, c := range childrenOf(holder.cmd.Process.Pid) {
+		if c != pgid && c != grandchild {
+			sup = c
+		}
+	}
+	if sup == 0 {
+		t.Fatalf("no supervisor among lockd run's children %v", childrenOf(holder.cmd.Process.Pid))
+	}
+	killed := time.Now()
+	if err := unix.Kill(sup, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	const bound = 2 * time.Second
+	select {
+	case <-holder.done:
+	case <-time.After(bound + 3*time.Second):
+		// Show what is left, then end it so the test does not hang.
+		t.Errorf("lockd run still running %v after kill -9 of its supervisor; its children: %v", time.Since(killed), childrenOf(holder.cmd.Process.Pid))
+		_ = holder.cmd.Process.Kill()
+	}
+	code := holder.wait(t, 5*time.Second)
+	exited := holder.exitAt.Sub(killed)
+	t.Logf("lockd run exited %d, %v after kill -9 of its supervisor: %s", code, exited, holder.output())
+	if code != exitStopped {
+		t.Errorf("lockd run: exit status %d, want %d", code, exitStopped)
+	}
+	if exited > bound {
+		t.Errorf("lockd run exited %v after the kill, want within %v", exited, bound)
+	}
+	if alive(-pgid) || alive(grandchild) {
+		t.Errorf("the command's group %d or grandchild %d still exists (alive or unreaped)", pgid, grandchild)
+	}
+	f = readFields(t, second, 1, 5*time.Second)
+	t.Logf("waiter got the lock (token %s) %v after the kill", f[0], time.Since(killed))
+	if code := waiter.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("waiter: exit status %d: %s", code, waiter.output())
+	}
+}

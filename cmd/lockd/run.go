@@ -380,9 +380,9 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 	}
 	res, err := proc.Wait()
 	if err != nil {
-		// The supervisor died and Wait killed the group itself.
+		// The supervisor died and Wait killed and reaped the group itself.
 		c.closeSession(sess, releaseTimeout)
-		return exitWith(exitStopped, fmt.Errorf("stopped %s: %w", f.command[0], err))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, lock.Token(), err))
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:

@@ -181,40 +181,51 @@ func isSupervisor(pid int) bool {
 // supervisorDied ends the group itself when the supervisor died without a
 // report (someone killed it), so the caller can still rely on "the group is
 // gone when Wait returns". Descendants that left the group cannot be found
-// without the supervisor.
+// without the supervisor, except those orphaned to us (see Start).
+//
+// As the supervisor's subreaper, this process inherits the command and its
+// orphans, dead or alive: it must reap them itself. A zombie stays a member
+// of its process group, so without the reaping the group would never be
+// gone and Wait would block forever, keeping the lease (and the lock) alive.
 func (p *Process) supervisorDied(cause error) error {
 	if p.pid <= 0 {
 		return fmt.Errorf("supervise: supervisor died: %w", cause)
 	}
-	_ = unix.Kill(-p.pid, syscall.SIGKILL)
 	t := time.NewTicker(orphanPoll)
 	defer t.Stop()
-	for !groupGone(p.pid) {
-		<-t.C
-		_ = unix.Kill(-p.pid, syscall.SIGKILL)
-	}
-	// Orphans that left the group were reparented to us (see Start): they
-	// are our direct children that are not supervisors we started. Kill
-	// them and all below them, and reap them, until none is left.
 	for {
-		var left []int
-		for _, pid := range descendants(os.Getpid()) {
-			if ppid, ok := parentOf(pid); ok && ppid == os.Getpid() && !isSupervisor(pid) {
-				left = append(left, pid)
-				left = append(left, descendants(pid)...)
-			}
-		}
-		if len(left) == 0 {
+		_ = unix.Kill(-p.pid, syscall.SIGKILL)
+		orphans := reapOrphans()
+		if orphans == 0 && groupGone(p.pid) {
 			break
-		}
-		for _, pid := range left {
-			_ = unix.Kill(pid, syscall.SIGKILL)
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 		}
 		<-t.C
 	}
 	return fmt.Errorf("supervise: supervisor died, its processes killed: %w", cause)
+}
+
+// reapOrphans kills the processes reparented to this process (its direct
+// children that are not supervisors it started) and all below them, reaps
+// those that have died, and returns how many it found.
+func reapOrphans() int {
+	self := os.Getpid()
+	var orphans []int
+	for _, pid := range descendants(self) {
+		if ppid, ok := parentOf(pid); ok && ppid == self && !isSupervisor(pid) {
+			orphans = append(orphans, pid)
+		}
+	}
+	for _, pid := range orphans {
+		for _, d := range descendants(pid) {
+			_ = unix.Kill(d, syscall.SIGKILL)
+		}
+		_ = unix.Kill(pid, syscall.SIGKILL)
+		// Only these pids, never -1: the supervisors are reaped by their
+		// own exec.Cmd.
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
+	return len(orphans)
 }
 
 // Pid returns the command's pid, which is also its process group id; 0 when

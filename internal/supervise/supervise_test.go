@@ -51,7 +51,12 @@ func runTestParent(args []string) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "pid %d\n", p.Pid())
-	r, _ := p.Wait()
+	r, err := p.Wait()
+	if err != nil {
+		// Like lockd run: the supervisor failed, the group is gone.
+		fmt.Fprintln(os.Stderr, err)
+		return 71
+	}
 	return r.Status()
 }
 
@@ -375,4 +380,69 @@ func TestParentKilled(t *testing.T) {
 	if err := cmd.Wait(); !errors.As(err, &ee) {
 		t.Errorf("parent: got %v, want killed", err)
 	}
+}
+
+// childrenOf returns the pids of pid's direct children.
+func childrenOf(pid int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	var out []int
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(s); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// kill -9 of the supervisor alone: its parent, the subreaper of the
+// command's processes, kills and reaps them (a zombie keeps its group
+// alive) and its Wait returns an error within moments, not never.
+func TestSupervisorKilled(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, testParent, "sh", "-c", `trap "" TERM; sleep 1000 & sleep 1000`)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	var pgid int
+	if _, err := fmt.Fscanf(stderr, "pid %d\n", &pgid); err != nil {
+		t.Fatalf("read pid from parent: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(-pgid, syscall.SIGKILL) })
+	var said strings.Builder
+	copied := make(chan struct{})
+	go func() { _, _ = io.Copy(&said, stderr); close(copied) }()
+	go func() { <-copied; exited <- cmd.Wait() }()
+	kids := childrenOf(cmd.Process.Pid)
+	if len(kids) != 1 {
+		t.Fatalf("parent's children %v, want only the supervisor", kids)
+	}
+	killed := time.Now()
+	if err := unix.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 71 {
+			t.Errorf("parent: got %v (%s), want exit status 71", err, said.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("parent still waiting %v after kill -9 of its supervisor; its children: %v", time.Since(killed), childrenOf(cmd.Process.Pid))
+	}
+	t.Logf("parent exited %v after kill -9 of the supervisor: %s", time.Since(killed), strings.TrimSpace(said.String()))
+	assertGone(t, pgid)
 }
