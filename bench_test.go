@@ -16,7 +16,7 @@ import (
 )
 
 // benchWorkers is the number of concurrent clients, as in the performance
-// budget of DESIGN.md (16 workers on loopback).
+// budget of docs/design.md (16 workers on loopback).
 const benchWorkers = 16
 
 // benchAcquireRelease measures acquire+release pairs by benchWorkers

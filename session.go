@@ -16,7 +16,7 @@ import (
 	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
-// Lease arithmetic (DESIGN.md, "Client semantics"): the client gives up its
+// Lease arithmetic (docs/design.md, "The client deadline rule"): the client gives up its
 // lease at sent + TTL·(1 − drift) − margin, strictly before any server may
 // expire it at receive + TTL + grace.
 const (

@@ -12,7 +12,7 @@ import (
 )
 
 // benchWorkers is the number of concurrent clients, as in the performance
-// budget of DESIGN.md and lockd's own benchmark (bench_test.go at the
+// budget of docs/design.md and lockd's own benchmark (bench_test.go at the
 // root).
 const benchWorkers = 16
 

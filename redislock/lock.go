@@ -16,7 +16,7 @@ import (
 	"github.com/lockd-dev/lockd"
 )
 
-// Lease arithmetic, the client deadline rule of lockd's DESIGN.md: a hold
+// Lease arithmetic, the client deadline rule of docs/design.md: a hold
 // confirmed by a request first sent at sent is given up at
 // sent + TTL·(1 − 1 %) − max(100 ms, 2 % TTL), and never later than the
 // Redlock validity end sent + TTL − (TTL·1 % + 2 ms). Redis set the key's
