@@ -54,7 +54,14 @@ func (c *LsCommand) Run(ctx context.Context, args []string) error {
 		return printJSON(c.env.stdout, all)
 	}
 	if len(all.Locks) == 0 {
-		return nil
+		// An empty table would look like a hang or a failure to a person;
+		// scripts read --json, which stays an empty list.
+		if prefix == "" {
+			_, err := fmt.Fprintln(c.env.stdout, "no locks")
+			return err
+		}
+		_, err := fmt.Fprintf(c.env.stdout, "no locks with prefix %q\n", prefix)
+		return err
 	}
 	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tLIMIT\tHOLDERS\tWAITERS\tTOKENS")

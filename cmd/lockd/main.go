@@ -45,7 +45,9 @@ func init() {
 	}
 }
 
-// Exit statuses other than a supervised command's own.
+// Exit statuses other than a supervised command's own. 126 and 127 (the
+// command could not be run / was not found) come from the supervisor, as
+// its Result's status.
 const (
 	exitOK          = 0
 	exitFailure     = 1  // anything else
@@ -53,8 +55,6 @@ const (
 	exitUnavailable = 69 // no endpoint reachable, or no leader, until the wait ended
 	exitStopped     = 71 // lockd stopped the command: lease lost or in jeopardy, or --max-hold ran out
 	exitConflict    = 75 // lock not obtained (busy, or the wait ran out); --conflict-exit-code
-	exitCannotExec  = 126
-	exitNotFound    = 127
 )
 
 func main() {
@@ -174,15 +174,35 @@ func (m *Main) exitStatus(err error) int {
 }
 
 // oneLine keeps messages to one line, as scripts and people expect. The
-// lines of a multi-line error (errors.Join) are kept apart by "; ".
+// lines of a multi-line error (errors.Join) are kept apart by "; ". The
+// client library's errors start with "lockd: " too; the caller prints that
+// prefix once, so oneLine drops it from every part of the message.
 func oneLine(err error) string {
 	var parts []string
 	for _, line := range strings.Split(err.Error(), "\n") {
 		if line = strings.Join(strings.Fields(line), " "); line != "" {
-			parts = append(parts, line)
+			parts = append(parts, dropPrefix(line))
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// dropPrefix removes "lockd: " where it starts a part of a wrapped message:
+// at the start, or after ": " or "; ". Elsewhere (inside a quoted lock
+// name, say) it stays.
+func dropPrefix(msg string) string {
+	const prefix = "lockd: "
+	var b strings.Builder
+	for i := 0; i < len(msg); {
+		atPart := i == 0 || strings.HasSuffix(msg[:i], ": ") || strings.HasSuffix(msg[:i], "; ")
+		if atPart && strings.HasPrefix(msg[i:], prefix) {
+			i += len(prefix)
+			continue
+		}
+		b.WriteByte(msg[i])
+		i++
+	}
+	return b.String()
 }
 
 // usageError is a bad flag or argument: exit status 64.

@@ -7,10 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -146,6 +149,10 @@ func TestExitStatus(t *testing.T) {
 		{exitWith(75, errors.New("lock \"x\" is busy\nreally")), 75, "lockd: lock \"x\" is busy; really\n"},
 		{usageError{errors.Join(errors.New("min-ttl 2h is above max-ttl 1h"), errors.New("default-ttl  10s\tis outside"))}, 64, "lockd: min-ttl 2h is above max-ttl 1h; default-ttl 10s is outside\n"},
 		{errors.New("boom"), 1, "lockd: boom\n"},
+		// The client library's errors carry "lockd: " too: printed once.
+		{exitWith(69, fmt.Errorf("list locks: %w", errors.Join(context.DeadlineExceeded, fmt.Errorf("lockd: unavailable: %w", errors.New("dial tcp: refused"))))), 69,
+			"lockd: list locks: context deadline exceeded; unavailable: dial tcp: refused\n"},
+		{fmt.Errorf("lockd: %w", errors.New(`lock "lockd: x" busy`)), 1, "lockd: lock \"lockd: x\" busy\n"},
 	}
 	for _, tt := range tests {
 		var stderr bytes.Buffer
@@ -168,5 +175,76 @@ func TestMainUsage(t *testing.T) {
 	}
 	if err := m.Run(context.Background(), []string{"version"}); err != nil || !strings.HasPrefix(stdout.String(), "lockd ") {
 		t.Errorf("version: got %v, output %q", err, stdout.String())
+	}
+}
+
+// lockd (the command) against a real in-process server: stdout and stderr.
+func runMain(t *testing.T, url string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
+		if k == endpointsEnv {
+			return url
+		}
+		return ""
+	}}
+	err := m.Run(context.Background(), args)
+	return stdout.String(), stderr.String(), err
+}
+
+// ls says so when there are no locks, instead of printing nothing; --json
+// prints the empty list and nothing else.
+func TestLsNoLocks(t *testing.T) {
+	srv := lockdtest.New(t)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls"}, "no locks\n"},
+		{[]string{"ls", "jobs/"}, "no locks with prefix \"jobs/\"\n"},
+		{[]string{"ls", "--json"}, "{\n  \"locks\": [],\n  \"nextPageToken\": \"\"\n}\n"},
+	} {
+		stdout, stderr, err := runMain(t, srv.URL(), tt.args...)
+		if err != nil || stdout != tt.want || stderr != "" {
+			t.Errorf("lockd %s: got %v, stdout %q, stderr %q; want stdout %q", strings.Join(tt.args, " "), err, stdout, stderr, tt.want)
+		}
+	}
+}
+
+// status spells VOTER yes/no, as members does.
+func TestStatusVoter(t *testing.T) {
+	srv := lockdtest.New(t)
+	stdout, _, err := runMain(t, srv.URL(), "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+\S+\s+leader\s+yes\s+http://`).MatchString(stdout) || strings.Contains(stdout, "true") {
+		t.Errorf("status: got\n%s\nwant the member's VOTER column to say yes", stdout)
+	}
+}
+
+// lockd run -h shows a synopsis, the flags and the exit statuses, and exits 0.
+func TestRunHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	err := m.Run(context.Background(), []string{"run", "-h"})
+	if code := m.exitStatus(err); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	help := stderr.String()
+	for _, want := range []string{
+		"lockd run [flags] NAME -- CMD [ARGS...]", "-conflict-exit-code", "Exit status:",
+		"75 ", "69 ", "71 ", "64 ", "126, 127", "LOCKD_TOKEN",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("lockd run -h: missing %q in\n%s", want, help)
+		}
+	}
+
+	// A bad flag is reported once, by Main, without the whole help.
+	stderr.Reset()
+	err = m.Run(context.Background(), []string{"run", "--bogus", "x", "--", "true"})
+	if code := m.exitStatus(err); code != exitUsage || stderr.String() != "lockd: flag provided but not defined: -bogus\n" {
+		t.Errorf("bad flag: exit status %d, stderr %q", code, stderr.String())
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -39,142 +38,6 @@ type RunCommand struct {
 	Stderr io.Writer
 	Getenv func(string) string
 }
-
-// runFlags are lockd run's flags, after validation.
-type runFlags struct {
-	client           clientFlags
-	ttl              time.Duration
-	wait             time.Duration // with waitSet; 0 = try once
-	waitSet          bool
-	limit            uint
-	limitSet         bool
-	shared           bool
-	maxHold          time.Duration
-	killGrace        time.Duration
-	killGraceSet     bool
-	conflictExitCode int
-	once             time.Duration // --once: complete instead of release after exit 0
-	lockDelay        time.Duration
-	name             string
-	command          []string
-}
-
-const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
-
-func (c *RunCommand) parse(args []string) (*runFlags, error) {
-	var f runFlags
-	fs := newFlagSet("run", c.Stderr)
-	f.client.register(fs, c.Getenv)
-	fs.DurationVar(&f.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
-	fs.Func("wait", "wait at most this long for the lock (default: until granted; 0: try once)", func(s string) error {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return fmt.Errorf("want a duration of 0 or more, like 30s")
-		}
-		f.wait, f.waitSet = d, true
-		return nil
-	})
-	noWait := fs.Bool("no-wait", false, "try once; do not wait (same as --wait 0)")
-	fs.Func("limit", "take one of N permits of a semaphore instead of an exclusive lock", func(s string) error {
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n == 0 {
-			return fmt.Errorf("want a number of permits of 1 or more")
-		}
-		f.limit, f.limitSet = uint(n), true
-		return nil
-	})
-	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
-	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
-	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
-	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
-	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
-	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
-
-	// Everything after the first "--" is the command.
-	flagArgs, command := args, []string(nil)
-	for i, a := range args {
-		if a == "--" {
-			flagArgs, command = args[:i], args[i+1:]
-			break
-		}
-	}
-	var pos []string
-	if command != nil {
-		p, err := parseArgs(fs, flagArgs)
-		if err != nil {
-			return nil, err
-		}
-		pos = p
-	} else {
-		// No "--": flags, NAME, flags, then the command from its first word
-		// on, its own flags untouched.
-		for len(flagArgs) > 0 && len(pos) < 2 {
-			if err := fs.Parse(flagArgs); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					return nil, err
-				}
-				return nil, usageError{err}
-			}
-			flagArgs = fs.Args()
-			if len(flagArgs) > 0 {
-				pos = append(pos, flagArgs[0])
-				flagArgs = flagArgs[1:]
-			}
-		}
-		if len(pos) == 2 {
-			command = append([]string{pos[1]}, flagArgs...)
-			pos = pos[:1]
-		}
-	}
-	if len(pos) != 1 || len(command) == 0 {
-		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}
-	}
-	f.name, f.command = pos[0], command
-
-	if *noWait {
-		if f.waitSet && f.wait != 0 {
-			return nil, usageError{errors.New("--no-wait and --wait cannot be used together")}
-		}
-		f.wait, f.waitSet = 0, true
-	}
-	if f.shared && f.limitSet {
-		return nil, usageError{errors.New("--shared and --limit cannot be used together: --limit N takes one of N shared permits")}
-	}
-	if f.once < 0 || f.once > 0 && f.once < time.Second {
-		return nil, usageError{fmt.Errorf("--once %v: want a retention of 1s or more", f.once)}
-	}
-	if f.lockDelay < 0 || f.lockDelay > time.Hour || f.lockDelay > 0 && f.lockDelay < time.Millisecond {
-		return nil, usageError{fmt.Errorf("--lock-delay %v: want 0, or 1ms to 1h", f.lockDelay)}
-	}
-	if f.once > 0 && (f.shared || f.limitSet) {
-		return nil, usageError{errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")}
-	}
-	if f.ttl <= 0 {
-		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.ttl)}
-	}
-	if f.maxHold < 0 {
-		return nil, usageError{fmt.Errorf("--max-hold %v must not be negative", f.maxHold)}
-	}
-	if f.conflictExitCode < 0 || f.conflictExitCode > 255 {
-		return nil, usageError{fmt.Errorf("--conflict-exit-code %d: want 0 to 255", f.conflictExitCode)}
-	}
-	f.killGrace, f.killGraceSet = defaultKillGrace(f.ttl), *killGrace != ""
-	if f.killGraceSet {
-		d, err := time.ParseDuration(*killGrace)
-		if err != nil || d < 0 {
-			return nil, usageError{fmt.Errorf("--kill-grace %q: want a duration of 0 or more", *killGrace)}
-		}
-		// The lease deadline is renewed every TTL/3 to about TTL·0.99 −
-		// margin ahead: a longer grace would SIGTERM a healthy command.
-		if d > f.ttl/2 {
-			return nil, usageError{fmt.Errorf("--kill-grace %v is more than half the TTL %v: the command would be stopped while the lease is healthy", d, f.ttl)}
-		}
-		f.killGrace = d
-	}
-	return &f, nil
-}
-
-func defaultKillGrace(ttl time.Duration) time.Duration { return min(2*time.Second, ttl/4) }
 
 // heldLock is the lock taken, whichever its kind.
 type heldLock interface {
@@ -285,7 +148,7 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 		return exitWith(f.conflictExitCode, busyError(busy))
 	case errors.Is(err, lockd.ErrAlreadyDone) && f.once > 0:
 		// --once: someone already did the job; nothing to do is success.
-		fmt.Fprintf(c.Stderr, "lockd: %v; not running %s\n", err, f.command[0])
+		fmt.Fprintf(c.Stderr, "lockd: %s; not running %s\n", oneLine(err), f.command[0])
 		return exitWith(exitOK, nil)
 	case errors.Is(err, lockd.ErrAlreadyDone):
 		// Without --once a done lock is simply not obtained.
@@ -407,7 +270,7 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 		if err != nil {
 			// The job ran; only the mark is missing: a later run may repeat
 			// it. Say so, but the command's status stands.
-			fmt.Fprintf(c.Stderr, "lockd: warning: could not mark %q done: %v\n", f.name, err)
+			fmt.Fprintf(c.Stderr, "lockd: warning: could not mark %q done: %s\n", f.name, oneLine(err))
 		}
 	}
 	c.closeSession(sess, releaseTimeout)

@@ -64,7 +64,15 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) error {
 	tw = tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tROLE\tVOTER\tAPI\tRAFT")
 	for _, m := range s.GetMembers() {
-		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%s\n", m.GetId(), m.GetRole(), m.GetVoter(), m.GetApi(), m.GetRaft())
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", m.GetId(), m.GetRole(), yesNo(m.GetVoter()), m.GetApi(), m.GetRaft())
 	}
 	return tw.Flush()
+}
+
+// yesNo spells a flag in a table the way `lockd members` does.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
