@@ -4,8 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strconv"
 	"io"
+	"strconv"
 	"time"
 
 	"github.com/lockd-dev/lockd"
@@ -198,4 +198,3 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 }
 
 func defaultKillGrace(ttl time.Duration) time.Duration { return min(2*time.Second, ttl/4) }
-
