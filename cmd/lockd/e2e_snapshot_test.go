@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -103,34 +102,4 @@ type describeJSON struct {
 			Token string `json:"token"`
 		} `json:"holders"`
 	} `json:"lock"`
-}
-
-// TestRunOnce: `lockd run --once D` runs the job the first time, marks it
-// done after exit 0, and a later run exits 0 without running it; a failed
-// run does not mark it.
-func TestRunOnce(t *testing.T) {
-	s := startServer(t)
-	marker := filepath.Join(t.TempDir(), "ran")
-	job := []string{"--once", "1h", "invoices/2026-11", "--", "sh", "-c", "echo $LOCKD_TOKEN >> " + marker}
-	if p := startRun(t, s, job...); p.wait(t, 20*time.Second) != 0 {
-		t.Fatalf("first run: %s", p.output())
-	}
-	p := startRun(t, s, job...)
-	if code := p.wait(t, 20*time.Second); code != 0 || !strings.Contains(p.output(), "already done") {
-		t.Fatalf("second run: exit %d, %q; want 0 and an 'already done' line", code, p.output())
-	}
-	b, err := os.ReadFile(marker)
-	if err != nil || len(strings.Fields(string(b))) != 1 {
-		t.Fatalf("the job ran %d times (%q), want once", len(strings.Fields(string(b))), b)
-	}
-	// A failing run leaves no mark: the next one runs the job.
-	if p := startRun(t, s, "--once", "1h", "reports/daily", "--", "false"); p.wait(t, 20*time.Second) != 1 {
-		t.Fatalf("failing run: %s", p.output())
-	}
-	if p := startRun(t, s, "--once", "1h", "reports/daily", "--", "true"); p.wait(t, 20*time.Second) != 0 || strings.Contains(p.output(), "already done") {
-		t.Fatalf("run after a failed one: %s", p.output())
-	}
-	if p := startRun(t, s, "--once", "1h", "--shared", "x", "--", "true"); p.wait(t, 20*time.Second) != exitUsage {
-		t.Fatalf("--once --shared: %s", p.output())
-	}
 }

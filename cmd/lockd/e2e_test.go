@@ -1,10 +1,12 @@
 package main
 
-// End-to-end tests: real `lockd serve` and `lockd run` processes, built once
-// in TestMain. They prove the CLI's acceptance items of issue 2: mutual
-// exclusion with increasing tokens (1), a killed holder's lock handed over
-// after the group is gone (2), and lease loss ending the group in time
-// when the server or lockd run itself is frozen (4).
+// End-to-end tests of `lockd run` and the admin commands: real `lockd
+// serve` and `lockd run` processes, built once in TestMain. They prove the
+// CLI's acceptance items of issue 2: mutual exclusion with increasing tokens
+// (1), a killed holder's lock handed over after the group is gone (2), and
+// lease loss ending the group in time when the server or lockd run itself
+// is frozen (4); and issue 7's fault 1: a killed supervisor does not keep
+// the lock. The helpers here (servers, runs, polling) serve every e2e file.
 
 import (
 	"errors"
@@ -484,6 +486,36 @@ func TestRunExitStatus(t *testing.T) {
 			t.Errorf("lock not released: exit status %d: %s", code, q.output())
 		}
 	})
+}
+
+// TestRunOnce: `lockd run --once D` runs the job the first time, marks it
+// done after exit 0, and a later run exits 0 without running it; a failed
+// run does not mark it.
+func TestRunOnce(t *testing.T) {
+	s := startServer(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	job := []string{"--once", "1h", "invoices/2026-11", "--", "sh", "-c", "echo $LOCKD_TOKEN >> " + marker}
+	if p := startRun(t, s, job...); p.wait(t, 20*time.Second) != 0 {
+		t.Fatalf("first run: %s", p.output())
+	}
+	p := startRun(t, s, job...)
+	if code := p.wait(t, 20*time.Second); code != 0 || !strings.Contains(p.output(), "already done") {
+		t.Fatalf("second run: exit %d, %q; want 0 and an 'already done' line", code, p.output())
+	}
+	b, err := os.ReadFile(marker)
+	if err != nil || len(strings.Fields(string(b))) != 1 {
+		t.Fatalf("the job ran %d times (%q), want once", len(strings.Fields(string(b))), b)
+	}
+	// A failing run leaves no mark: the next one runs the job.
+	if p := startRun(t, s, "--once", "1h", "reports/daily", "--", "false"); p.wait(t, 20*time.Second) != 1 {
+		t.Fatalf("failing run: %s", p.output())
+	}
+	if p := startRun(t, s, "--once", "1h", "reports/daily", "--", "true"); p.wait(t, 20*time.Second) != 0 || strings.Contains(p.output(), "already done") {
+		t.Fatalf("run after a failed one: %s", p.output())
+	}
+	if p := startRun(t, s, "--once", "1h", "--shared", "x", "--", "true"); p.wait(t, 20*time.Second) != exitUsage {
+		t.Fatalf("--once --shared: %s", p.output())
+	}
 }
 
 // The admin commands against a live server, in text and JSON.

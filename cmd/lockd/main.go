@@ -68,7 +68,9 @@ func main() {
 
 // Main is the lockd command: it dispatches to a subcommand.
 type Main struct {
+	// Stdout receives the output of subcommands (tables, JSON).
 	Stdout io.Writer
+	// Stderr receives usage, help and the one-line error message.
 	Stderr io.Writer
 	// Getenv reads the environment (LOCKD_ENDPOINTS).
 	Getenv func(string) string
@@ -208,7 +210,10 @@ func dropPrefix(msg string) string {
 // usageError is a bad flag or argument: exit status 64.
 type usageError struct{ err error }
 
+// Error returns the message of the bad flag or argument.
 func (e usageError) Error() string { return e.err.Error() }
+
+// Unwrap returns the underlying error.
 func (e usageError) Unwrap() error { return e.err }
 
 // exitError ends lockd with a given status. err is printed on stderr; a nil
@@ -218,6 +223,7 @@ type exitError struct {
 	err  error
 }
 
+// Error returns the message to print, or the status when there is none.
 func (e *exitError) Error() string {
 	if e.err == nil {
 		return fmt.Sprintf("exit status %d", e.code)
@@ -225,6 +231,7 @@ func (e *exitError) Error() string {
 	return e.err.Error()
 }
 
+// Unwrap returns the error to print, nil for a silent exit.
 func (e *exitError) Unwrap() error { return e.err }
 
 func exitWith(code int, err error) error { return &exitError{code: code, err: err} }

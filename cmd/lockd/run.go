@@ -35,7 +35,10 @@ const releaseTimeout = 10 * time.Second
 // session's lease can be lost on the server, even when lockd run itself is
 // killed or frozen. The lock is released once the group is empty.
 type RunCommand struct {
+	// Stderr receives help, warnings and messages; nil means os.Stderr.
+	// The command itself writes to lockd's own stdout and stderr files.
 	Stderr io.Writer
+	// Getenv reads the environment (LOCKD_ENDPOINTS).
 	Getenv func(string) string
 }
 

@@ -18,6 +18,7 @@ import (
 
 // ServeCommand is `lockd serve`: run a lockd node.
 type ServeCommand struct {
+	// Stderr receives the server's log and errors; nil means os.Stderr.
 	Stderr io.Writer
 }
 

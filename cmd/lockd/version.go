@@ -10,7 +10,10 @@ import (
 
 // VersionCommand is `lockd version`.
 type VersionCommand struct {
-	Stdout, Stderr io.Writer
+	// Stdout receives the version line.
+	Stdout io.Writer
+	// Stderr receives usage errors.
+	Stderr io.Writer
 }
 
 // Run prints the version of this binary.

@@ -84,6 +84,7 @@ const (
 
 // report is one line on the report pipe.
 type report struct {
+	// Event is eventStarted or eventExited.
 	Event string `json:"event"`
 	Result
 }

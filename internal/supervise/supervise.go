@@ -76,9 +76,11 @@ type Result struct {
 	Killed Reason `json:"killed,omitempty"`
 	// ExecError says why the command could not be run.
 	ExecError string `json:"exec_error,omitempty"`
-	// TermAt and KillAt are when the supervisor first sent SIGTERM and
-	// SIGKILL to the group (CLOCK_MONOTONIC nanoseconds), 0 when it did not.
+	// TermAt is when the supervisor first sent SIGTERM to the group
+	// (CLOCK_MONOTONIC nanoseconds), 0 when it did not.
 	TermAt int64 `json:"term_at,omitempty"`
+	// KillAt is when the supervisor first sent SIGKILL to the group
+	// (CLOCK_MONOTONIC nanoseconds), 0 when it did not.
 	KillAt int64 `json:"kill_at,omitempty"`
 }
 
