@@ -324,9 +324,9 @@ func TestRunHolderKilled(t *testing.T) {
 	waiter := startRun(t, s, "--ttl", ttl.String(), "acceptance-2", "--", "sh", "-c",
 		fmt.Sprintf(`if kill -0 -%d 2>/dev/null; then gone=ALIVE; else gone=gone; fi; echo $LOCKD_TOKEN $gone > "%s"`, pgid, second))
 	// Let the waiter queue behind the holder.
-	if !poll(5*time.Second, func() bool {
-		out, _ := exec.Command(lockdBin, "describe", "--endpoints", s.url, "--json", "acceptance-2").Output()
-		return strings.Contains(string(out), `"waiters"`)
+	if !poll(10*time.Second, func() bool {
+		d := describe(t, s, "acceptance-2")
+		return d != nil && len(d.Waiters) > 0
 	}) {
 		t.Fatalf("the second lockd run did not queue: %s", waiter.output())
 	}
@@ -617,9 +617,9 @@ func TestRunSupervisorKilled(t *testing.T) {
 	f := readFields(t, pids, 2, 10*time.Second)
 	pgid, grandchild := atoi(t, f[0]), atoi(t, f[1])
 	waiter := startRun(t, s, "--ttl", "10s", "supervisor-killed", "--", "sh", "-c", `echo $LOCKD_TOKEN > "`+second+`"`)
-	if !poll(5*time.Second, func() bool {
-		out, _ := exec.Command(lockdBin, "describe", "--endpoints", s.url, "--json", "supervisor-killed").Output()
-		return strings.Contains(string(out), `"waiters"`)
+	if !poll(10*time.Second, func() bool {
+		d := describe(t, s, "supervisor-killed")
+		return d != nil && len(d.Waiters) > 0
 	}) {
 		t.Fatalf("the second lockd run did not queue: %s", waiter.output())
 	}
