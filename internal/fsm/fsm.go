@@ -212,7 +212,6 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }
 
-
 func (f *FSM) applyInit(c *fsmv1.Init) *Result {
 	if f.clusterID != "" {
 		// A second Init (a new leader that raced) changes nothing.
