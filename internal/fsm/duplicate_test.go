@@ -148,3 +148,136 @@ func TestCancelOvertakesAcquire(t *testing.T) {
 		t.Fatal("late acquire of a cancelled request queued or took the lock")
 	}
 }
+
+// sessionState returns session id's part of f's state.
+func sessionState(t *testing.T, f *fsm.FSM, id string) *fsmv1.Session {
+	t.Helper()
+	for _, s := range f.State().Sessions {
+		if s.Id == id {
+			return s
+		}
+	}
+	t.Fatalf("session %s not in the state", id)
+	return nil
+}
+
+// Cancels that overtake their acquires, from a client that never advances
+// its ack: each stores an answer for its acquire as well as its own. The
+// table stays within its cap, and every answer stays at or above the floor.
+func TestCancelsBeforeAcquiresStayWithinTheCap(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	for seq := uint64(2); seq < 2000; seq += 2 {
+		mustOK(t, f, &fsmv1.Cancel{SessionId: "s1", Seq: seq, Ack: 1, Name: "a", AcquireSeq: seq - 1})
+	}
+	s := sessionState(t, f, "s1")
+	if n, limit := len(s.Results), fsm.CurrentCaps().Results; n > limit {
+		t.Fatalf("duplicate table: got %d answers, want at most %d", n, limit)
+	}
+	for _, r := range s.Results {
+		if r.Seq < s.Ack {
+			t.Fatalf("answer for seq %d below the floor %d", r.Seq, s.Ack)
+		}
+	}
+	// The late acquire of the newest cancel is still refused as cancelled;
+	// an old one's is refused as too old. Neither takes the lock.
+	if r := apply(t, f, acq("s1", 1997, "a", excl, true)); r.Code != fsm.CodeCancelled || !r.Duplicate {
+		t.Fatalf("late acquire of the last cancel: got %+v, want a cancelled duplicate", r)
+	}
+	if r := apply(t, f, acq("s1", 1, "a", excl, true)); r.Code != fsm.CodeInvalid {
+		t.Fatalf("late acquire of the first cancel: got %+v, want CodeInvalid", r)
+	}
+	if _, ok := f.Describe("a"); ok {
+		t.Fatal("a late acquire of a cancelled request queued or took the lock")
+	}
+}
+
+// A seq reused for another request (a counter bug, a restarted script) is
+// refused with CodeInvalid and changes nothing; the first request keeps its
+// answer. Before fingerprints, the acquire of b was answered GRANTED with
+// a's token while nobody held b, and the release of b was answered OK while
+// b stayed held.
+func TestReusedSeqAnswersOnlyTheSameRequest(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	ga := mustOK(t, f, acq("s1", 1, "a", excl, false))
+	gb := mustOK(t, f, acq("s1", 2, "b", excl, false))
+	mustOK(t, f, rel("s1", 3, "a", ga.Token))
+	before := f.State()
+	for _, m := range []proto.Message{
+		acq("s1", 1, "b", excl, false),                                   // another lock
+		acq("s1", 1, "a", shrd, false),                                   // another mode
+		acqLimit("s1", 1, "a", excl, false, 3),                           // another limit
+		rel("s1", 3, "b", gb.Token),                                      // another lock and token
+		&fsmv1.Cancel{SessionId: "s1", Seq: 2, Name: "b", AcquireSeq: 2}, // another method
+		&fsmv1.Complete{SessionId: "s1", Seq: 2, Name: "b", Token: gb.Token, RetentionMs: 1000},
+	} {
+		r := apply(t, f, m)
+		if r.Code != fsm.CodeInvalid || r.Duplicate || !strings.Contains(r.Msg, "different request") {
+			t.Fatalf("%T %v reusing a seq: got %+v, want CodeInvalid", m, m, r)
+		}
+		if after := f.State(); !proto.Equal(before, after) {
+			t.Fatalf("%T %v reusing a seq changed the state", m, m)
+		}
+	}
+	// The same requests are still answered from the table.
+	if r := apply(t, f, acq("s1", 1, "a", excl, false)); !r.Duplicate || r.Token != ga.Token {
+		t.Fatalf("retry of acquire seq 1: got %+v, want the first answer (token %d)", r, ga.Token)
+	}
+	if r := apply(t, f, rel("s1", 3, "a", ga.Token)); !r.Duplicate || r.Code != fsm.OK {
+		t.Fatalf("retry of release seq 3: got %+v, want the first answer", r)
+	}
+}
+
+// A seq below the acknowledged floor whose answer is gone is refused, also
+// when the session still waits with that seq for the same lock in another
+// mode: only the same request is answered from the live wait.
+func TestStaleSeqRefused(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("h"))
+	mustOK(t, f, newSession("w"))
+	mustOK(t, f, acq("h", 1, "a", excl, false))
+	mustOK(t, f, acq("w", 1, "a", excl, true))                                          // queued
+	mustOK(t, f, &fsmv1.Acquire{SessionId: "w", Seq: 2, Ack: 2, Name: "b", Mode: excl}) // floor 2
+	before := f.State()
+	for _, m := range []proto.Message{
+		acq("w", 1, "a", shrd, true), // same lock, another mode
+		acq("w", 1, "c", excl, true), // another lock
+		rel("w", 1, "a", 1),
+	} {
+		if r := apply(t, f, m); r.Code != fsm.CodeInvalid {
+			t.Fatalf("%T %v below the floor: got %+v, want CodeInvalid", m, m, r)
+		}
+		if after := f.State(); !proto.Equal(before, after) {
+			t.Fatalf("%T %v below the floor changed the state", m, m)
+		}
+	}
+	if r := apply(t, f, acq("w", 1, "a", excl, true)); r.Code != fsm.OK || r.Status != fsm.StatusQueued {
+		t.Fatalf("re-poll of the live wait: got %+v, want queued", r)
+	}
+}
+
+// Answers in a snapshot written before fingerprints (fingerprint 0) still
+// answer their retries, and any repeat of their seq: the FSM cannot tell
+// what they answered, and refusing a true retry would fail a client that
+// did nothing wrong.
+func TestAnswersWithoutFingerprintMatchAnyRepeat(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	ga := mustOK(t, f, acq("s1", 1, "a", excl, false))
+	old := f.State()
+	for _, s := range old.Sessions {
+		for _, r := range s.Results {
+			r.Fingerprint = 0
+		}
+	}
+	g := fsm.New(nil)
+	if err := g.Load(old); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []proto.Message{acq("s1", 1, "a", excl, false), acq("s1", 1, "b", excl, false)} {
+		if r := apply(t, g, m); !r.Duplicate || r.Token != ga.Token {
+			t.Fatalf("%v against an answer without fingerprint: got %+v, want the stored answer", m, r)
+		}
+	}
+}

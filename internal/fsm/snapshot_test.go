@@ -225,3 +225,79 @@ func TestRestoreCommand(t *testing.T) {
 		})
 	}
 }
+
+// CheckBackup, which `lockd serve --restore` runs at start, refuses exactly
+// the backups the Restore command refuses, so a node never starts with a
+// backup that Apply then refuses on every try. A backup whose counter is
+// in [2^62, 2^63) is a state of a cluster (RestoreBytes loads it) but not a
+// backup a new cluster can continue from.
+func TestCheckBackupRunsTheRestoreChecks(t *testing.T) {
+	good := persist(t, scripted(t))
+	high := scripted(t).State()
+	high.Epoch, high.LastToken = 1<<62-1, 1<<62+5
+	highB := encodeSnapshot(t, high)
+	if err := fsm.New(nil).RestoreBytes(highB); err != nil {
+		t.Fatalf("the high counter is a valid state: %v", err)
+	}
+	for _, tt := range []struct {
+		name   string
+		backup []byte
+		ok     bool
+	}{
+		{"good", good, true},
+		{"counter too high for a new epoch", highB, false},
+		{"garbage", []byte{1, 0xff}, false},
+		{"empty", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := fsm.CheckBackup(tt.backup)
+			r := apply(t, fsm.New(nil), &fsmv1.Restore{ClusterId: "new", Epoch: 5, Snapshot: tt.backup})
+			if (err == nil) != tt.ok || (r.Code == fsm.OK) != tt.ok {
+				t.Fatalf("CheckBackup: %v; Apply: code %d %q; want both ok=%v", err, r.Code, r.Msg, tt.ok)
+			}
+			if err != nil && !strings.Contains(r.Msg, err.Error()) {
+				t.Fatalf("CheckBackup says %q, Apply %q: want the same reason", err, r.Msg)
+			}
+		})
+	}
+}
+
+// A snapshot beyond a cap is refused by the one check both paths run; an
+// older version's duplicate table beyond its cap (a Cancel before its
+// Acquire added answers outside it) is trimmed as Apply would have, so an
+// old node's snapshot still loads.
+func TestSnapshotCaps(t *testing.T) {
+	f := scripted(t)
+	st := f.State()
+	caps := fsm.CurrentCaps()
+	caps.Sessions = len(st.Sessions) - 1
+	fsm.SetCaps(t, caps)
+	if err := fsm.New(nil).Load(st); err == nil || !strings.Contains(err.Error(), "sessions, more than") {
+		t.Fatalf("too many sessions: got %v", err)
+	}
+	caps.Sessions = len(st.Sessions)
+	caps.Results = 3
+	fsm.SetCaps(t, caps)
+	st.Sessions[0].Ack = 1
+	st.Sessions[0].Results = nil
+	for seq := uint64(1); seq <= 10; seq++ {
+		st.Sessions[0].Results = append(st.Sessions[0].Results, &fsmv1.Result{Seq: seq})
+	}
+	g := fsm.New(nil)
+	if err := g.Load(st); err != nil {
+		t.Fatal(err)
+	}
+	s := g.State().Sessions[0]
+	if len(s.Results) != 3 || s.Ack != 8 || s.Results[0].Seq != 8 {
+		t.Fatalf("trimmed table: ack %d answers %v, want ack 8 and seqs 8-10", s.Ack, s.Results)
+	}
+}
+
+func encodeSnapshot(t *testing.T, snap *fsmv1.Snapshot) []byte {
+	t.Helper()
+	b, err := fsm.EncodeSnapshot(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
