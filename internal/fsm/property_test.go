@@ -389,6 +389,11 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 	if err := checkCaps(post, m.model.caps); err != nil {
 		t.Fatalf("after %T %v: %v", msg, msg, err)
 	}
+	for _, f := range []*fsm.FSM{m.main, m.twin, shadow} {
+		if err := f.CheckCounts(); err != nil {
+			t.Fatalf("after %T %v: %v", msg, msg, err)
+		}
+	}
 	m.checkGrants(t, pre, post, events)
 	if replay {
 		if !proto.Equal(pre, post) {
