@@ -51,17 +51,28 @@ const (
 
 // Result is what Apply returns for a command (raft ApplyFuture.Response).
 type Result struct {
+	// Code is OK or why the command was refused.
 	Code Code
-	Msg  string // for people, set with a non-OK code
+	// Msg is for people, set with a non-OK code.
+	Msg string
 
-	Status    int    // acquire: StatusGranted or StatusQueued
-	Token     uint64 // acquire: the grant's token
-	Position  uint32 // acquire: 1-based queue position
-	Released  bool   // cancel: a raced grant was released
-	SessionID string // create session
-	Holders   []HolderInfo
-	Mark      *Mark // CodeAlreadyDone: the lock's completion mark
-	Duplicate bool  // the answer came from the duplicate table
+	// Status is, for an acquire, StatusGranted or StatusQueued.
+	Status int
+	// Token is, for a granted acquire, the grant's fencing token.
+	Token uint64
+	// Position is, for a queued acquire, its 1-based queue position.
+	Position uint32
+	// Released reports, for a cancel, that a raced grant was released.
+	Released bool
+	// SessionID is, for a create session, the session's id.
+	SessionID string
+	// Holders are, for CodeBusy, the lock's holders.
+	Holders []HolderInfo
+	// Mark is, for CodeAlreadyDone, the lock's completion mark.
+	Mark *Mark
+	// Duplicate reports that the answer came from the duplicate table (or,
+	// for a repeated acquire, from its live wait or hold).
+	Duplicate bool
 }
 
 // Err returns nil for OK, else an *Error with the code and message.
@@ -74,10 +85,13 @@ func (r *Result) Err() error {
 
 // Error is a refused command.
 type Error struct {
+	// Code is why.
 	Code Code
-	Msg  string
+	// Msg is for people.
+	Msg string
 }
 
+// Error returns the message.
 func (e *Error) Error() string { return e.Msg }
 
 func fail(c Code, format string, args ...any) *Result {
@@ -87,9 +101,15 @@ func fail(c Code, format string, args ...any) *Result {
 // Observer is told, synchronously from Apply, about changes the leader's
 // lease timers and the blocked Acquire calls need. Implementations must not
 // block and must not call back into the FSM.
+//
+// Its durations are the log's integer milliseconds: they are events of
+// Apply, not read views.
 type Observer interface {
+	// SessionCreated: session id was created with a lease of ttlMs.
 	SessionCreated(id string, ttlMs int64)
+	// SessionRemoved: session id was closed or expired.
 	SessionRemoved(id string)
+	// SessionRevoked: session id was force-released.
 	SessionRevoked(id string)
 	// WaitGranted: the queued acquire (session, name, seq) was granted.
 	WaitGranted(session, name string, seq, token uint64)
@@ -111,9 +131,12 @@ type Observer interface {
 
 // Stats counts what Apply did, for metrics and tests.
 type Stats struct {
-	Grants      uint64 // all grants
-	QueueGrants uint64 // grants to a queued waiter
-	Expired     uint64 // sessions expired
+	// Grants counts all grants.
+	Grants uint64
+	// QueueGrants counts grants to a queued waiter.
+	QueueGrants uint64
+	// Expired counts sessions expired.
+	Expired uint64
 }
 
 // FSM is the replicated state machine. It implements raft.FSM and

@@ -118,8 +118,10 @@ func unmarshalSnapshot(b []byte) (*fsmv1.Snapshot, error) {
 
 // CheckBackup reports why the Restore command would refuse backup b (an
 // encoded snapshot), or nil: it runs the very checks Apply runs on a
-// Restore, so `lockd serve --restore` refuses at start exactly the backups
-// the cluster would refuse later.
+// Restore's snapshot, bounds and caps included, so `lockd serve --restore`
+// refuses at start exactly the backups the cluster would refuse later.
+// (Apply also refuses a Restore into a cluster with state, or without a
+// cluster id or with too high an epoch: fields the server fills in.)
 func CheckBackup(b []byte) error {
 	_, err := decodeBackup(b)
 	return err
@@ -147,8 +149,10 @@ func decodeBackup(b []byte) (*state, error) {
 //
 // Load refuses a snapshot that breaks the safety invariants (an exclusive
 // holder not alone, more shared holders than the limit, a token repeated or
-// above the counter, a counter that could wrap), so a corrupt or hostile
-// snapshot cannot become the state that later grants are made from.
+// above the counter, a counter that could wrap) or a cap Apply enforces, so
+// a corrupt or hostile snapshot cannot become the state that later grants
+// are made from. A duplicate table beyond its cap or below its floor, as an
+// older version could write, is trimmed the way Apply trims it.
 func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	st, err := decodeState(snap)
 	if err != nil {
