@@ -281,3 +281,16 @@ func TestAnswersWithoutFingerprintMatchAnyRepeat(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCancelsWithoutAck: a client that never acknowledges, and whose
+// cancels overtake their acquires. Each Apply costs the same however long
+// the run (the table stays at its cap and no Apply scans it).
+func BenchmarkCancelsWithoutAck(b *testing.B) {
+	f := initFSM(b, nil)
+	mustOK(b, f, newSession("s1"))
+	seq := uint64(0)
+	for b.Loop() {
+		seq += 2
+		f.ApplyCommand(cmd(b, &fsmv1.Cancel{SessionId: "s1", Seq: seq, Ack: 1, Name: "a", AcquireSeq: seq - 1}))
+	}
+}
