@@ -336,7 +336,8 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	case len(snap.Members) > limits.members:
 		return nil, fmt.Errorf("snapshot: %d members, more than %d", len(snap.Members), limits.members)
 	}
-	for _, s := range sessions {
+	for _, ps := range snap.Sessions { // in order: the message is part of the answer
+		s := sessions[ps.Id]
 		if n := len(s.holds) + len(s.waits) + cs.markedBy[s.id]; n > limits.locksPerSession {
 			return nil, fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
 		}
