@@ -43,9 +43,20 @@ const (
 	// client (or a flood of them) can make the cluster keep. They are
 	// constants, not configuration: Apply must decide the same on every
 	// replica.
+	// A session's completion marks count toward MaxLocksPerSession while
+	// they live, as its holds and waits do.
 	MaxSessions        = 1 << 20
 	MaxLocksPerSession = 1 << 14
 	MaxWaiters         = 1 << 16
+	// MaxMarks bounds the completion marks kept in total: they outlive
+	// their sessions, for up to MaxRetentionMs.
+	MaxMarks = 1 << 20
+	// MaxDelayLocks bounds the locks with a lock-delay (running or to come)
+	// in total. It is checked when such a lock is created, since the expiry
+	// that starts a delay cannot be refused.
+	MaxDelayLocks = 1 << 20
+	// maxMembers bounds the member table.
+	maxMembers = 1 << 10
 	// MaxLockDelayMs bounds a lock-delay (1 h).
 	MaxLockDelayMs = 3600 * 1000
 	// maxResults bounds the duplicate table of one session even when a
@@ -59,6 +70,13 @@ const (
 	maxEpoch     = 1 << 62
 	maxLastToken = 1 << 63
 )
+
+// limits are the caps Apply and snapshot checks enforce: the constants
+// above, made smaller only by tests (export_test.go) so the property test
+// reaches them.
+var limits = struct {
+	sessions, locksPerSession, waiters, results, marks, delayLocks, members int
+}{MaxSessions, MaxLocksPerSession, MaxWaiters, maxResults, MaxMarks, MaxDelayLocks, maxMembers}
 
 // Encode returns the log entry for a command.
 func Encode(t CmdType, m proto.Message) ([]byte, error) {

@@ -106,6 +106,12 @@ func FuzzApply(f *testing.F) {
 		if err := checkInvariants(after); err != nil {
 			t.Fatal(err)
 		}
+		if err := checkCaps(after, fsm.CurrentCaps()); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.CheckCounts(); err != nil {
+			t.Fatal(err)
+		}
 		if r.Code != fsm.OK && !proto.Equal(lockTable(before), lockTable(after)) {
 			t.Fatalf("refused (code %d %q) but changed:\n got %v\nwant %v", r.Code, r.Msg, after, before)
 		}

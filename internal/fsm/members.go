@@ -11,7 +11,12 @@ import (
 // for clients learning the cluster) and its Raft address. Raft membership
 // itself lives in Raft's configuration, not here.
 type Member struct {
-	ID, API, Raft string
+	// ID is the node id.
+	ID string
+	// API is the node's API URL.
+	API string
+	// Raft is the node's Raft address.
+	Raft string
 }
 
 func (f *FSM) applySetMember(c *fsmv1.SetMember) *Result {
@@ -21,6 +26,9 @@ func (f *FSM) applySetMember(c *fsmv1.SetMember) *Result {
 	if c.Remove {
 		delete(f.members, c.NodeId)
 		return &Result{}
+	}
+	if _, ok := f.members[c.NodeId]; !ok && len(f.members) >= limits.members {
+		return fail(CodeTooMany, "%d members recorded already", limits.members)
 	}
 	f.members[c.NodeId] = Member{ID: c.NodeId, API: c.ApiUrl, Raft: c.RaftAddress}
 	return &Result{}

@@ -34,12 +34,40 @@ type mLock struct {
 	holders []mHold
 	queue   []mWait
 	mark    uint64 // completion mark's token, 0 for none
+	markBy  string // the session that set the mark
 }
 
 type model struct {
 	revoked map[string]bool // live sessions: id -> revoked
 	locks   map[string]*mLock
 	last    uint64
+	caps    fsm.Caps
+}
+
+// used counts what session id has toward the per-session cap: holds,
+// waits and live completion marks.
+func (m *model) used(id string) int {
+	n := 0
+	for _, l := range m.locks {
+		if l.has(id) {
+			n++
+		}
+		if l.mark != 0 && l.markBy == id {
+			n++
+		}
+	}
+	return n
+}
+
+// marks counts the live completion marks.
+func (m *model) marks() int {
+	n := 0
+	for _, l := range m.locks {
+		if l.mark != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // outcome is the part of a Result the model predicts.
@@ -101,6 +129,9 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 	if l != nil && l.has(a.SessionId) {
 		return outcome{code: fsm.CodeAlreadyHeld}
 	}
+	if m.used(a.SessionId) >= m.caps.LocksPerSession {
+		return outcome{code: fsm.CodeTooMany}
+	}
 	if l == nil {
 		l = &mLock{limit: 1}
 		if a.Limit != nil {
@@ -118,6 +149,9 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 	}
 	if !a.Wait {
 		return outcome{code: fsm.CodeBusy}
+	}
+	if len(l.queue) >= m.caps.Waiters {
+		return outcome{code: fsm.CodeTooMany}
 	}
 	m.locks[a.Name] = l
 	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq})
@@ -161,7 +195,10 @@ func (m *model) complete(c *fsmv1.Complete) outcome {
 	if l.holders[i].mode != excl {
 		return outcome{code: fsm.CodeInvalid}
 	}
-	l.holders, l.queue, l.mark = nil, nil, c.Token
+	if m.marks() >= m.caps.Marks {
+		return outcome{code: fsm.CodeTooMany}
+	}
+	l.holders, l.queue, l.mark, l.markBy = nil, nil, c.Token, c.SessionId
 	return outcome{}
 }
 
@@ -291,7 +328,7 @@ type machine struct {
 }
 
 func newMachine(t *rapid.T) *machine {
-	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch}}
+	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch, caps: fsm.CurrentCaps()}}
 	m.main, m.twin = fsm.New(m.mainRec), fsm.New(m.twinRec)
 	m.exec(t, &fsmv1.Init{ClusterId: "c1", Epoch: epoch}, outcome{}, false)
 	m.maxToken = epoch
@@ -348,6 +385,14 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 	}
 	if err := checkInvariants(post); err != nil {
 		t.Fatalf("after %T %v: %v", msg, msg, err)
+	}
+	if err := checkCaps(post, m.model.caps); err != nil {
+		t.Fatalf("after %T %v: %v", msg, msg, err)
+	}
+	for _, f := range []*fsm.FSM{m.main, m.twin, shadow} {
+		if err := f.CheckCounts(); err != nil {
+			t.Fatalf("after %T %v: %v", msg, msg, err)
+		}
 	}
 	m.checkGrants(t, pre, post, events)
 	if replay {
@@ -623,9 +668,21 @@ func (m *machine) complete(t *rapid.T) {
 			tokens = append(tokens, h.token)
 		}
 	}
+	token := rapid.SampledFrom(tokens).Draw(t, "token")
+	retention := rapid.SampledFrom([]int64{60000, 0, -1}).Draw(t, "retention")
+	// Mostly a job the client does hold, so marks pile up to their cap.
+	var own []string
+	for _, n := range lockNames {
+		if l := m.model.locks[n]; l != nil && len(l.holders) == 1 && l.holders[0].session == c.id && l.holders[0].mode == excl {
+			own = append(own, n)
+		}
+	}
+	if len(own) > 0 && rapid.IntRange(0, 2).Draw(t, "ownJob") > 0 {
+		name = rapid.SampledFrom(own).Draw(t, "ownName")
+		token, retention = m.model.locks[name].holders[0].token, 60000
+	}
 	seq, ack := m.nextSeq(t, c)
-	x := &fsmv1.Complete{SessionId: c.id, Seq: seq, Ack: ack, Name: name,
-		Token: rapid.SampledFrom(tokens).Draw(t, "token"), RetentionMs: rapid.SampledFrom([]int64{60000, 0, -1}).Draw(t, "retention"), TimeUnixNano: m.now}
+	x := &fsmv1.Complete{SessionId: c.id, Seq: seq, Ack: ack, Name: name, Token: token, RetentionMs: retention, TimeUnixNano: m.now}
 	m.exec(t, x, m.model.complete(x), false)
 }
 
@@ -728,6 +785,51 @@ func (m *machine) replay(t *rapid.T) {
 	}
 }
 
+// reuse sends another request under the seq of an earlier one (a client's
+// counter bug, a restarted script): another lock, or another mode for an
+// acquire. It must be refused (CodeInvalid, or CodeSessionUnknown once the
+// session is gone) and change nothing, whether the first answer is still
+// remembered, was acknowledged or was evicted.
+func (m *machine) reuse(t *rapid.T) {
+	var candidates []int
+	for i, a := range m.history {
+		if _, _, ok := requestOf(a.data); ok {
+			candidates = append(candidates, i)
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	a := m.history[rapid.SampledFrom(candidates).Draw(t, "reuse")]
+	msg := proto.CloneOf(a.msg)
+	other := func(name string) string {
+		return rapid.SampledFrom(slices.DeleteFunc(slices.Clone(lockNames), func(n string) bool { return n == name })).Draw(t, "otherName")
+	}
+	switch x := msg.(type) {
+	case *fsmv1.Acquire:
+		if rapid.Bool().Draw(t, "otherMode") {
+			x.Mode = excl + shrd - x.Mode
+		} else {
+			x.Name = other(x.Name)
+		}
+	case *fsmv1.Release:
+		x.Name = other(x.Name)
+	case *fsmv1.Cancel:
+		x.Name = other(x.Name)
+	case *fsmv1.Complete:
+		x.Name = other(x.Name)
+	}
+	session, seq, _ := requestOf(a.data)
+	_, live := m.model.revoked[session]
+	r := m.exec(t, msg, outcome{}, true)
+	switch {
+	case live && r.Code != fsm.CodeInvalid:
+		t.Fatalf("%T %v reusing seq %d of %v: got %s, want CodeInvalid", msg, msg, seq, a.msg, resultString(r))
+	case !live && r.Code != fsm.CodeSessionUnknown:
+		t.Fatalf("%T %v for a gone session: got %s, want CodeSessionUnknown", msg, msg, resultString(r))
+	}
+}
+
 type liveAnswer struct {
 	status   int
 	token    uint64
@@ -773,7 +875,12 @@ func (m *machine) restoreMain(t *rapid.T) {
 	m.queueGrantsObs = 0 // stats are not part of the state
 }
 
+// propertyCaps are small enough that a run of 100 steps reaches every cap
+// the model predicts (and checkCaps checks).
+var propertyCaps = fsm.Caps{Sessions: fsm.MaxSessions, LocksPerSession: 2, Waiters: 2, Results: 4, Marks: 1, DelayLocks: 1, Members: 16}
+
 func TestProperties(t *testing.T) {
+	fsm.SetCaps(t, propertyCaps)
 	rapid.Check(t, func(t *rapid.T) {
 		m := newMachine(t)
 		m.createSession(t)
@@ -792,6 +899,7 @@ func TestProperties(t *testing.T) {
 			{"close", 1, m.closeOrExpire},
 			{"revoke", 1, m.revoke},
 			{"replay", 3, m.replay},
+			{"reuse", 2, m.reuse},
 			{"restore", 1, m.restoreMain},
 		}
 		var deck []int
@@ -806,4 +914,55 @@ func TestProperties(t *testing.T) {
 			a.run(t)
 		}
 	})
+}
+
+// checkCaps reports a table of snap beyond its cap: sessions, each
+// session's duplicate table (and its floor), holds, waits and marks per
+// session, waiters per lock, marks and lock-delay locks in total, members.
+func checkCaps(snap *fsmv1.Snapshot, caps fsm.Caps) error {
+	if len(snap.Sessions) > caps.Sessions {
+		return fmt.Errorf("%d sessions, cap %d", len(snap.Sessions), caps.Sessions)
+	}
+	used := map[string]int{}
+	marks, delayLocks := 0, 0
+	for _, l := range snap.Locks {
+		if len(l.Queue) > caps.Waiters {
+			return fmt.Errorf("lock %q: %d waiters, cap %d", l.Name, len(l.Queue), caps.Waiters)
+		}
+		for _, h := range l.Holders {
+			used[h.SessionId]++
+		}
+		for _, w := range l.Queue {
+			used[w.SessionId]++
+		}
+		if l.Mark != nil {
+			marks++
+			used[l.Mark.SessionId]++
+		}
+		if l.LockDelayMs > 0 {
+			delayLocks++
+		}
+	}
+	for _, s := range snap.Sessions {
+		if len(s.Results) > caps.Results {
+			return fmt.Errorf("session %s: %d remembered answers, cap %d", s.Id, len(s.Results), caps.Results)
+		}
+		for i, r := range s.Results {
+			if r.Seq < s.Ack || i > 0 && r.Seq <= s.Results[i-1].Seq {
+				return fmt.Errorf("session %s: answer for seq %d (floor %d) out of place", s.Id, r.Seq, s.Ack)
+			}
+		}
+		if used[s.Id] > caps.LocksPerSession {
+			return fmt.Errorf("session %s: %d holds, waits and marks, cap %d", s.Id, used[s.Id], caps.LocksPerSession)
+		}
+	}
+	switch {
+	case marks > caps.Marks:
+		return fmt.Errorf("%d completion marks, cap %d", marks, caps.Marks)
+	case delayLocks > caps.DelayLocks:
+		return fmt.Errorf("%d locks with a lock-delay, cap %d", delayLocks, caps.DelayLocks)
+	case len(snap.Members) > caps.Members:
+		return fmt.Errorf("%d members, cap %d", len(snap.Members), caps.Members)
+	}
+	return nil
 }

@@ -25,10 +25,9 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
 	for _, s := range f.sessions {
 		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack}
-		for _, r := range s.results {
-			ps.Results = append(ps.Results, proto.CloneOf(r))
+		for _, seq := range s.seqs {
+			ps.Results = append(ps.Results, proto.CloneOf(s.results[seq]))
 		}
-		slices.SortFunc(ps.Results, func(a, b *fsmv1.Result) int { return cmpU64(a.Seq, b.Seq) })
 		snap.Sessions = append(snap.Sessions, ps)
 	}
 	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
@@ -41,7 +40,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued})
 		}
 		if m := l.mark; m != nil {
-			pl.Mark = &fsmv1.Mark{SessionId: m.Session, Owner: m.Owner, Token: m.Token, CompletedUnixNano: m.CompletedAt, RetentionMs: m.RetentionMs}
+			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
 		}
 		snap.Locks = append(snap.Locks, pl)
 	}
@@ -53,16 +52,6 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	return snap
 }
 
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // Snapshot implements raft.FSM. The copy is taken under the read lock; it is
 // serialized later, concurrently with Apply.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -71,7 +60,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 type snapshot struct{ state *fsmv1.Snapshot }
 
-// Encode returns snap in the snapshot format (a version byte and the
+// EncodeSnapshot returns snap in the snapshot format (a version byte and the
 // deterministic protobuf encoding), as Persist writes it and RestoreBytes
 // and the Restore command read it.
 func EncodeSnapshot(snap *fsmv1.Snapshot) ([]byte, error) {
@@ -109,22 +98,61 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // RestoreBytes replaces the state with an encoded snapshot (as written by
 // Persist). On error the state is unchanged.
 func (f *FSM) RestoreBytes(b []byte) error {
+	snap, err := unmarshalSnapshot(b)
+	if err != nil {
+		return err
+	}
+	return f.Load(snap)
+}
+
+func unmarshalSnapshot(b []byte) (*fsmv1.Snapshot, error) {
 	if len(b) == 0 || b[0] != snapshotVersion {
-		return fmt.Errorf("unknown snapshot format")
+		return nil, fmt.Errorf("unknown snapshot format")
 	}
 	var snap fsmv1.Snapshot
 	if err := proto.Unmarshal(b[1:], &snap); err != nil {
-		return fmt.Errorf("decode snapshot: %w", err)
+		return nil, fmt.Errorf("decode snapshot: %w", err)
 	}
-	return f.Load(&snap)
+	return &snap, nil
+}
+
+// CheckBackup reports why the Restore command would refuse backup b (an
+// encoded snapshot), or nil: it runs the very checks Apply runs on a
+// Restore's snapshot, bounds and caps included, so `lockd serve --restore`
+// refuses at start exactly the backups the cluster would refuse later.
+// (Apply also refuses a Restore into a cluster with state, or without a
+// cluster id or with too high an epoch: fields the server fills in.)
+func CheckBackup(b []byte) error {
+	_, err := decodeBackup(b)
+	return err
+}
+
+// decodeBackup decodes and checks a backup for the Restore command.
+func decodeBackup(b []byte) (*state, error) {
+	snap, err := unmarshalSnapshot(b)
+	if err != nil {
+		return nil, err
+	}
+	st, err := decodeState(snap)
+	if err != nil {
+		return nil, err
+	}
+	if st.lastToken >= maxEpoch {
+		// The restored cluster's epoch continues above it, and an epoch
+		// this high would be refused by every later snapshot of it.
+		return nil, fmt.Errorf("backup's last token %d is not below %d", st.lastToken, uint64(maxEpoch))
+	}
+	return st, nil
 }
 
 // Load replaces the state with snap after checking it is consistent.
 //
 // Load refuses a snapshot that breaks the safety invariants (an exclusive
 // holder not alone, more shared holders than the limit, a token repeated or
-// above the counter, a counter that could wrap), so a corrupt or hostile
-// snapshot cannot become the state that later grants are made from.
+// above the counter, a counter that could wrap) or a cap Apply enforces, so
+// a corrupt or hostile snapshot cannot become the state that later grants
+// are made from. A duplicate table beyond its cap or below its floor, as an
+// older version could write, is trimmed the way Apply trims it.
 func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	st, err := decodeState(snap)
 	if err != nil {
@@ -147,13 +175,14 @@ type state struct {
 	byRequest        map[string]string
 	locks            map[string]*lock
 	members          map[string]Member
+	counts           counts
 }
 
 func (f *FSM) install(st *state) {
 	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
 	id := st.clusterID
 	f.publicID.Store(&id)
-	f.sessions, f.byRequest, f.locks, f.members = st.sessions, st.byRequest, st.locks, st.members
+	f.sessions, f.byRequest, f.locks, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.members, st.counts
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -172,21 +201,9 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	if c.Epoch >= maxEpoch {
 		return fail(CodeInvalid, "restore epoch %d is not below %d", c.Epoch, uint64(maxEpoch))
 	}
-	if len(c.Snapshot) == 0 || c.Snapshot[0] != snapshotVersion {
-		return fail(CodeInvalid, "unknown snapshot format")
-	}
-	var snap fsmv1.Snapshot
-	if err := proto.Unmarshal(c.Snapshot[1:], &snap); err != nil {
-		return fail(CodeInvalid, "decode snapshot: %v", err)
-	}
-	st, err := decodeState(&snap)
+	st, err := decodeBackup(c.Snapshot)
 	if err != nil {
 		return fail(CodeInvalid, "%v", err)
-	}
-	if st.lastToken >= maxEpoch {
-		// The new epoch would be refused by decodeState in every later
-		// snapshot of this cluster.
-		return fail(CodeInvalid, "backup's last token %d is not below %d", st.lastToken, uint64(maxEpoch))
 	}
 	st.clusterID = c.ClusterId
 	st.epoch = max(c.Epoch, st.lastToken)
@@ -199,7 +216,7 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 		}
 		for _, name := range slices.Sorted(maps.Keys(f.locks)) {
 			if m := f.locks[name].mark; m != nil {
-				f.obs.MarkSet(name, m.Token, m.RetentionMs)
+				f.obs.MarkSet(name, m.token, m.retentionMs)
 			}
 			if l := f.locks[name]; l.delayed {
 				f.obs.LockDelayed(name, l.delayToken, l.delayMs)
@@ -217,6 +234,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	tokens := map[uint64]bool{}
 	sessions := map[string]*session{}
 	byRequest := map[string]string{}
+	if len(snap.Sessions) > limits.sessions {
+		return nil, fmt.Errorf("snapshot: %d sessions, more than %d", len(snap.Sessions), limits.sessions)
+	}
 	for _, ps := range snap.Sessions {
 		if ps.Id == "" || sessions[ps.Id] != nil {
 			return nil, fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
@@ -224,10 +244,15 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if ps.TtlMs <= 0 {
 			return nil, fmt.Errorf("snapshot: session %q has ttl %d ms", ps.Id, ps.TtlMs)
 		}
-		s := &session{id: ps.Id, requestID: ps.RequestId, ttlMs: ps.TtlMs, owner: ps.Owner, created: ps.CreatedUnixNano, revoked: ps.Revoked, ack: ps.Ack,
-			results: map[uint64]*fsmv1.Result{}, holds: map[string]*hold{}, waits: map[string]*wait{}}
-		for _, r := range ps.Results {
-			s.results[r.Seq] = proto.CloneOf(r)
+		s := newSession(ps.Id, ps.RequestId, ps.Owner, ps.TtlMs, ps.CreatedUnixNano, ps.Revoked, ps.Ack)
+		for i, r := range ps.Results {
+			if r.Seq == 0 || i > 0 && r.Seq <= ps.Results[i-1].Seq {
+				return nil, fmt.Errorf("snapshot: session %q: duplicate answers not in seq order", ps.Id)
+			}
+			// Through store, as Apply adds them: an older version kept
+			// answers below the floor or beyond the cap (a Cancel before
+			// its Acquire); they are dropped as Apply would have.
+			s.store(proto.CloneOf(r))
 		}
 		sessions[s.id] = s
 		if s.requestID != "" {
@@ -235,6 +260,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		}
 	}
 	locks := map[string]*lock{}
+	cs := newCounts()
 	for _, pl := range snap.Locks {
 		if locks[pl.Name] != nil {
 			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
@@ -284,7 +310,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			case pm.Token == 0 || pm.Token > snap.LastToken || pm.RetentionMs <= 0:
 				return nil, fmt.Errorf("snapshot: lock %q: bad completion mark", pl.Name)
 			}
-			l.mark = &Mark{Session: pm.SessionId, Owner: pm.Owner, Token: pm.Token, CompletedAt: pm.CompletedUnixNano, RetentionMs: pm.RetentionMs}
+			l.mark = &mark{session: pm.SessionId, owner: pm.Owner, token: pm.Token, completed: pm.CompletedUnixNano, retentionMs: pm.RetentionMs}
 		}
 		if !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
 			// Apply never leaves a head waiter that fits: it would wait on a
@@ -294,7 +320,27 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if l.empty() {
 			return nil, fmt.Errorf("snapshot: lock %q is empty", pl.Name)
 		}
+		if len(l.queue) > limits.waiters {
+			return nil, fmt.Errorf("snapshot: lock %q has %d waiters, more than %d", pl.Name, len(l.queue), limits.waiters)
+		}
 		locks[l.name] = l
+		cs.add(l)
+	}
+	// The caps Apply enforces hold in any state it made, so a snapshot
+	// beyond them is not one of ours.
+	switch {
+	case cs.marks > limits.marks:
+		return nil, fmt.Errorf("snapshot: %d completion marks, more than %d", cs.marks, limits.marks)
+	case cs.delayLocks > limits.delayLocks:
+		return nil, fmt.Errorf("snapshot: %d locks with a lock-delay, more than %d", cs.delayLocks, limits.delayLocks)
+	case len(snap.Members) > limits.members:
+		return nil, fmt.Errorf("snapshot: %d members, more than %d", len(snap.Members), limits.members)
+	}
+	for _, ps := range snap.Sessions { // in order: the message is part of the answer
+		s := sessions[ps.Id]
+		if n := len(s.holds) + len(s.waits) + cs.markedBy[s.id]; n > limits.locksPerSession {
+			return nil, fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
+		}
 	}
 	members := map[string]Member{}
 	for _, m := range snap.Members {
@@ -304,5 +350,5 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress}
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, members: members}, nil
+		sessions: sessions, byRequest: byRequest, locks: locks, members: members, counts: cs}, nil
 }

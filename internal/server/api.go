@@ -133,7 +133,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	}
 	info, ok := a.s.fsm.Session(r.SessionID)
 	if ok {
-		ttl = time.Duration(info.TTLMs) * time.Millisecond
+		ttl = info.TTL
 	}
 	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
 }
@@ -184,8 +184,8 @@ func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.Lis
 	resp := &lockdv1.ListSessionsResponse{}
 	for _, x := range a.s.fsm.Sessions() {
 		resp.Sessions = append(resp.Sessions, &lockdv1.SessionInfo{
-			SessionId: x.ID, Owner: x.Owner, Ttl: durationpb.New(time.Duration(x.TTLMs) * time.Millisecond),
-			CreatedAt: timestamppb.New(time.Unix(0, x.CreatedAt)), Holds: uint32(x.Holds), Waits: uint32(x.Waits), Revoked: x.Revoked,
+			SessionId: x.ID, Owner: x.Owner, Ttl: durationpb.New(x.TTL),
+			CreatedAt: timestamppb.New(x.CreatedAt), Holds: uint32(x.Holds), Waits: uint32(x.Waits), Revoked: x.Revoked,
 		})
 	}
 	return connect.NewResponse(resp), nil
@@ -382,14 +382,14 @@ func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.Check
 func holdersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	out := make([]*lockdv1.Holder, len(hs))
 	for i, h := range hs {
-		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(time.Unix(0, h.GrantedAt)), Value: h.Value, Owner: h.Owner}
+		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner}
 	}
 	return out
 }
 
 func markPB(m fsm.Mark) *lockdv1.Mark {
 	return &lockdv1.Mark{SessionId: m.Session, Owner: m.Owner, Token: m.Token,
-		CompletedAt: timestamppb.New(time.Unix(0, m.CompletedAt)), Retention: durationpb.New(time.Duration(m.RetentionMs) * time.Millisecond)}
+		CompletedAt: timestamppb.New(m.CompletedAt), Retention: durationpb.New(m.Retention)}
 }
 
 func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
@@ -397,12 +397,12 @@ func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
 	if l.Mark != nil {
 		li.Mark = markPB(*l.Mark)
 	}
-	if l.DelayMs > 0 {
-		li.LockDelay = durationpb.New(time.Duration(l.DelayMs) * time.Millisecond)
+	if l.Delay > 0 {
+		li.LockDelay = durationpb.New(l.Delay)
 		li.Delayed = l.Delayed
 	}
 	for _, w := range l.Waiters {
-		li.Waiters = append(li.Waiters, &lockdv1.Waiter{SessionId: w.Session, Mode: lockdv1.Mode(w.Mode), QueuedAt: timestamppb.New(time.Unix(0, w.QueuedAt)), Owner: w.Owner})
+		li.Waiters = append(li.Waiters, &lockdv1.Waiter{SessionId: w.Session, Mode: lockdv1.Mode(w.Mode), QueuedAt: timestamppb.New(w.QueuedAt), Owner: w.Owner})
 	}
 	return li
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -112,5 +113,30 @@ func TestBackupRestore10kLocks(t *testing.T) {
 	if x, err := New(cfg); err == nil {
 		x.Close()
 		t.Fatal("restore into a data dir with state was accepted")
+	}
+}
+
+// TestRestoreRefusesAtStartWhatApplyRefuses: a backup whose token counter
+// is a valid state but too high for a new cluster's epoch to continue from
+// is refused by `lockd serve --restore` at start, with the reason, instead
+// of a node that starts and proposes a Restore Apply refuses on every try.
+func TestRestoreRefusesAtStartWhatApplyRefuses(t *testing.T) {
+	b, err := fsm.EncodeSnapshot(&fsmv1.Snapshot{ClusterId: "old", Epoch: 1<<62 - 1, LastToken: 1<<62 + 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "backup.lockd")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t.TempDir())
+	cfg.Restore = file
+	x, err := New(cfg)
+	if err == nil {
+		x.Close()
+		t.Fatal("a backup the Restore command refuses was accepted at start")
+	}
+	if !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "last token") {
+		t.Fatalf("refusal %q: want the file and the reason", err)
 	}
 }

@@ -250,7 +250,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("read backup: %w", err)
 		}
-		if err := fsm.New(nil).RestoreBytes(b); err != nil {
+		if err := fsm.CheckBackup(b); err != nil {
 			return nil, fmt.Errorf("backup %s: %w", cfg.Restore, err)
 		}
 		s.restore = b
@@ -435,7 +435,9 @@ func (s *Server) establish(gen uint64) {
 			var r *fsm.Result
 			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(time.Now().UnixMicro())})
 			if err == nil && r.Code != fsm.OK {
-				err = r.Err()
+				// Apply refused the backup: every retry would too.
+				s.fatal(fmt.Errorf("restore from backup %s: %w", s.cfg.Restore, r.Err()))
+				return
 			}
 			if err == nil {
 				s.log.Info("cluster restored from backup", "file", s.cfg.Restore, "cluster_id", s.fsm.ClusterID(), "epoch", s.fsm.Info().Epoch)
@@ -457,21 +459,21 @@ func (s *Server) establish(gen uint64) {
 				s.fsm.WithSessions(func(ss []fsm.SessionInfo) {
 					ls := make([]lease.Entry, len(ss))
 					for i, x := range ss {
-						ls[i] = lease.Entry{ID: x.ID, TTL: time.Duration(x.TTLMs) * time.Millisecond, Revoked: x.Revoked}
+						ls[i] = lease.Entry{ID: x.ID, TTL: x.TTL, Revoked: x.Revoked}
 					}
 					s.lease.Promote(term, ls)
 				})
 				s.fsm.WithMarks(func(ms map[string]fsm.Mark) {
 					ls := make([]lease.Entry, 0, len(ms))
 					for name, m := range ms {
-						ls = append(ls, lease.Entry{ID: markKey(name, m.Token), TTL: time.Duration(m.RetentionMs) * time.Millisecond})
+						ls = append(ls, lease.Entry{ID: markKey(name, m.Token), TTL: m.Retention})
 					}
 					s.marks.Promote(term, ls)
 				})
 				s.fsm.WithDelays(func(ds map[string]fsm.Delay) {
 					ls := make([]lease.Entry, 0, len(ds))
 					for name, d := range ds {
-						ls = append(ls, lease.Entry{ID: markKey(name, d.Token), TTL: time.Duration(d.DelayMs) * time.Millisecond})
+						ls = append(ls, lease.Entry{ID: markKey(name, d.Token), TTL: d.Delay})
 					}
 					s.delays.Promote(term, ls)
 				})

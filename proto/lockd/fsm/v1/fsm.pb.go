@@ -704,12 +704,16 @@ func (x *Snapshot) GetMembers() []*MemberInfo {
 }
 
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Code          int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"` // internal/fsm error code, 0 = ok
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Position      uint32                 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
-	Flag          bool                   `protobuf:"varint,5,opt,name=flag,proto3" json:"flag,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Code     int32                  `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"` // internal/fsm error code, 0 = ok
+	Token    uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Position uint32                 `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
+	Flag     bool                   `protobuf:"varint,5,opt,name=flag,proto3" json:"flag,omitempty"`
+	// fingerprint identifies the request this answers (a hash of its type,
+	// lock name, mode, limit, token…), so a seq reused for another request is
+	// refused. 0 (an answer written before fingerprints): any repeat matches.
+	Fingerprint   uint64 `protobuf:"varint,6,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -777,6 +781,13 @@ func (x *Result) GetFlag() bool {
 		return x.Flag
 	}
 	return false
+}
+
+func (x *Result) GetFingerprint() uint64 {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return 0
 }
 
 type Session struct {
@@ -1704,13 +1715,14 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x121\n" +
 	"\bsessions\x18\x04 \x03(\v2\x15.lockd.fsm.v1.SessionR\bsessions\x12(\n" +
 	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\x122\n" +
-	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\"t\n" +
+	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\"\x96\x01\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\rR\bposition\x12\x12\n" +
-	"\x04flag\x18\x05 \x01(\bR\x04flag\"\xed\x01\n" +
+	"\x04flag\x18\x05 \x01(\bR\x04flag\x12 \n" +
+	"\vfingerprint\x18\x06 \x01(\x04R\vfingerprint\"\xed\x01\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +

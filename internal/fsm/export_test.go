@@ -1,0 +1,47 @@
+package fsm
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Caps are the caps Apply enforces, for tests.
+type Caps struct {
+	Sessions, LocksPerSession, Waiters, Results, Marks, DelayLocks, Members int
+}
+
+// CurrentCaps returns the caps in force.
+func CurrentCaps() Caps {
+	l := limits
+	return Caps{l.sessions, l.locksPerSession, l.waiters, l.results, l.marks, l.delayLocks, l.members}
+}
+
+// SetCaps replaces the caps until tb ends, so a test reaches them in a few
+// commands. Tests of this package do not run in parallel.
+func SetCaps(tb testing.TB, c Caps) {
+	old := limits
+	tb.Cleanup(func() { limits = old })
+	limits.sessions, limits.locksPerSession, limits.waiters, limits.results = c.Sessions, c.LocksPerSession, c.Waiters, c.Results
+	limits.marks, limits.delayLocks, limits.members = c.Marks, c.DelayLocks, c.Members
+}
+
+// CheckCounts reports whether the counts the caps read match the locks they
+// are derived from.
+func (f *FSM) CheckCounts() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	want := newCounts()
+	for _, l := range f.locks {
+		want.add(l)
+	}
+	got := f.counts
+	if got.marks != want.marks || got.delayLocks != want.delayLocks || len(got.markedBy) != len(want.markedBy) {
+		return fmt.Errorf("counts: got %d marks %d delay locks %v, want %d %d %v", got.marks, got.delayLocks, got.markedBy, want.marks, want.delayLocks, want.markedBy)
+	}
+	for id, n := range want.markedBy {
+		if got.markedBy[id] != n {
+			return fmt.Errorf("counts: session %s has %d marks, counted %d", id, n, got.markedBy[id])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+type hold struct {
+	session string
+	mode    int32
+	token   uint64
+	seq     uint64
+	value   []byte
+	granted int64
+}
+
+type wait struct {
+	session string
+	mode    int32
+	seq     uint64
+	value   []byte
+	queued  int64
+}
+
+type lock struct {
+	name    string
+	limit   uint32
+	holders []*hold // in token order
+	queue   []*wait // FIFO
+	mark    *mark   // completion mark: then no holders or waiters
+	delayMs int64   // lock-delay after an expired holder, fixed at creation
+	delayed bool    // a lock-delay runs: nothing is granted
+	// delayToken is the token of the expired hold that started the delay;
+	// Undelay must name it, so an old timer cannot end a newer delay.
+	delayToken uint64
+}
+
+// empty reports whether the lock can be deleted.
+func (l *lock) empty() bool {
+	return len(l.holders) == 0 && len(l.queue) == 0 && l.mark == nil && !l.delayed
+}
+
+func (l *lock) grantable(mode int32) bool {
+	if mode == ModeExclusive {
+		return len(l.holders) == 0
+	}
+	if len(l.holders) > 0 && l.holders[0].mode == ModeExclusive {
+		return false
+	}
+	return l.limit == 0 || uint32(len(l.holders)) < l.limit
+}
+
+func validMode(m int32) bool { return m == ModeExclusive || m == ModeShared }
+
+// addLock and deleteLock are the only ways a lock enters or leaves the
+// table, so the counts the caps read stay exact.
+func (f *FSM) addLock(l *lock) {
+	f.locks[l.name] = l
+	f.counts.add(l)
+}
+
+func (f *FSM) deleteLock(l *lock) {
+	delete(f.locks, l.name)
+	f.counts.remove(l)
+}
+
+func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
+	if r := f.liveAcquire(c); r != nil {
+		return r
+	}
+	fp := acquireFingerprint(c)
+	s, r := f.request(c.SessionId, c.Seq, c.Ack, fp, cancelledAcquireFingerprint(c.Name))
+	if r != nil {
+		if l := f.locks[c.Name]; r.Duplicate && l != nil {
+			// The duplicate table keeps codes, not details: name the
+			// current holders or mark, as the first answer did.
+			switch {
+			case r.Code == CodeBusy:
+				r.Holders = f.holderInfos(l)
+			case r.Code == CodeAlreadyDone && l.mark != nil:
+				r.Mark = l.mark.view()
+			}
+		}
+		return r
+	}
+	refuse := func(r *Result) *Result { return f.remember(s, c.Seq, fp, r) }
+	if err := ValidateName(c.Name); err != nil {
+		return refuse(fail(CodeInvalid, "%v", err))
+	}
+	if !validMode(c.Mode) {
+		return refuse(fail(CodeInvalid, "unknown mode %d", c.Mode))
+	}
+	if c.LockDelayMs < 0 || c.LockDelayMs > MaxLockDelayMs {
+		return refuse(fail(CodeInvalid, "lock-delay %d ms is outside [0, %d]", c.LockDelayMs, MaxLockDelayMs))
+	}
+	if len(c.Value) > MaxValueBytes {
+		return refuse(fail(CodeInvalid, "value is %d bytes, more than %d", len(c.Value), MaxValueBytes))
+	}
+	if s.revoked {
+		return refuse(fail(CodeRevoked, "session %s was force-released", s.id))
+	}
+	if s.holds[c.Name] != nil {
+		return refuse(fail(CodeAlreadyHeld, "session already holds %q", c.Name))
+	}
+	if s.waits[c.Name] != nil {
+		return refuse(fail(CodeAlreadyHeld, "session already waits for %q", c.Name))
+	}
+	if f.used(s) >= limits.locksPerSession {
+		return refuse(fail(CodeTooMany, "session holds, waits for or marked done %d locks already", limits.locksPerSession))
+	}
+	l := f.locks[c.Name]
+	if l == nil {
+		limit := uint32(1)
+		if c.Limit != nil {
+			limit = *c.Limit
+		}
+		if c.LockDelayMs > 0 && f.counts.delayLocks >= limits.delayLocks {
+			return refuse(fail(CodeTooMany, "%d locks with a lock-delay exist already", limits.delayLocks))
+		}
+		l = &lock{name: c.Name, limit: limit, delayMs: c.LockDelayMs}
+	} else if c.Limit != nil && *c.Limit != l.limit {
+		return refuse(fail(CodeLimitMismatch, "lock %q has limit %d, request asked %d", c.Name, l.limit, *c.Limit))
+	}
+	if l.mark != nil {
+		r := fail(CodeAlreadyDone, "the job of lock %q is done (token %d)", c.Name, l.mark.token)
+		r.Mark = l.mark.view()
+		return refuse(r)
+	}
+	if !l.delayed && len(l.queue) == 0 && l.grantable(c.Mode) {
+		if f.locks[c.Name] == nil {
+			f.addLock(l)
+		}
+		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano)
+		return f.remember(s, c.Seq, fp, &Result{Status: StatusGranted, Token: h.token})
+	}
+	if !c.Wait {
+		r := fail(CodeBusy, "lock %q is busy", c.Name)
+		r.Holders = f.holderInfos(l)
+		switch {
+		case l.delayed:
+			r.Msg = fmt.Sprintf("lock %q is busy (lock-delay after an expired holder)", c.Name)
+		case len(l.holders) == 0:
+			r.Msg = fmt.Sprintf("lock %q is busy (waiters queued)", c.Name)
+		}
+		return refuse(r)
+	}
+	if len(l.queue) >= limits.waiters {
+		return refuse(fail(CodeTooMany, "lock %q has %d waiters already", c.Name, limits.waiters))
+	}
+	if f.locks[c.Name] == nil {
+		f.addLock(l)
+	}
+	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}
+	l.queue = append(l.queue, w)
+	s.waits[c.Name] = w
+	return f.remember(s, c.Seq, fp, &Result{Status: StatusQueued, Position: uint32(len(l.queue))})
+}
+
+// liveAcquire answers a repeated acquire whose answer the duplicate table
+// has already dropped (a long wait outlives the table's later requests of
+// its session) from the state: its wait is still queued, or it was granted.
+// Without it, the repeat would be refused while its wait stays live, and a
+// grant would later go to a caller that was told it failed. The repeat must
+// ask what the wait or hold was made for (lock, mode, limit).
+func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
+	s := f.sessions[c.SessionId]
+	if s == nil || c.Seq == 0 || c.Seq >= s.ack {
+		return nil
+	}
+	if _, ok := s.results[c.Seq]; ok {
+		return nil
+	}
+	l := f.locks[c.Name]
+	if l == nil || c.Limit != nil && *c.Limit != l.limit {
+		return nil
+	}
+	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq && w.mode == c.Mode {
+		return &Result{Status: StatusQueued, Position: uint32(slices.Index(l.queue, w) + 1), Duplicate: true}
+	}
+	if h := s.holds[c.Name]; h != nil && h.seq == c.Seq && h.mode == c.Mode {
+		return &Result{Status: StatusGranted, Token: h.token, Duplicate: true}
+	}
+	return nil
+}
+
+func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, now int64) *hold {
+	f.lastToken++
+	f.stats.Grants++
+	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now}
+	l.holders = append(l.holders, h)
+	s.holds[l.name] = h
+	return h
+}
+
+// promote grants queued waiters from the head while they fit: several shared
+// waiters together, an exclusive one alone. A waiting exclusive request stops
+// shared ones behind it. A lock left empty is deleted.
+func (f *FSM) promote(l *lock, now int64) {
+	for !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
+		w := l.queue[0]
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+		s := f.sessions[w.session]
+		delete(s.waits, l.name)
+		h := f.grant(l, s, w.mode, w.seq, w.value, now)
+		f.stats.QueueGrants++
+		if f.obs != nil {
+			f.obs.WaitGranted(s.id, l.name, w.seq, h.token)
+		}
+	}
+	if len(l.queue) == 0 {
+		l.queue = nil // let the backing array go
+	}
+	if l.empty() {
+		f.deleteLock(l)
+	}
+}
+
+func (f *FSM) removeHold(l *lock, h *hold) {
+	l.holders = slices.DeleteFunc(l.holders, func(x *hold) bool { return x == h })
+	delete(f.sessions[h.session].holds, l.name)
+}
+
+func (f *FSM) removeWait(l *lock, w *wait) {
+	l.queue = slices.DeleteFunc(l.queue, func(x *wait) bool { return x == w })
+	delete(f.sessions[w.session].waits, l.name)
+	if f.obs != nil {
+		f.obs.WaitDropped(w.session, l.name, w.seq)
+	}
+}
+
+func (f *FSM) applyRelease(c *fsmv1.Release) *Result {
+	fp := releaseFingerprint(c)
+	s, r := f.request(c.SessionId, c.Seq, c.Ack, fp, 0)
+	if r != nil {
+		return r
+	}
+	h := s.holds[c.Name]
+	if h == nil || h.token != c.Token {
+		return f.remember(s, c.Seq, fp, fail(CodeNotHeld, "lock %q is not held with token %d by this session", c.Name, c.Token))
+	}
+	l := f.locks[c.Name]
+	f.removeHold(l, h)
+	f.promote(l, c.TimeUnixNano)
+	return f.remember(s, c.Seq, fp, &Result{})
+}
+
+func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
+	fp := cancelFingerprint(c)
+	s, r := f.request(c.SessionId, c.Seq, c.Ack, fp, 0)
+	if r != nil {
+		return r
+	}
+	l := f.locks[c.Name]
+	if w := s.waits[c.Name]; w != nil && w.seq == c.AcquireSeq {
+		f.removeWait(l, w)
+		f.promote(l, c.TimeUnixNano)
+		return f.remember(s, c.Seq, fp, &Result{})
+	}
+	if h := s.holds[c.Name]; h != nil && h.seq == c.AcquireSeq {
+		f.removeHold(l, h)
+		f.promote(l, c.TimeUnixNano)
+		return f.remember(s, c.Seq, fp, &Result{Released: true})
+	}
+	if _, answered := s.results[c.AcquireSeq]; !answered && c.AcquireSeq >= s.ack && c.AcquireSeq < c.Seq {
+		// The cancel overtook its acquire (still in flight, say through a
+		// follower): answer that acquire now, so when it lands it is refused
+		// from the duplicate table instead of queuing or taking the lock for
+		// a caller that gave up. It takes a place in the table like any
+		// answer; if the table evicts it, the floor rises past it and the
+		// late acquire is refused as too old, just as safe.
+		f.remember(s, c.AcquireSeq, cancelledAcquireFingerprint(c.Name), fail(CodeCancelled, "cancelled"))
+	}
+	return f.remember(s, c.Seq, fp, &Result{})
+}

@@ -1,0 +1,153 @@
+package fsm
+
+import (
+	"maps"
+	"slices"
+
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+// session is a client's lease on the cluster: its holds and waits, and the
+// duplicate table of its requests (duplicate.go).
+type session struct {
+	id        string
+	requestID string
+	ttlMs     int64
+	owner     string
+	created   int64
+	revoked   bool
+	// ack is the session's acknowledged floor: every table seq is at or
+	// above it, and a request below it is answered only from a live wait or
+	// hold (liveAcquire), else refused.
+	ack     uint64
+	results map[uint64]*fsmv1.Result // the duplicate table, by seq
+	seqs    []uint64                 // the keys of results, ascending
+	holds   map[string]*hold         // by lock name
+	waits   map[string]*wait         // by lock name
+}
+
+func newSession(id, requestID, owner string, ttlMs, created int64, revoked bool, ack uint64) *session {
+	return &session{id: id, requestID: requestID, ttlMs: ttlMs, owner: owner, created: created, revoked: revoked, ack: ack,
+		results: map[uint64]*fsmv1.Result{}, holds: map[string]*hold{}, waits: map[string]*wait{}}
+}
+
+// used counts what the session holds toward MaxLocksPerSession: its holds,
+// its waits and the completion marks it set that still live.
+func (f *FSM) used(s *session) int {
+	return len(s.holds) + len(s.waits) + f.counts.markedBy[s.id]
+}
+
+func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
+	if f.clusterID == "" {
+		return fail(CodeNotInitialized, "cluster not initialized yet")
+	}
+	if c.RequestId != "" {
+		if id, ok := f.byRequest[c.RequestId]; ok {
+			return &Result{SessionID: id, Duplicate: true}
+		}
+	}
+	switch {
+	case c.SessionId == "" || len(c.SessionId) > MaxRequestIDBytes:
+		return fail(CodeInvalid, "bad session id")
+	case len(c.RequestId) > MaxRequestIDBytes:
+		return fail(CodeInvalid, "request id longer than %d bytes", MaxRequestIDBytes)
+	case len(c.Owner) > MaxOwnerBytes:
+		return fail(CodeInvalid, "owner longer than %d bytes", MaxOwnerBytes)
+	case c.TtlMs <= 0:
+		return fail(CodeInvalid, "ttl must be positive")
+	case f.sessions[c.SessionId] != nil:
+		return fail(CodeInvalid, "session id %s already exists", c.SessionId)
+	case len(f.sessions) >= limits.sessions:
+		return fail(CodeTooMany, "too many sessions (%d)", limits.sessions)
+	}
+	s := newSession(c.SessionId, c.RequestId, c.Owner, c.TtlMs, c.TimeUnixNano, false, 1)
+	f.sessions[s.id] = s
+	if s.requestID != "" {
+		f.byRequest[s.requestID] = s.id
+	}
+	if f.obs != nil {
+		f.obs.SessionCreated(s.id, s.ttlMs)
+	}
+	return &Result{SessionID: s.id}
+}
+
+func (f *FSM) applyCloseSession(c *fsmv1.CloseSession) *Result {
+	if s := f.sessions[c.SessionId]; s != nil {
+		f.removeSession(s, 0, false)
+	}
+	return &Result{}
+}
+
+func (f *FSM) applyExpireSession(c *fsmv1.ExpireSession, term uint64) *Result {
+	if c.Term != 0 && term != 0 && c.Term != term {
+		// Decided by an earlier leadership and committed in a later one:
+		// leases were restarted in full since, so the decision is stale.
+		return fail(CodeInvalid, "stale expiry of session %s decided in term %d, committed in term %d", c.SessionId, c.Term, term)
+	}
+	if s := f.sessions[c.SessionId]; s != nil {
+		f.stats.Expired++
+		f.removeSession(s, c.TimeUnixNano, true)
+	}
+	return &Result{}
+}
+
+func (f *FSM) applyRevokeSession(c *fsmv1.RevokeSession) *Result {
+	for _, id := range c.SessionIds {
+		if s := f.sessions[id]; s != nil && !s.revoked {
+			s.revoked = true
+			// A revoked session will never use a lock it waits for;
+			// granting one would only keep it from others until expiry.
+			f.dropWaits(s, c.TimeUnixNano)
+			if f.obs != nil {
+				f.obs.SessionRevoked(id)
+			}
+		}
+	}
+	return &Result{}
+}
+
+// dropWaits removes every queued wait of s, then grants what that frees, in
+// lock-name order.
+func (f *FSM) dropWaits(s *session, now int64) {
+	waits := slices.Sorted(maps.Keys(s.waits))
+	for _, name := range waits {
+		f.removeWait(f.locks[name], s.waits[name])
+	}
+	for _, name := range waits {
+		if l := f.locks[name]; l != nil {
+			f.promote(l, now)
+		}
+	}
+}
+
+// removeSession releases every hold and drops every wait of s, then grants
+// the next waiters of each affected lock, in lock-name order. An expired
+// holder of a lock with a lock-delay leaves the lock delayed instead.
+func (f *FSM) removeSession(s *session, now int64, expired bool) {
+	// Sorted, so the Observer hears the same events in the same order on
+	// every replica.
+	waits := slices.Sorted(maps.Keys(s.waits))
+	holds := slices.Sorted(maps.Keys(s.holds))
+	for _, name := range waits {
+		f.removeWait(f.locks[name], s.waits[name])
+	}
+	for _, name := range holds {
+		l, h := f.locks[name], s.holds[name]
+		f.removeHold(l, h)
+		if expired && l.delayMs > 0 {
+			f.startDelay(l, h.token)
+		}
+	}
+	delete(f.sessions, s.id)
+	if s.requestID != "" {
+		delete(f.byRequest, s.requestID)
+	}
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(append(waits, holds...)))) {
+		if l := f.locks[name]; l != nil {
+			f.promote(l, now)
+		}
+	}
+	if f.obs != nil {
+		f.obs.SessionRemoved(s.id)
+	}
+}
