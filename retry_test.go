@@ -307,3 +307,43 @@ func testWaitTimeoutIsNotUnavailable(t *testing.T) {
 		t.Errorf("wait ran out on a healthy endpoint, but err matches ErrUnavailable (lockd run exits 69, not 75): %v", err)
 	}
 }
+
+// A server may name the leader in any error answer, not only "not leader"
+// (a follower whose forward failed, an unknown outcome): the client goes
+// there next, at once, and stays there for later calls.
+func TestRetryFollowsLeaderInAnyAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"outcome unknown", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" })},
+		{"unavailable", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "ep2" })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				follower := &transport{status: failing(tc.err)}
+				other := &transport{status: failing(errConnRefused)}
+				leader := &transport{status: statusOK("")}
+				c := newTestClient(t, []*transport{follower, other, leader})
+				start := time.Now()
+				if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(other.callsOf("Status")); got != 0 {
+					t.Errorf("the leader named was not followed: another endpoint called %d times", got)
+				}
+				if waited := time.Since(start); waited != 0 {
+					t.Errorf("waited %v before going to the leader, want 0", waited)
+				}
+				if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(follower.callsOf("Status")); got != 1 {
+					t.Errorf("follower called %d times, want once: later calls go to the leader", got)
+				}
+			})
+		})
+	}
+}

@@ -115,6 +115,41 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if closing {
 		return nil, ErrClosed
 	}
+	var s *Session
+	for round := 1; ; round++ {
+		var err error
+		s, err = c.createSession(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		if err = s.Err(); err == nil {
+			break
+		}
+		<-s.loopDone // the loop closes the session on the server
+		// Confirmed after its client deadline, as when the first attempt
+		// went to a hung endpoint and the next one answered late: ask
+		// again, with a new request and a new send time, now that the
+		// client knows an endpoint that answers.
+		if round == maxCreateRounds || ctx.Err() != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+	}
+	if err := c.addSession(s); err != nil {
+		_ = s.Close(ctx)
+		return nil, err
+	}
+	c.logger.Info("session created", "session", s.id, "ttl", s.ttl)
+	return s, nil
+}
+
+// maxCreateRounds bounds how often NewSession asks again after a session
+// was confirmed too late to be used.
+const maxCreateRounds = 3
+
+// createSession sends one CreateSession (with retries) and starts the
+// session's keepalive loop. The lease counts from the first attempt's send
+// time: a retry may be answered with the session that attempt created.
+func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session, error) {
 	sent := time.Now()
 	msg := &lockdv1.CreateSessionRequest{
 		Ttl:       durationpb.New(cfg.ttl),
@@ -128,7 +163,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	p.timeout = retry.LeaseDeadline(sent, cfg.ttl).Sub(sent)
 	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
 	if err != nil {
-		return nil, fmt.Errorf("create session: %w", err)
+		return nil, err
 	}
 	ttl := resp.Msg.GetTtl().AsDuration()
 	if ttl <= 0 {
@@ -136,15 +171,6 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s := newSession(c, resp.Msg.GetSessionId(), ttl, cfg.owner, cfg.deadlineFn, sent)
 	s.start()
-	if err := s.Err(); err != nil {
-		<-s.loopDone // the loop closes the session on the server
-		return nil, fmt.Errorf("create session: %w", err)
-	}
-	if err := c.addSession(s); err != nil {
-		_ = s.Close(ctx)
-		return nil, err
-	}
-	c.logger.Info("session created", "session", s.id, "ttl", ttl)
 	return s, nil
 }
 

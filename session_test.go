@@ -345,3 +345,49 @@ func TestClientCloseClosesSessions(t *testing.T) {
 		}
 	})
 }
+
+// A closed session is closed on the server: Close runs after the client
+// saw its lease lost but before the keepalive loop acted on the loss (here
+// the loop is still inside a KeepAlive call that ignores its cancellation,
+// as a stalled goroutine would), and still sends CloseSession, so the
+// server drops the session's waits now instead of at its own deadline. The
+// endpoint is the scripted transport: only a synctest bubble makes the
+// ordering of the two goroutines deterministic, and real sockets cannot
+// enter one.
+func TestSessionCloseAfterLossTellsServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 2 * time.Second
+		stalled := make(chan struct{})
+		var mu sync.Mutex
+		n := 0
+		tr := &transport{keepAlive: func(ctx context.Context, r *lockdv1.KeepAliveRequest) (*lockdv1.KeepAliveResponse, error) {
+			mu.Lock()
+			n++
+			first := n == 1
+			mu.Unlock()
+			if first {
+				<-stalled // past the lease deadline, whatever ctx says
+			}
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection reset"))
+		}}
+		c := newTestClient(t, []*transport{tr})
+		s, err := c.NewSession(t.Context(), WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-s.Done() // the deadline timer saw the lease lost
+		if !errors.Is(s.Err(), ErrLeaseLost) {
+			t.Fatalf("session err %v, want ErrLeaseLost", s.Err())
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(context.Background()) }()
+		synctest.Wait() // Close waits for the stalled keepalive loop
+		close(stalled)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close of a lost session: %v, want nil", err)
+		}
+		if got := len(tr.callsOf("CloseSession")); got != 1 {
+			t.Errorf("CloseSession sent %d times, want once", got)
+		}
+	})
+}
