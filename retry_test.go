@@ -53,26 +53,6 @@ func TestRetryRotatesEndpoints(t *testing.T) {
 	})
 }
 
-func TestRetryFollowsLeaderHint(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		follower := &transport{status: failing(apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
-			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" }))}
-		other := &transport{status: failing(errConnRefused)}
-		leader := &transport{status: statusOK("")}
-		c := newTestClient(t, []*transport{follower, other, leader})
-		start := time.Now()
-		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
-			t.Fatal(err)
-		}
-		if got := len(other.callsOf("Status")); got != 0 {
-			t.Errorf("the hint was not followed: other endpoint called %d times", got)
-		}
-		if waited := time.Since(start); waited != 0 {
-			t.Errorf("waited %v before following the hint, want 0", waited)
-		}
-	})
-}
-
 func TestRetryCtxEndsMidRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		down := &transport{status: failing(errConnRefused)}
@@ -316,6 +296,8 @@ func TestRetryFollowsLeaderInAnyAnswer(t *testing.T) {
 		name string
 		err  error
 	}{
+		{"not leader", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" })},
 		{"outcome unknown", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN,
 			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" })},
 		{"unavailable", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED,

@@ -16,51 +16,6 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// minJeopardy is the shortest wait before a failed KeepAlive is retried.
-const minJeopardy = 50 * time.Millisecond
-
-// keepaliveInterval is how long after a confirmed KeepAlive was sent the
-// next one goes out.
-func keepaliveInterval(ttl time.Duration) time.Duration { return ttl / 3 }
-
-// jeopardyInterval is how soon a failed KeepAlive is retried.
-func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
-
-// keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
-// leaves time to try another before the deadline.
-func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
-	return min(requestTimeout, max(minJeopardy, ttl/4))
-}
-
-// lease is the client's view of a session's lease. It is pure state: the
-// caller supplies the clock.
-type lease struct {
-	sent     time.Time // send time of the newest confirmed KeepAlive
-	deadline time.Time
-	lost     bool
-}
-
-// confirm records that a KeepAlive first sent at sent was confirmed with
-// the granted ttl, at time now. It reports whether the deadline moved
-// later. A confirmation that arrives at or after the deadline does not
-// revive the lease: it is lost. A reply to an older KeepAlive never moves
-// the deadline back.
-func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
-	if l.lost {
-		return false
-	}
-	if !now.Before(l.deadline) {
-		l.lost = true
-		return false
-	}
-	d := retry.LeaseDeadline(sent, ttl)
-	if !d.After(l.deadline) {
-		return false
-	}
-	l.sent, l.deadline = sent, d
-	return true
-}
-
 // Session is a lease on the lockd cluster, kept alive in the background.
 // Every lock is taken through a session and lives at most as long as it:
 // when the session ends, the server releases its holds and drops its waits.
@@ -394,60 +349,6 @@ func (s *Session) confirmed(sent time.Time, ttl time.Duration) {
 	if moved && s.deadlineFn != nil {
 		s.deadlineFn(deadline)
 	}
-}
-
-// keepalive renews the lease until the session ends, then (if the lease was
-// lost rather than closed) tries to close the session on the server.
-func (s *Session) keepalive() {
-	defer close(s.loopDone)
-	// A KeepAlive attempt that outlives the lease is useless: it ends
-	// at the deadline, or sooner to leave time for another endpoint.
-	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
-	s.mu.Lock()
-	next := s.lease.sent.Add(keepaliveInterval(s.ttl))
-	s.mu.Unlock()
-	for s.ctx.Err() == nil {
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			continue
-		case <-t.C:
-		}
-		sent := time.Now()
-		resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id}, nil)
-		switch {
-		case err == nil:
-			ttl := resp.Msg.GetTtl().AsDuration()
-			if ttl <= 0 {
-				ttl = s.ttl
-			}
-			s.confirmed(sent, ttl)
-			s.mu.Lock()
-			next = s.lease.sent.Add(keepaliveInterval(ttl))
-			s.mu.Unlock()
-		case s.ctx.Err() != nil:
-		case errors.Is(err, ErrLeaseLost):
-			s.lose(fmt.Errorf("keepalive: %w", err))
-		default:
-			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
-			next = time.Now().Add(jeopardyInterval(s.ttl))
-		}
-	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing || errors.Is(s.Err(), ErrClosed) {
-		return // Close tells the server
-	}
-	// Lost: drop the session on the server too, so that its locks go to
-	// others now rather than at the server's deadline.
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.requestTimeout)
-	defer cancel()
-	if err := s.closeOnServer(ctx); err != nil {
-		s.c.logger.Debug("close of lost session failed", "session", s.id, "err", err)
-	}
-	s.c.removeSession(s)
 }
 
 // background runs f on a goroutine that Close waits for, unless the session
