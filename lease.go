@@ -111,4 +111,3 @@ func (s *Session) keepalive() {
 	}
 	s.c.removeSession(s)
 }
-
