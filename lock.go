@@ -191,17 +191,7 @@ func (l *lock) withdraw(ctx context.Context, acq *seqReq) {
 	if owned == nil {
 		return
 	}
-	if !s.background(func() {
-		defer owned.end()
-		for attempt := 0; s.pause(attempt); attempt++ {
-			err := l.cancelWait(context.Background(), owned.seq)
-			if err == nil || definitive(err) {
-				return
-			}
-		}
-	}) {
-		owned.end()
-	}
+	s.keepTrying(func() error { return l.cancelWait(context.Background(), owned.seq) }, owned.end)
 }
 
 // cancelWait sends one Cancel (with retries).
@@ -253,14 +243,7 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 	s.c.logger.Warn("release failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
-	s.background(func() {
-		for attempt := 0; s.pause(attempt); attempt++ {
-			err := l.releaseToken(context.Background(), h.token)
-			if err == nil || definitive(err) {
-				return
-			}
-		}
-	})
+	s.keepTrying(func() error { return l.releaseToken(context.Background(), h.token) }, func() {})
 	return fmt.Errorf("release %q: %w", l.name, err)
 }
 

@@ -351,34 +351,28 @@ func (s *Session) confirmed(sent time.Time, ttl time.Duration) {
 	}
 }
 
-// background runs f on a goroutine that Close waits for, unless the session
-// already ended. f must return soon after the session ends.
-func (s *Session) background(f func()) bool {
+// keepTrying runs try on a goroutine that Close waits for, until it
+// succeeds or fails definitively, with backoff between tries, or until the
+// session ends (the server then drops what try was cleaning up); then it
+// runs done. When the session already ended it runs only done.
+func (s *Session) keepTrying(try func() error, done func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return false
+		done()
+		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		f()
-	}()
-	return true
-}
-
-// pause waits before the attempt-th try of a background cleanup (not before
-// the first) and reports whether the session is still live.
-func (s *Session) pause(attempt int) bool {
-	if attempt > 0 {
-		t := time.NewTimer(retrySchedule.Delay(attempt))
-		defer t.Stop()
-		select {
-		case <-s.ctx.Done():
-		case <-t.C:
+		defer done()
+		r := retry.New(s.ctx, retrySchedule)
+		for r.Next() {
+			if err := try(); err == nil || definitive(err) {
+				return
+			}
 		}
-	}
-	return s.ctx.Err() == nil
+	}()
 }
 
 // bind returns ctx, also cancelled when the session ends.
