@@ -174,12 +174,17 @@ func printJSON(w io.Writer, m proto.Message) error {
 	}
 	// protojson varies its whitespace on purpose; indent it the same way
 	// every time for people and diffs.
+	return writeIndented(w, b)
+}
+
+// writeIndented writes JSON b to w indented by two spaces, with a newline.
+func writeIndented(w io.Writer, b []byte) error {
 	var out bytes.Buffer
 	if err := json.Indent(&out, b, "", "  "); err != nil {
 		return err
 	}
 	out.WriteByte('\n')
-	_, err = out.WriteTo(w)
+	_, err := out.WriteTo(w)
 	return err
 }
 

@@ -59,13 +59,11 @@ func (c *LeaderCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := f.client.withTimeout(ctx)
-	defer cancel()
-	cl, err := f.client.client()
+	ctx, cl, done, err := f.client.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close(context.Background())
+	defer done()
 	st, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 	if err != nil {
 		return callError("status", err)

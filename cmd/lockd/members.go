@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,13 +66,11 @@ func (c *MembersCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := f.client.withTimeout(ctx)
-	defer cancel()
-	cl, err := f.client.client()
+	ctx, cl, done, err := f.client.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close(context.Background())
+	defer done()
 	st, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 	if err != nil {
 		return callError("status", err)
@@ -156,13 +153,7 @@ func printMembersJSON(env commandEnv, s *lockdv1.StatusResponse) error {
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = out.WriteTo(env.stdout)
-	return err
+	return writeIndented(env.stdout, b)
 }
 
 // leaderOf polls Status through cl until it names a leader other than not
