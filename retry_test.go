@@ -329,3 +329,46 @@ func TestRetryFollowsLeaderInAnyAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A hung endpoint costs a call at most half of what its deadline leaves,
+// not the whole request timeout, and later calls pass it over while it has
+// not answered lately.
+func TestRetryPassesOverHungEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := &transport{status: func(ctx context.Context, _ *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+			<-ctx.Done()
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}}
+		up := &transport{status: statusOK("")}
+		c := newTestClient(t, []*transport{hung, up})
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := c.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := time.Since(start), time.Second+retrySchedule.Base; got > want {
+			t.Errorf("took %v with a 2s deadline, want at most %v (half the deadline, then the next endpoint)", got, want)
+		}
+		c.mu.Lock()
+		c.cur = 0 // as if a hint had named the hung endpoint
+		c.mu.Unlock()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(hung.callsOf("Status")); got != 1 {
+			t.Errorf("hung endpoint called %d times, want once: it did not answer lately", got)
+		}
+		// After a while it is tried again.
+		time.Sleep(silentFor)
+		c.mu.Lock()
+		c.cur = 0
+		c.mu.Unlock()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(hung.callsOf("Status")); got != 2 {
+			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, silentFor)
+		}
+	})
+}
