@@ -13,20 +13,13 @@ import (
 // The client's side of a session's lease: its deadline (the rule is
 // retry.LeaseDeadline), and the keepalive loop that moves it.
 
-// minJeopardy is the shortest wait before a failed KeepAlive is retried.
-const minJeopardy = 50 * time.Millisecond
-
-// keepaliveInterval is how long after a confirmed KeepAlive was sent the
-// next one goes out.
-func keepaliveInterval(ttl time.Duration) time.Duration { return ttl / 3 }
-
-// jeopardyInterval is how soon a failed KeepAlive is retried.
-func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
+// minKeepaliveAttempt is the shortest time one KeepAlive attempt gets.
+const minKeepaliveAttempt = 50 * time.Millisecond
 
 // keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
 // leaves time to try another before the deadline.
 func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
-	return min(requestTimeout, max(minJeopardy, ttl/4))
+	return min(requestTimeout, max(minKeepaliveAttempt, ttl/4))
 }
 
 // lease is the client's view of a session's lease. It is pure state: the
@@ -66,7 +59,7 @@ func (s *Session) keepalive() {
 	// at the deadline, or sooner to leave time for another endpoint.
 	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
 	s.mu.Lock()
-	next := s.lease.sent.Add(keepaliveInterval(s.ttl))
+	next := s.lease.sent.Add(retry.RenewInterval(s.ttl))
 	s.mu.Unlock()
 	for s.ctx.Err() == nil {
 		t := time.NewTimer(time.Until(next))
@@ -86,14 +79,14 @@ func (s *Session) keepalive() {
 			}
 			s.confirmed(sent, ttl)
 			s.mu.Lock()
-			next = s.lease.sent.Add(keepaliveInterval(ttl))
+			next = s.lease.sent.Add(retry.RenewInterval(ttl))
 			s.mu.Unlock()
 		case s.ctx.Err() != nil:
 		case errors.Is(err, ErrLeaseLost):
 			s.lose(fmt.Errorf("keepalive: %w", err))
 		default:
 			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
-			next = time.Now().Add(jeopardyInterval(s.ttl))
+			next = time.Now().Add(retry.JeopardyInterval(s.ttl))
 		}
 	}
 	s.mu.Lock()

@@ -25,7 +25,6 @@ import (
 // against the server's).
 const (
 	driftConst   = 2 * time.Millisecond
-	minJeopardy  = 50 * time.Millisecond
 	maxNameBytes = 512
 )
 
@@ -47,11 +46,6 @@ func holdDeadline(sent time.Time, ttl time.Duration) time.Time {
 
 // drift is Redlock's allowance for clock drift between client and servers.
 func drift(ttl time.Duration) time.Duration { return retry.Drift(ttl) + driftConst }
-
-// renewInterval is how long after a confirmed request was sent the next
-// renewal goes out; jeopardyInterval is how soon a failed one is retried.
-func renewInterval(ttl time.Duration) time.Duration    { return ttl / 3 }
-func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
 
 // newOwner returns a random 128-bit owner value.
 func newOwner() string {
@@ -341,7 +335,7 @@ func (l *lock) confirm(h *hold, sent time.Time) bool {
 func (l *lock) watchdog(h *hold, sent time.Time) {
 	defer close(h.done)
 	ttl := l.b.cfg.ttl
-	next := sent.Add(renewInterval(ttl))
+	next := sent.Add(retry.RenewInterval(ttl))
 	for {
 		t := time.NewTimer(time.Until(next))
 		select {
@@ -364,13 +358,13 @@ func (l *lock) watchdog(h *hold, sent time.Time) {
 			if !l.confirm(h, sent) {
 				return
 			}
-			next = sent.Add(renewInterval(ttl))
+			next = sent.Add(retry.RenewInterval(ttl))
 		case errors.Is(err, errGone):
 			l.lose(h, "renewal found the key gone or owned by another (expired, evicted or flushed)")
 			return
 		default:
 			l.b.logger().Warn("lock renewal failed", "lock", l.name, "err", err)
-			next = time.Now().Add(jeopardyInterval(ttl))
+			next = time.Now().Add(retry.JeopardyInterval(ttl))
 		}
 	}
 }

@@ -27,3 +27,16 @@ func LeaseDeadline(sent time.Time, ttl time.Duration) time.Time {
 
 // Drift returns the clock drift a lease of ttl allows for: 1 % of it.
 func Drift(ttl time.Duration) time.Duration { return ttl / driftDivisor }
+
+// minJeopardy is the shortest wait before a failed renewal is retried.
+const minJeopardy = 50 * time.Millisecond
+
+// RenewInterval returns how long after a confirmed renewal (a KeepAlive, a
+// Redis extend) was sent the next one goes out: TTL/3, so that two may fail
+// before the lease is in danger.
+func RenewInterval(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// JeopardyInterval returns how soon a failed renewal is retried:
+// max(50 ms, TTL/10), faster than the normal schedule while the deadline
+// nears.
+func JeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
