@@ -103,7 +103,7 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		}
 		p := s.policy(rpcAcquire.policyOf(msg))
 		if wait {
-			p.poll = maxLongPoll
+			p.poll = rpcAcquire.maxPoll
 			if dl, ok := ctx.Deadline(); ok {
 				p.poll = max(min(p.poll, time.Until(dl)), time.Millisecond)
 			}

@@ -30,7 +30,13 @@ type rpc[Req, Res any] struct {
 	// only when the server surely did not take them.
 	idempotent func(*Req) bool
 	name       func(*Req) string
+	// maxPoll is the longest long poll a request may ask the server for
+	// (Acquire with wait); an attempt's time is its request time plus the
+	// poll.
+	maxPoll time.Duration
 }
+
+// onLock and onCluster adapt a method of the generated clients to a row.
 
 func onLock[Req, Res any](m func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
 	return func(ep *node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
@@ -75,6 +81,7 @@ var (
 	}
 	rpcAcquire = rpc[lockdv1.AcquireRequest, lockdv1.AcquireResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Acquire), idempotent: bySeq[lockdv1.AcquireRequest], name: lockName[lockdv1.AcquireRequest],
+		maxPoll: maxLongPoll,
 	}
 	rpcRelease = rpc[lockdv1.ReleaseRequest, lockdv1.ReleaseResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Release), idempotent: bySeq[lockdv1.ReleaseRequest], name: lockName[lockdv1.ReleaseRequest],

@@ -39,15 +39,16 @@ func (s *service) ListSessions(ctx context.Context, req *connect.Request[lockdv1
 	return raw(ctx, s.c, rpcListSessions, req)
 }
 
-// Acquire sends a waiting acquire with a poll time of at most maxLongPoll,
-// so that each attempt's time is known whatever the server's own cap.
+// Acquire sends a waiting acquire with a poll time of at most the policy
+// table's long-poll cap (25 s), so that each attempt's time is known
+// whatever the server's own cap.
 func (s *service) Acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
 	m := req.Msg
 	p := rpcAcquire.policyOf(m)
 	if pt := m.GetPollTimeout(); m.GetWait() && (pt == nil || pt.IsValid() && pt.AsDuration() >= 0) {
-		p.poll = maxLongPoll
+		p.poll = rpcAcquire.maxPoll
 		if pt != nil {
-			p.poll = min(pt.AsDuration(), maxLongPoll)
+			p.poll = min(pt.AsDuration(), rpcAcquire.maxPoll)
 		}
 		if pt == nil || pt.AsDuration() != p.poll {
 			m = proto.CloneOf(m)
