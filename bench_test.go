@@ -29,7 +29,7 @@ func benchAcquireRelease(b *testing.B, name func(w int) string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism((benchWorkers + 1) / 2) // ×GOMAXPROCS(2) = 16

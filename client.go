@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
+	"time"
 
-	"connectrpc.com/connect"
-
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
@@ -21,13 +22,14 @@ const maxEndpoints = 32
 // It is safe for concurrent use. Locks are taken through a Session, which
 // owns the lease they live and die with; a Client may hold many sessions.
 type Client struct {
-	cfg       config
-	ownsHTTP  bool
-	logger    *slog.Logger
-	rawClient lockdv1connect.LockServiceClient
+	cfg        config
+	ownsHTTP   bool
+	logger     *slog.Logger
+	rawClient  lockdv1connect.LockServiceClient
+	rawCluster lockdv1connect.ClusterServiceClient
 
 	mu        sync.Mutex
-	eps       []*endpoint
+	eps       []*node
 	cur       int
 	clusterID string
 	sessions  map[*Session]struct{}
@@ -35,15 +37,23 @@ type Client struct {
 	closed    bool // no calls at all
 }
 
-// endpoint is one server the client may call.
-type endpoint struct {
+// silentFor is how long an endpoint that did not answer (refused, broke
+// or timed out) is passed over while another may be tried: a frozen node
+// must not cost every call an attempt timeout.
+const silentFor = 10 * time.Second
+
+// node is one server (endpoint) the client may call. Its mutable fields are
+// guarded by Client.mu.
+type node struct {
 	url     string
 	svc     lockdv1connect.LockServiceClient
-	refused bool // answered another cluster's id; guarded by Client.mu
+	cluster lockdv1connect.ClusterServiceClient
+	refused bool      // answered another cluster's id
+	silent  time.Time // did not answer; passed over until then
 }
 
 // New returns a Client for the given options. It does not contact the
-// servers; the first session does. It returns an error that matches
+// servers; the first call does. It returns an error that matches
 // ErrInvalidArgument when an option has a bad value.
 func New(opts ...Option) (*Client, error) {
 	cfg := config{
@@ -76,18 +86,27 @@ func New(opts ...Option) (*Client, error) {
 	for _, u := range c.cfg.endpoints {
 		c.eps = append(c.eps, c.newEndpoint(u))
 	}
+	// Start at a random endpoint, so that many clients given the same list
+	// do not all wait on its first node when that one hangs.
+	c.cur = rand.IntN(len(c.eps))
 	c.rawClient = &service{c: c}
+	c.rawCluster = &clusterService{c: c}
 	return c, nil
 }
 
-func (c *Client) newEndpoint(url string) *endpoint {
-	return &endpoint{url: url, svc: lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url)}
+func (c *Client) newEndpoint(url string) *node {
+	return &node{
+		url:     url,
+		svc:     lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url),
+		cluster: lockdv1connect.NewClusterServiceClient(c.cfg.httpClient, url),
+	}
 }
 
 // Close closes every session of the client (releasing their locks, best
-// effort, bounded by the request timeout) and the client's idle
-// connections. Calls made after Close fail with ErrClosed.
-func (c *Client) Close() error {
+// effort, each bounded by ctx and the request timeout) and the client's idle
+// connections. Calls made after Close fail with ErrClosed. A second Close
+// returns nil at once.
+func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
@@ -104,7 +123,7 @@ func (c *Client) Close() error {
 	errs := make([]error, len(sessions))
 	for i, s := range sessions {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.requestTimeout)
+			ctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
 			defer cancel()
 			errs[i] = s.Close(ctx)
 		})
@@ -126,8 +145,15 @@ func (c *Client) Close() error {
 // package's sentinels (the *connect.Error stays reachable with errors.As).
 // Calls are retried only when that is safe: reads always, mutations when
 // they carry a request id or sequence number, ForceRelease only when the
-// server did not take it.
+// server did not take it. A queued Acquire's long poll is capped at 25 s.
 func (c *Client) Service() lockdv1connect.LockServiceClient { return c.rawClient }
+
+// ClusterService returns the raw membership API (remove a member, transfer
+// leadership, join), through the same failover, retry, leader following,
+// cluster-id check and error mapping as Service. RemoveMember and Join are
+// resent after an unknown outcome (they are idempotent); TransferLeadership
+// is not, as a second one would move leadership again.
+func (c *Client) ClusterService() lockdv1connect.ClusterServiceClient { return c.rawCluster }
 
 func (c *Client) isClosed() bool {
 	c.mu.Lock()
@@ -135,22 +161,52 @@ func (c *Client) isClosed() bool {
 	return c.closed
 }
 
-// pick returns the endpoint to try next.
-func (c *Client) pick() (*endpoint, error) {
+// pick returns the endpoint to try next, and whether another usable one
+// exists. It passes over endpoints of another cluster, and endpoints that
+// did not answer lately unless every usable one is such (then the one
+// silent longest goes first).
+func (c *Client) pick() (*node, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for range c.eps {
-		ep := c.eps[c.cur]
-		if !ep.refused {
-			return ep, nil
+	now := time.Now()
+	var best *node
+	bestAt, usable := 0, 0
+	for i := range c.eps {
+		at := (c.cur + i) % len(c.eps)
+		ep := c.eps[at]
+		if ep.refused {
+			continue
 		}
-		c.cur = (c.cur + 1) % len(c.eps)
+		usable++
+		better := best == nil ||
+			best.silent.After(now) && (!ep.silent.After(now) || ep.silent.Before(best.silent))
+		if better {
+			best, bestAt = ep, at
+		}
 	}
-	return nil, fmt.Errorf("%w: every endpoint answered for a cluster other than %s", ErrClusterMismatch, c.clusterID)
+	if best == nil {
+		return nil, false, fmt.Errorf("%w: every endpoint answered for a cluster other than %s", ErrClusterMismatch, c.clusterID)
+	}
+	c.cur = bestAt
+	return best, usable > 1, nil
+}
+
+// silent records that ep did not answer.
+func (c *Client) silent(ep *node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ep.silent = time.Now().Add(silentFor)
+}
+
+// answered records that ep answered.
+func (c *Client) answered(ep *node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ep.silent = time.Time{}
 }
 
 // rotate moves past ep after it failed, unless another call already did.
-func (c *Client) rotate(ep *endpoint) {
+func (c *Client) rotate(ep *node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.eps[c.cur] == ep {
@@ -160,8 +216,8 @@ func (c *Client) rotate(ep *endpoint) {
 
 // follow makes the leader named in a hint the next endpoint to try. It
 // reports whether the hint named an endpoint other than from.
-func (c *Client) follow(from *endpoint, hint string) bool {
-	u, err := normalizeEndpoint(hint)
+func (c *Client) follow(from *node, hint string) bool {
+	u, err := endpoint.Normalize(hint)
 	if err != nil || u == from.url {
 		return false
 	}
@@ -173,6 +229,7 @@ func (c *Client) follow(from *endpoint, hint string) bool {
 				return false
 			}
 			c.cur = i
+			ep.silent = time.Time{} // a server just saw it lead
 			return true
 		}
 	}
@@ -187,7 +244,7 @@ func (c *Client) follow(from *endpoint, hint string) bool {
 
 // checkCluster records the first cluster id seen and refuses an endpoint
 // that answers with another one.
-func (c *Client) checkCluster(ep *endpoint, id string) error {
+func (c *Client) checkCluster(ep *node, id string) error {
 	if id == "" {
 		return nil
 	}
@@ -229,35 +286,4 @@ func (c *Client) removeSession(s *Session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.sessions, s)
-}
-
-// invoke calls method with msg through the retry loop and checks the cluster
-// id of the answer. Errors are mapped for lock name (may be "").
-func invoke[Req, Res any](ctx context.Context, c *Client, p policy, name string, msg *Req, hdr http.Header,
-	method func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
-) (*connect.Response[Res], error) {
-	var resp *connect.Response[Res]
-	err := c.do(ctx, p, name, func(ctx context.Context, ep *endpoint) error {
-		req := connect.NewRequest(msg)
-		for k, v := range hdr {
-			req.Header()[k] = v
-		}
-		r, err := method(ep.svc, ctx, req)
-		if err != nil {
-			if d := errorDetail(err); d != nil {
-				if cerr := c.checkCluster(ep, d.GetClusterId()); cerr != nil {
-					return cerr
-				}
-			}
-			return err
-		}
-		if m, ok := any(r.Msg).(interface{ GetClusterId() string }); ok {
-			if err := c.checkCluster(ep, m.GetClusterId()); err != nil {
-				return err
-			}
-		}
-		resp = r
-		return nil
-	})
-	return resp, err
 }

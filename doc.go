@@ -58,16 +58,23 @@
 //
 // # Errors and retries
 //
-// Every call that can block takes a context. Each attempt has its own
-// timeout (WithRequestTimeout); failed attempts are retried with
-// exponential backoff and full jitter across all endpoints, following the
-// leader a server names, as long as the retry is safe (every mutating
+// Every call that can block takes a context. A client starts at a random
+// endpoint, then keeps to the one that last answered or that a server
+// named as leader (in any answer), and passes over an endpoint that did not
+// answer lately. Each attempt has its own timeout (WithRequestTimeout),
+// shortened when the context's deadline or the session's lease leaves less;
+// failed attempts are retried with exponential backoff and full jitter
+// across all endpoints, as long as the retry is safe (every mutating
 // request carries a request id, so the server answers a repeat with its
 // first answer). When the context ends mid-retry, the error matches both
-// the context's error and the last attempt's. Errors match the sentinels
-// in this package with errors.Is: ErrBusy, ErrNotHeld, ErrLeaseLost,
-// ErrUnavailable and the rest.
+// the context's error and the last attempt's. A call whose context has no
+// deadline stops retrying after the retry timeout (WithRetryTimeout, 30 s);
+// WithConnectTimeout stops any call sooner when no server answers at all.
+// Errors match the sentinels in this package with errors.Is: ErrBusy,
+// ErrNotHeld, ErrLeaseLost, ErrUnavailable and the rest.
 //
 // For calls this package does not wrap (describe, list, status,
-// force-release), Client.Service gives the raw API with the same failover.
+// force-release), Client.Service gives the raw API with the same failover;
+// Client.ClusterService does the same for membership, and Client.Snapshot
+// downloads a backup.
 package lockd

@@ -249,6 +249,7 @@ type DoneError struct {
 	err       error
 }
 
+// Error implements error: who completed the job, when, with which token.
 func (e *DoneError) Error() string {
 	return fmt.Sprintf("lockd: lock %q already done by %s (token %d) at %s", e.Name, e.Owner, e.Token, e.CompletedAt.UTC().Format(time.RFC3339))
 }

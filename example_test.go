@@ -20,7 +20,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	// Two of the servers, each with its own session (its lease).
 	billing1, err := client.NewSession(ctx, lockd.WithOwner("billing-1"))
@@ -63,7 +63,7 @@ func ExampleMutex_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	session, err := client.NewSession(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -94,7 +94,7 @@ func ExampleMutex_Context() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	session, err := client.NewSession(ctx, lockd.WithTTL(15*time.Second))
 	if err != nil {
 		log.Fatal(err)
@@ -150,7 +150,7 @@ func ExampleMutex_Token() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	table := &invoiceTable{}
 
 	// billing-1 takes the lock, then freezes (a long GC pause)...
@@ -192,7 +192,7 @@ func ExampleSemaphore() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	for _, server := range []string{"reports-1", "reports-2", "reports-3"} {
 		session, err := client.NewSession(ctx, lockd.WithOwner(server))
@@ -223,7 +223,7 @@ func ExampleRWMutex() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	reader, err := client.NewSession(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -269,7 +269,7 @@ func ExampleSession_Done() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 	session, err := client.NewSession(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -290,7 +290,7 @@ func ExampleElection() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer client.Close()
+	defer client.Close(context.Background())
 
 	web1, err := client.NewSession(ctx, lockd.WithOwner("web-1"))
 	if err != nil {

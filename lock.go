@@ -10,13 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
-	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
-
-// maxLongPoll is how long one queued Acquire call blocks on the server
-// before the client repeats it, below the server's cap and common proxy
-// timeouts.
-const maxLongPoll = 25 * time.Second
 
 // notHeldCtx is the Context of a lock that is not held.
 var notHeldCtx = func() context.Context {
@@ -33,6 +27,7 @@ type lock struct {
 	limit     *uint32 // nil: the lock's existing limit (1 for a new lock)
 	value     []byte
 	lockDelay time.Duration
+	bad       error // a bad option, reported by every acquire
 
 	mu   sync.Mutex
 	busy bool  // an acquire is in flight
@@ -48,12 +43,16 @@ type hold struct {
 
 func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
 	var cfg lockConfig
+	var err error
 	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+		if o != nil && err == nil {
+			err = o(&cfg)
 		}
 	}
-	return &lock{s: s, name: name, limit: limit, value: cfg.value, lockDelay: cfg.lockDelay}
+	if err != nil {
+		err = fmt.Errorf("lock %q: %w", name, err)
+	}
+	return &lock{s: s, name: name, limit: limit, value: cfg.value, lockDelay: cfg.lockDelay, bad: err}
 }
 
 // acquire takes the lock in a mode. With wait it queues on the server until
@@ -61,6 +60,9 @@ func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
 // raced in) and returns an error matching ctx.Err().
 func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 	s := l.s
+	if l.bad != nil {
+		return l.bad
+	}
 	if err := s.Err(); err != nil {
 		return err
 	}
@@ -86,50 +88,48 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 	}
 	bctx, stop := s.bind(ctx)
 	defer stop()
+	// Every repeat of a long poll resumes the same wait: same seq. The seq
+	// stays in flight until this returns, or until the withdrawal that
+	// takes it over ends.
 	seq := s.seqs.begin()
+	defer seq.end()
 	for {
 		msg := &lockdv1.AcquireRequest{
-			SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
+			SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
 			Limit: l.limit, Wait: wait, Value: l.value,
 		}
 		if l.lockDelay > 0 {
 			msg.LockDelay = durationpb.New(l.lockDelay)
 		}
-		p := safe
+		p := s.policy(rpcAcquire.policyOf(msg))
 		if wait {
-			poll := maxLongPoll
+			p.poll = rpcAcquire.maxPoll
 			if dl, ok := ctx.Deadline(); ok {
-				poll = max(min(poll, time.Until(dl)), time.Millisecond)
+				p.poll = max(min(p.poll, time.Until(dl)), time.Millisecond)
 			}
-			msg.PollTimeout = durationpb.New(poll)
-			p.timeout = s.c.cfg.requestTimeout + poll
+			msg.PollTimeout = durationpb.New(p.poll)
 		}
-		resp, err := invoke(bctx, s.c, p, l.name, msg, nil, lockdv1connect.LockServiceClient.Acquire)
+		resp, err := rpcAcquire.invoke(bctx, s.c, p, msg, nil)
 		if err != nil {
 			if serr := s.Err(); serr != nil {
-				s.seqs.end(seq)
 				return serr
 			}
 			if errors.Is(err, ErrLeaseLost) {
-				s.seqs.end(seq)
 				s.lose(err)
 				return s.Err()
 			}
 			if ctx.Err() != nil || !definitive(err) {
 				// The request may sit in the queue, or even hold the lock.
 				l.withdraw(ctx, seq)
-			} else {
-				s.seqs.end(seq)
 			}
 			return fmt.Errorf("acquire %q: %w", l.name, err)
 		}
 		switch st := resp.Msg.GetStatus(); st {
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED:
-			s.seqs.end(seq)
 			return l.granted(resp.Msg.GetToken(), shared)
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED:
 			if wait {
-				continue // resume the same wait: same seq
+				continue
 			}
 			fallthrough
 		default:
@@ -173,32 +173,25 @@ func (l *lock) granted(token uint64, shared bool) error {
 	return nil
 }
 
-// withdraw cancels the acquire with seq acquireSeq on the server, on a fresh
-// context bounded by twice the request timeout. If that fails it keeps
-// trying in the background until it succeeds or the session ends, so that a
-// wait nobody listens to cannot be granted and then stick.
-func (l *lock) withdraw(ctx context.Context, acquireSeq uint64) {
+// withdraw cancels the acquire acq on the server, on a fresh context
+// bounded by twice the request timeout. If that fails it keeps trying in
+// the background until it succeeds or the session ends, so that a wait
+// nobody listens to cannot be granted and then stick; acq stays in flight
+// until then.
+func (l *lock) withdraw(ctx context.Context, acq *seqReq) {
 	s := l.s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.cfg.requestTimeout)
-	err := l.cancelWait(cctx, acquireSeq)
+	err := l.cancelWait(cctx, acq.seq)
 	cancel()
 	if err == nil || s.ctx.Err() != nil || definitive(err) {
-		s.seqs.end(acquireSeq)
 		return
 	}
 	s.c.logger.Warn("cancel of wait failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
-	started := s.background(func() {
-		defer s.seqs.end(acquireSeq)
-		for attempt := 0; s.pause(attempt); attempt++ {
-			err := l.cancelWait(context.Background(), acquireSeq)
-			if err == nil || definitive(err) {
-				return
-			}
-		}
-	})
-	if !started {
-		s.seqs.end(acquireSeq)
+	owned := acq.pass()
+	if owned == nil {
+		return
 	}
+	s.keepTrying(func() error { return l.cancelWait(context.Background(), owned.seq) }, owned.end)
 }
 
 // cancelWait sends one Cancel (with retries).
@@ -207,10 +200,9 @@ func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
 	bctx, stop := s.bind(ctx)
 	defer stop()
 	seq := s.seqs.begin()
-	defer s.seqs.end(seq)
-	resp, err := invoke(bctx, s.c, safe, l.name, &lockdv1.CancelRequest{
-		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq,
-	}, nil, lockdv1connect.LockServiceClient.Cancel)
+	defer seq.end()
+	msg := &lockdv1.CancelRequest{SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq}
+	resp, err := rpcCancel.invoke(bctx, s.c, s.policy(rpcCancel.policyOf(msg)), msg, nil)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.lose(err)
@@ -251,14 +243,7 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 		return fmt.Errorf("release %q: %w", l.name, err)
 	}
 	s.c.logger.Warn("release failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
-	s.background(func() {
-		for attempt := 0; s.pause(attempt); attempt++ {
-			err := l.releaseToken(context.Background(), h.token)
-			if err == nil || definitive(err) {
-				return
-			}
-		}
-	})
+	s.keepTrying(func() error { return l.releaseToken(context.Background(), h.token) }, func() {})
 	return fmt.Errorf("release %q: %w", l.name, err)
 }
 
@@ -285,10 +270,11 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	bctx, stop := s.bind(ctx)
 	defer stop()
 	seq := s.seqs.begin()
-	defer s.seqs.end(seq)
-	_, err := invoke(bctx, s.c, safe, l.name, &lockdv1.CompleteRequest{
-		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
-	}, nil, lockdv1connect.LockServiceClient.Complete)
+	defer seq.end()
+	msg := &lockdv1.CompleteRequest{
+		SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
+	}
+	_, err := rpcComplete.invoke(bctx, s.c, s.policy(rpcComplete.policyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -313,10 +299,9 @@ func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	bctx, stop := s.bind(ctx)
 	defer stop()
 	seq := s.seqs.begin()
-	defer s.seqs.end(seq)
-	_, err := invoke(bctx, s.c, safe, l.name, &lockdv1.ReleaseRequest{
-		SessionId: s.id, Seq: seq, Ack: s.seqs.ack(), Name: l.name, Token: token,
-	}, nil, lockdv1connect.LockServiceClient.Release)
+	defer seq.end()
+	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: token}
+	_, err := rpcRelease.invoke(bctx, s.c, s.policy(rpcRelease.policyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -413,32 +398,15 @@ type Semaphore struct {
 	permits uint32
 }
 
-func (m *Semaphore) check() error {
-	if m.permits == 0 {
-		return fmt.Errorf("%w: semaphore %q needs at least one permit", ErrInvalidArgument, m.l.name)
-	}
-	return nil
-}
-
 // Lock takes a permit, waiting in the server's FIFO queue until one is
 // granted or ctx ends, with the same cancellation and lease-loss behaviour
 // as Mutex.Lock. It fails with ErrLimitMismatch when the lock exists with
 // another number of permits.
-func (m *Semaphore) Lock(ctx context.Context) error {
-	if err := m.check(); err != nil {
-		return err
-	}
-	return m.l.acquire(ctx, true, true)
-}
+func (m *Semaphore) Lock(ctx context.Context) error { return m.l.acquire(ctx, true, true) }
 
 // TryLock takes a permit if one is free now, without waiting; otherwise it
 // returns a *BusyError (matching ErrBusy).
-func (m *Semaphore) TryLock(ctx context.Context) error {
-	if err := m.check(); err != nil {
-		return err
-	}
-	return m.l.acquire(ctx, true, false)
-}
+func (m *Semaphore) TryLock(ctx context.Context) error { return m.l.acquire(ctx, true, false) }
 
 // Unlock gives the permit back, with the same errors as Mutex.Unlock.
 func (m *Semaphore) Unlock(ctx context.Context) error { return m.l.release(ctx, true) }

@@ -137,7 +137,7 @@ func TestLockWaiterLeaseLost(t *testing.T) {
 			t.Errorf("Lock returned at %v, want at the lease deadline %v", got, want)
 		}
 		synctest.Wait()
-		c.Close()
+		c.Close(context.Background())
 	})
 }
 
@@ -166,7 +166,7 @@ func TestLockGrantAfterLeaseLostIsRefused(t *testing.T) {
 			t.Error("grant reported after the session's Done")
 		}
 		synctest.Wait()
-		c.Close()
+		c.Close(context.Background())
 	})
 }
 
@@ -209,6 +209,6 @@ func TestUnlockCancelsHoldContextFirst(t *testing.T) {
 		if err := mu.Unlock(t.Context()); !errors.Is(err, ErrNotHeld) {
 			t.Errorf("second Unlock = %v, want ErrNotHeld", err)
 		}
-		c.Close()
+		c.Close(context.Background())
 	})
 }

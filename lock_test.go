@@ -23,7 +23,7 @@ func newClient(t testing.TB, srv *lockdtest.Server, opts ...lockd.Option) *lockd
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { c.Close(context.Background()) })
 	return c
 }
 

@@ -3,20 +3,15 @@ package lockd
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/endpoint"
 )
 
 // DefaultEndpoint is the endpoint a Client uses when none is given: a
 // `lockd serve` with no flags on the same machine.
 const DefaultEndpoint = "http://127.0.0.1:7070"
-
-// defaultPort is added to an endpoint given as a bare host name.
-const defaultPort = "7070"
 
 // Defaults of the client and session options.
 const (
@@ -32,7 +27,8 @@ const (
 	minTTL        = 250 * time.Millisecond
 	maxTTL        = time.Hour
 	maxOwnerBytes = 256
-	maxValueBytes = 1024
+	maxValueBytes = 1024      // a hold's value (WithValue)
+	maxLockDelay  = time.Hour // the server's bound (WithLockDelay)
 )
 
 type config struct {
@@ -40,6 +36,7 @@ type config struct {
 	httpClient     *http.Client
 	requestTimeout time.Duration
 	retryTimeout   time.Duration
+	connectTimeout time.Duration // 0: none
 	logger         *slog.Logger
 }
 
@@ -91,8 +88,10 @@ func WithHTTPClient(hc *http.Client) Option {
 }
 
 // WithRequestTimeout sets how long one attempt of one call may take before
-// it is abandoned and retried (default 5 s). A queued Lock's long poll gets
-// this much on top of its poll time.
+// it is abandoned and retried (default 5 s). An attempt gets less when the
+// call's context deadline is near (half of what is left, while another
+// endpoint may be tried) or, for a session's calls, when its lease deadline
+// is nearer. A queued Lock's long poll gets its poll time on top.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -117,6 +116,25 @@ func WithRetryTimeout(d time.Duration) Option {
 	}
 }
 
+// WithConnectTimeout sets how long a call keeps retrying while no endpoint
+// has answered it at all (every attempt refused, unreachable or timed out),
+// whatever its context allows: after d it fails with ErrUnavailable, so that
+// a dead cluster gives a fast answer. Once any server answered (even "no
+// leader"), the context and the retry timeout decide alone. Each attempt is
+// also cut to what is left of d. The default, 0, sets no such limit: a call
+// whose context has no deadline then retries for the retry timeout
+// (WithRetryTimeout, 30 s by default). The lockd CLI sets 5 s
+// (--connect-timeout).
+func WithConnectTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("%w: connect timeout %v must not be negative", ErrInvalidArgument, d)
+		}
+		c.connectTimeout = d
+		return nil
+	}
+}
+
 // WithLogger sets the logger for events such as lease loss and retries. The
 // default discards everything.
 func WithLogger(l *slog.Logger) Option {
@@ -130,52 +148,14 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // normalizeEndpoint turns "host:port", "host" or a URL into a base URL
-// without a trailing slash.
+// without a trailing slash; a bad one gives an error matching
+// ErrInvalidArgument.
 func normalizeEndpoint(s string) (string, error) {
-	raw := strings.TrimSpace(s)
-	if raw == "" {
-		return "", fmt.Errorf("%w: empty endpoint", ErrInvalidArgument)
-	}
-	bad := func(why string) error {
-		return fmt.Errorf("%w: endpoint %q: %s", ErrInvalidArgument, s, why)
-	}
-	if !strings.Contains(raw, "://") {
-		host := raw
-		if i := strings.IndexByte(host, '/'); i >= 0 {
-			host = host[:i]
-		}
-		if _, _, err := net.SplitHostPort(host); err != nil {
-			if strings.Count(host, ":") > 1 && !strings.HasPrefix(host, "[") {
-				return "", bad("an IPv6 address needs brackets, as in [::1]:7070")
-			}
-			raw = net.JoinHostPort(strings.Trim(host, "[]"), defaultPort) + raw[len(host):]
-		}
-		raw = "http://" + raw
-	}
-	u, err := url.Parse(raw)
+	u, err := endpoint.Normalize(s)
 	if err != nil {
-		return "", bad(err.Error())
+		return "", fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", bad("scheme must be http or https")
-	case u.Host == "" || u.Hostname() == "":
-		return "", bad("no host")
-	case u.RawQuery != "" || u.Fragment != "":
-		return "", bad("no query or fragment allowed")
-	case u.User != nil:
-		return "", bad("no user info allowed")
-	}
-	if p := u.Port(); p != "" {
-		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
-			return "", bad("bad port")
-		}
-	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	u.RawPath = ""
-	u.Scheme = strings.ToLower(u.Scheme)
-	u.Host = strings.ToLower(u.Host)
-	return u.String(), nil
+	return u, nil
 }
 
 type sessionConfig struct {
@@ -234,21 +214,36 @@ type lockConfig struct {
 	lockDelay time.Duration
 }
 
-// LockOption configures a Mutex, Semaphore or RWMutex.
-type LockOption func(*lockConfig)
+// LockOption configures a Mutex, Semaphore or RWMutex. Like the other
+// option types it validates its value; as the constructors (NewMutex, …)
+// return no error, a bad value is reported by every Lock and TryLock of the
+// handle, as an error matching ErrInvalidArgument, before anything is sent.
+type LockOption func(*lockConfig) error
 
 // WithValue attaches small metadata (at most 1 KiB) to every hold the lock
 // takes, shown to others in describe output and in a *BusyError: who holds
 // the lock and why, for people.
 func WithValue(v []byte) LockOption {
-	return func(c *lockConfig) { c.value = append([]byte(nil), v...) }
+	return func(c *lockConfig) error {
+		if len(v) > maxValueBytes {
+			return fmt.Errorf("%w: value is %d bytes, more than %d", ErrInvalidArgument, len(v), maxValueBytes)
+		}
+		c.value = append([]byte(nil), v...)
+		return nil
+	}
 }
 
 // WithLockDelay sets the lock's lock-delay when this request creates it
 // (ignored for a lock that exists): after a holder's session expires — not
-// a clean Unlock — the server grants the lock to nobody for d (at most 1 h),
+// a clean Unlock — the server grants the lock to nobody for d (0 to 1 h),
 // a margin against a holder that was paused past its lease and may still be
 // working. Fencing tokens remain the real protection.
 func WithLockDelay(d time.Duration) LockOption {
-	return func(c *lockConfig) { c.lockDelay = d }
+	return func(c *lockConfig) error {
+		if d < 0 || d > maxLockDelay {
+			return fmt.Errorf("%w: lock delay %v out of bounds [0, %v]", ErrInvalidArgument, d, maxLockDelay)
+		}
+		c.lockDelay = d
+		return nil
+	}
 }

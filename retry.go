@@ -3,95 +3,89 @@ package lockd
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// Backoff between failed attempts: exponential with full jitter.
-const (
-	backoffBase = 50 * time.Millisecond
-	backoffCap  = 2 * time.Second
-)
+// retrySchedule is the wait between failed attempts: exponential backoff
+// with full jitter.
+var retrySchedule = retry.Backoff{Base: 50 * time.Millisecond, Cap: 2 * time.Second}
 
-// backoff returns how long to wait after the attempt-th failed attempt
-// (0-based): a uniformly random duration in [0, min(max, base·2^attempt)]
-// ("full jitter"), so that many clients failing together do not retry
-// together.
-func backoff(attempt int, base, max time.Duration) time.Duration {
-	d := max
-	if attempt < 32 {
-		if e := base << attempt; e > 0 && e < max {
-			d = e
-		}
-	}
-	return rand.N(d + 1)
-}
+// minAttempt is the shortest time an attempt is given, however little the
+// caller's deadline or lease leaves: less could not even connect.
+const minAttempt = 10 * time.Millisecond
 
-// policy says how a call may be retried.
+// policy says how one call may be retried and how long its attempts may
+// take.
 type policy struct {
-	// idempotent calls carry a request id (or are reads), so a resend after
-	// an unknown outcome is safe. Others are resent only when the server
-	// surely did not take them.
+	// idempotent calls are deduplicated by the server, so a resend after an
+	// unknown outcome is safe. Others are resent only when the server surely
+	// did not take them.
 	idempotent bool
-	// timeout bounds each attempt; 0 means the client's request timeout.
+	// timeout caps the request part of each attempt below the client's
+	// request timeout; 0 means the request timeout.
 	timeout time.Duration
+	// poll is added to each attempt's time: the long poll the server may
+	// block for before it answers.
+	poll time.Duration
+	// until, when set, returns a time past which no attempt's request part
+	// runs: a session's lease deadline, after which an answer is useless.
+	until func() time.Time
 	// once makes a single attempt (still rotating endpoints on failure):
 	// the caller runs its own schedule, as the keepalive loop does.
 	once bool
 }
 
-var (
-	safe   = policy{idempotent: true}
-	unsafe = policy{}
-)
-
 // do runs fn against endpoints until it succeeds, fails in a way that is
-// not worth retrying, or ctx ends. Each attempt has its own timeout. Between
+// not worth retrying, or ctx ends.
+//
+// It starts at the endpoint the last call succeeded on, or that a server
+// named as leader (a random one at first), and skips endpoints that did not
+// answer lately. Each attempt gets the request timeout, less when the
+// caller's deadline (half of what is left, while another endpoint may be
+// tried), the policy's lease or the connect budget leaves less. Between
 // attempts it waits with exponential backoff and full jitter, moving to the
 // next endpoint after a transport error or an unavailable answer, or
 // straight to the leader a server named. When ctx ends mid-retry, the error
 // joins ctx.Err() and the last attempt's error. A ctx without a deadline
-// stops retrying after the retry timeout.
-func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *endpoint) error) error {
+// stops retrying after the retry timeout; while no endpoint has answered at
+// all, the call stops after the connect timeout, if one is set.
+func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *node) error) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
-	timeout := p.timeout
-	if timeout <= 0 {
-		timeout = c.cfg.requestTimeout
+	r := retry.New(ctx, retrySchedule)
+	if !p.once {
+		r.GiveUpAfter(c.cfg.retryTimeout)
+		defer r.Stop()
 	}
-	var giveUp <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok && c.cfg.retryTimeout > 0 && !p.once {
-		t := time.NewTimer(c.cfg.retryTimeout)
-		defer t.Stop()
-		giveUp = t.C
-	}
-	var lastErr error
+	start := time.Now()
+	answered := false // some endpoint answered this call
 	followed := false // the previous attempt went straight to a named leader
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return joinCtx(err, lastErr)
+	for r.Next() {
+		connectLeft := time.Duration(-1)
+		if !answered && c.cfg.connectTimeout > 0 {
+			if connectLeft = c.cfg.connectTimeout - time.Since(start); connectLeft <= 0 {
+				break
+			}
 		}
-		select {
-		case <-giveUp:
-			return lastErr
-		default:
-		}
-		ep, err := c.pick()
+		ep, others, err := c.pick()
 		if err != nil {
 			return err
 		}
+		timeout := c.attemptTimeout(ctx, p, others, connectLeft)
 		actx, cancel := context.WithTimeout(ctx, timeout)
 		err = fn(actx, ep)
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil {
+			c.answered(ep)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -101,84 +95,111 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 				// is "busy", not "unavailable").
 				return ctx.Err()
 			}
-			return joinCtx(ctx.Err(), mapError(err, name))
+			return retry.JoinCtx(ctx.Err(), mapError(err, name))
 		}
 		if timedOut {
 			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.url), err))
 		}
-		retry, hint := retryable(err, p.idempotent, timedOut)
-		err = mapError(err, name)
-		if !retry {
-			return err
+		if timedOut || unanswered(err) {
+			c.silent(ep)
+		} else {
+			answered = true
+			c.answered(ep)
 		}
-		lastErr = err
-		c.logger.Debug("call failed", "endpoint", ep.url, "attempt", attempt+1, "err", err)
+		ok, hint := retryable(err, p.idempotent, timedOut)
+		err = mapError(err, name)
 		immediate := false
 		if hint != "" {
 			// Follow a leader hint at once, but not twice in a row: two
 			// nodes naming each other during an election must not make a
 			// tight loop.
 			immediate = c.follow(ep, hint) && !followed
-		} else {
+		} else if ok {
 			c.rotate(ep)
 		}
+		if !ok {
+			return err
+		}
+		r.Fail(err)
+		c.logger.Debug("call failed", "endpoint", ep.url, "attempt", r.Attempt()+1, "err", err)
 		if errors.Is(err, ErrClusterMismatch) {
 			immediate = true
 		}
 		followed = hint != "" && immediate
-		if p.once && !(immediate && attempt == 0) {
+		if p.once && !(immediate && r.Attempt() == 0) {
 			return err
 		}
 		if immediate {
-			continue
-		}
-		t := time.NewTimer(backoff(attempt, backoffBase, backoffCap))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return joinCtx(ctx.Err(), lastErr)
-		case <-giveUp:
-			t.Stop()
-			return lastErr
-		case <-t.C:
+			r.Now()
+		} else if connectLeft > 0 && !answered {
+			r.AtMost(max(connectLeft-time.Since(start), time.Nanosecond))
 		}
 	}
+	return r.Err()
 }
 
-// joinCtx returns ctxErr, joined with cause when there is one.
-func joinCtx(ctxErr, cause error) error {
-	if cause == nil {
-		return ctxErr
+// attemptTimeout returns how long the next attempt may take.
+func (c *Client) attemptTimeout(ctx context.Context, p policy, others bool, connectLeft time.Duration) time.Duration {
+	d := c.cfg.requestTimeout
+	if p.timeout > 0 {
+		d = min(d, p.timeout)
 	}
-	return errors.Join(ctxErr, cause)
+	if p.until != nil {
+		d = min(d, time.Until(p.until()))
+	}
+	if dl, ok := ctx.Deadline(); ok && others {
+		// Leave time for another endpoint if this one hangs.
+		d = min(d, time.Until(dl)/2)
+	}
+	if connectLeft >= 0 {
+		d = min(d, connectLeft)
+	}
+	return max(d, minAttempt) + p.poll
 }
 
 // retryable reports whether a failed attempt may be retried under the given
-// idempotency, and the leader the server named, if any.
+// idempotency, and the leader the server named, if any: a server may name
+// it in any answer (not only "not leader"), and the client goes there next.
 func retryable(err error, idempotent, timedOut bool) (retry bool, hint string) {
 	if errors.Is(err, ErrClusterMismatch) {
 		// The other cluster's answer says nothing about ours.
 		return true, ""
 	}
 	if d := errorDetail(err); d != nil {
+		hint = d.GetLeaderApi()
 		switch d.GetReason() {
 		case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER:
 			// The node did not take the request.
-			return true, d.GetLeaderApi()
+			return true, hint
 		case lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN:
-			return idempotent, ""
+			return idempotent, hint
+		case lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+			// Judged by its code below.
 		default:
-			return false, ""
+			return false, hint
 		}
 	}
 	if timedOut {
-		return idempotent, ""
+		return idempotent, hint
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded, connect.CodeCanceled:
-		return idempotent || notSent(err), ""
+		return idempotent || notSent(err), hint
 	}
-	return false, ""
+	return false, hint
+}
+
+// unanswered reports whether a failed attempt got no answer from a server:
+// the connection failed or broke before one came.
+func unanswered(err error) bool {
+	if errorDetail(err) != nil || errors.Is(err, ErrClusterMismatch) {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // notSent reports whether err shows the request never reached a server.

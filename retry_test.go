@@ -12,26 +12,6 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-func TestBackoffBounds(t *testing.T) {
-	for attempt := range 40 {
-		ceiling := backoffCap
-		if attempt < 6 {
-			ceiling = min(backoffCap, backoffBase<<attempt)
-		}
-		var sawHigh bool
-		for range 200 {
-			d := backoff(attempt, backoffBase, backoffCap)
-			if d < 0 || d > ceiling {
-				t.Fatalf("backoff(%d) = %v, want within [0, %v]", attempt, d, ceiling)
-			}
-			sawHigh = sawHigh || d > ceiling/2
-		}
-		if !sawHigh {
-			t.Errorf("backoff(%d) never above half its ceiling %v: not full jitter", attempt, ceiling)
-		}
-	}
-}
-
 func statusOK(cluster string) func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
 	return func(context.Context, *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
 		return &lockdv1.StatusResponse{NodeId: "n", ClusterId: cluster}, nil
@@ -57,8 +37,8 @@ func TestRetryRotatesEndpoints(t *testing.T) {
 		if got := len(up.callsOf("Status")); got != 1 {
 			t.Errorf("up endpoint called %d times, want 1", got)
 		}
-		if waited := time.Since(start); waited > backoffBase {
-			t.Errorf("first retry after %v, want at most %v", waited, backoffBase)
+		if waited := time.Since(start); waited > retrySchedule.Base {
+			t.Errorf("first retry after %v, want at most %v", waited, retrySchedule.Base)
 		}
 		// The working endpoint stays preferred.
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
@@ -69,26 +49,6 @@ func TestRetryRotatesEndpoints(t *testing.T) {
 		}
 		if got := c.ClusterID(); got != "c1" {
 			t.Errorf("cluster id %q, want c1", got)
-		}
-	})
-}
-
-func TestRetryFollowsLeaderHint(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		follower := &transport{status: failing(apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
-			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" }))}
-		other := &transport{status: failing(errConnRefused)}
-		leader := &transport{status: statusOK("")}
-		c := newTestClient(t, []*transport{follower, other, leader})
-		start := time.Now()
-		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
-			t.Fatal(err)
-		}
-		if got := len(other.callsOf("Status")); got != 0 {
-			t.Errorf("the hint was not followed: other endpoint called %d times", got)
-		}
-		if waited := time.Since(start); waited != 0 {
-			t.Errorf("waited %v before following the hint, want 0", waited)
 		}
 	})
 }
@@ -112,7 +72,7 @@ func TestRetryCtxEndsMidRetry(t *testing.T) {
 			t.Errorf("only %d attempts in 3s", n)
 		}
 		// Backoff grows: no more attempts than with the base delay throughout.
-		if n > int(3*time.Second/backoffBase) {
+		if n > int(3*time.Second/retrySchedule.Base) {
 			t.Errorf("%d attempts in 3s: backoff not applied", n)
 		}
 	})
@@ -145,7 +105,7 @@ func TestRetryAttemptTimeout(t *testing.T) {
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		if got := time.Since(start); got < time.Second || got > time.Second+backoffBase {
+		if got := time.Since(start); got < time.Second || got > time.Second+retrySchedule.Base {
 			t.Errorf("took %v, want one attempt timeout (1s) plus a short backoff", got)
 		}
 	})
@@ -249,6 +209,166 @@ func TestClusterMismatch(t *testing.T) {
 		}
 		if got := c.ClusterID(); got != "cluster-a" {
 			t.Errorf("cluster id %q, want cluster-a", got)
+		}
+	})
+}
+
+// Two nodes that each name the other as leader (stale hints during an
+// election): following hints must not skip backoff forever, and a call with
+// a deadline-free ctx must stop at the retry timeout.
+func TestRetryHintPingPongIsBounded(t *testing.T) {
+	synctest.Test(t, testRetryHintPingPong)
+}
+
+func testRetryHintPingPong(t *testing.T) {
+	ts := []*transport{{cluster: "c"}, {cluster: "c"}}
+	for i, f := range ts {
+		other := "http://ep" + string(rune('0'+1-i)) + ":7070"
+		f.create = func(context.Context, *lockdv1.CreateSessionRequest) (*lockdv1.CreateSessionResponse, error) {
+			return nil, apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
+				func(d *lockdv1.ErrorDetail) { d.LeaderApi = other })
+		}
+	}
+	c := newTestClient(t, ts, WithRetryTimeout(500*time.Millisecond))
+	done := make(chan error, 1)
+	go func() { _, err := c.NewSession(context.Background()); done <- err }()
+	select {
+	case err := <-done:
+		n := len(ts[0].callsOf("CreateSession")) + len(ts[1].callsOf("CreateSession"))
+		if !errors.Is(err, ErrUnavailable) || n > 100 {
+			t.Fatalf("NewSession: %v after %d attempts, want ErrUnavailable after a bounded number", err, n)
+		}
+	case <-time.After(3 * time.Second):
+		n := len(ts[0].callsOf("CreateSession")) + len(ts[1].callsOf("CreateSession"))
+		t.Fatalf("NewSession still retrying after 3s with a 500ms retry timeout; %d attempts, no backoff", n)
+	}
+}
+
+// One endpoint down, the other healthy but the lock busy: Lock with a
+// deadline must end as "wait ran out" (lockd run: 75), not "unavailable"
+// (69) because an earlier attempt failed.
+func TestWaitTimeoutIsNotUnavailable(t *testing.T) {
+	synctest.Test(t, testWaitTimeoutIsNotUnavailable)
+}
+
+func testWaitTimeoutIsNotUnavailable(t *testing.T) {
+	ts := []*transport{{cluster: "c"}, {cluster: "c"}}
+	ts[0].create = func(context.Context, *lockdv1.CreateSessionRequest) (*lockdv1.CreateSessionResponse, error) {
+		return nil, errConnRefused
+	}
+	ts[0].acquire = func(context.Context, *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
+		return nil, errConnRefused
+	}
+	ts[0].cancel = func(context.Context, *lockdv1.CancelRequest) (*lockdv1.CancelResponse, error) {
+		return nil, errConnRefused
+	}
+	ts[1].keepAlive = okKeepAlive(10 * time.Second)
+	ts[1].acquire = func(ctx context.Context, r *lockdv1.AcquireRequest) (*lockdv1.AcquireResponse, error) {
+		<-ctx.Done()
+		return nil, connect.NewError(connect.CodeCanceled, ctx.Err())
+	}
+	ts[1].cancel = func(context.Context, *lockdv1.CancelRequest) (*lockdv1.CancelResponse, error) {
+		return &lockdv1.CancelResponse{}, nil
+	}
+	c := newTestClient(t, ts)
+	defer c.Close(context.Background())
+	s, err := c.NewSession(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start the next call at the dead endpoint.
+	c.mu.Lock()
+	c.cur = 0
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	err = s.NewMutex("x").Lock(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("wait ran out on a healthy endpoint, but err matches ErrUnavailable (lockd run exits 69, not 75): %v", err)
+	}
+}
+
+// A server may name the leader in any error answer, not only "not leader"
+// (a follower whose forward failed, an unknown outcome): the client goes
+// there next, at once, and stays there for later calls.
+func TestRetryFollowsLeaderInAnyAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"not leader", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" })},
+		{"outcome unknown", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "http://ep2:7070" })},
+		{"unavailable", apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			func(d *lockdv1.ErrorDetail) { d.LeaderApi = "ep2" })},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				follower := &transport{status: failing(tc.err)}
+				other := &transport{status: failing(errConnRefused)}
+				leader := &transport{status: statusOK("")}
+				c := newTestClient(t, []*transport{follower, other, leader})
+				start := time.Now()
+				if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(other.callsOf("Status")); got != 0 {
+					t.Errorf("the leader named was not followed: another endpoint called %d times", got)
+				}
+				if waited := time.Since(start); waited != 0 {
+					t.Errorf("waited %v before going to the leader, want 0", waited)
+				}
+				if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+					t.Fatal(err)
+				}
+				if got := len(follower.callsOf("Status")); got != 1 {
+					t.Errorf("follower called %d times, want once: later calls go to the leader", got)
+				}
+			})
+		})
+	}
+}
+
+// A hung endpoint costs a call at most half of what its deadline leaves,
+// not the whole request timeout, and later calls pass it over while it has
+// not answered lately.
+func TestRetryPassesOverHungEndpoint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hung := &transport{status: func(ctx context.Context, _ *lockdv1.StatusRequest) (*lockdv1.StatusResponse, error) {
+			<-ctx.Done()
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+		}}
+		up := &transport{status: statusOK("")}
+		c := newTestClient(t, []*transport{hung, up})
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := c.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := time.Since(start), time.Second+retrySchedule.Base; got > want {
+			t.Errorf("took %v with a 2s deadline, want at most %v (half the deadline, then the next endpoint)", got, want)
+		}
+		c.mu.Lock()
+		c.cur = 0 // as if a hint had named the hung endpoint
+		c.mu.Unlock()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(hung.callsOf("Status")); got != 1 {
+			t.Errorf("hung endpoint called %d times, want once: it did not answer lately", got)
+		}
+		// After a while it is tried again.
+		time.Sleep(silentFor)
+		c.mu.Lock()
+		c.cur = 0
+		c.mu.Unlock()
+		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(hung.callsOf("Status")); got != 2 {
+			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, silentFor)
 		}
 	})
 }

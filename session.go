@@ -12,107 +12,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
-	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
-
-// Lease arithmetic (docs/design.md, "The client deadline rule"): the client gives up its
-// lease at sent + TTL·(1 − drift) − margin, strictly before any server may
-// expire it at receive + TTL + grace.
-const (
-	driftDivisor = 100 // drift = 1%
-	minMargin    = 100 * time.Millisecond
-	marginRatio  = 50 // margin = max(100 ms, 2% TTL)
-	minJeopardy  = 50 * time.Millisecond
-)
-
-// leaseDeadline returns the client-side deadline of a lease confirmed by a
-// KeepAlive (or CreateSession) whose first attempt left the client at sent.
-func leaseDeadline(sent time.Time, ttl time.Duration) time.Time {
-	margin := max(minMargin, ttl/marginRatio)
-	return sent.Add(ttl - ttl/driftDivisor - margin)
-}
-
-// keepaliveInterval is how long after a confirmed KeepAlive was sent the
-// next one goes out.
-func keepaliveInterval(ttl time.Duration) time.Duration { return ttl / 3 }
-
-// jeopardyInterval is how soon a failed KeepAlive is retried.
-func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
-
-// keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
-// leaves time to try another before the deadline.
-func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
-	return min(requestTimeout, max(minJeopardy, ttl/4))
-}
-
-// lease is the client's view of a session's lease. It is pure state: the
-// caller supplies the clock.
-type lease struct {
-	sent     time.Time // send time of the newest confirmed KeepAlive
-	deadline time.Time
-	lost     bool
-}
-
-// confirm records that a KeepAlive first sent at sent was confirmed with
-// the granted ttl, at time now. It reports whether the deadline moved
-// later. A confirmation that arrives at or after the deadline does not
-// revive the lease: it is lost. A reply to an older KeepAlive never moves
-// the deadline back.
-func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
-	if l.lost {
-		return false
-	}
-	if !now.Before(l.deadline) {
-		l.lost = true
-		return false
-	}
-	d := leaseDeadline(sent, ttl)
-	if !d.After(l.deadline) {
-		return false
-	}
-	l.sent, l.deadline = sent, d
-	return true
-}
-
-// seqTracker hands out a session's request sequence numbers and computes
-// the ack: the lowest seq whose answer the client has not seen yet.
-type seqTracker struct {
-	mu       sync.Mutex
-	last     uint64
-	inflight []uint64 // ascending
-}
-
-// begin allocates the next seq and marks it in flight.
-func (t *seqTracker) begin() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.last++
-	t.inflight = append(t.inflight, t.last)
-	return t.last
-}
-
-// end marks seq answered (or abandoned).
-func (t *seqTracker) end(seq uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for i, s := range t.inflight {
-		if s == seq {
-			t.inflight = append(t.inflight[:i], t.inflight[i+1:]...)
-			return
-		}
-	}
-}
-
-// ack returns the lowest seq in flight, or the next seq when none is.
-func (t *seqTracker) ack() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.inflight) == 0 {
-		return t.last + 1
-	}
-	return t.inflight[0]
-}
 
 // Session is a lease on the lockd cluster, kept alive in the background.
 // Every lock is taken through a session and lives at most as long as it:
@@ -141,11 +43,12 @@ type Session struct {
 	seqs     seqTracker
 	bg       sync.WaitGroup
 
-	mu      sync.Mutex
-	lease   lease
-	timer   *time.Timer // fires at lease.deadline
-	err     error
-	closing bool
+	mu         sync.Mutex
+	lease      lease
+	timer      *time.Timer // fires at lease.deadline
+	err        error
+	closing    bool // Close was called
+	toldServer bool // CloseSession was sent (or is being sent)
 }
 
 // NewSession creates a session on the cluster and starts keeping it alive.
@@ -167,14 +70,55 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if closing {
 		return nil, ErrClosed
 	}
+	var s *Session
+	for round := 1; ; round++ {
+		var err error
+		s, err = c.createSession(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		if err = s.Err(); err == nil {
+			break
+		}
+		<-s.loopDone // the loop closes the session on the server
+		// Confirmed after its client deadline, as when the first attempt
+		// went to a hung endpoint and the next one answered late: ask
+		// again, with a new request and a new send time, now that the
+		// client knows an endpoint that answers.
+		if round == maxCreateRounds || ctx.Err() != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+	}
+	if err := c.addSession(s); err != nil {
+		_ = s.Close(ctx)
+		return nil, err
+	}
+	c.logger.Info("session created", "session", s.id, "ttl", s.ttl)
+	return s, nil
+}
+
+// maxCreateRounds bounds how often NewSession asks again after a session
+// was confirmed too late to be used.
+const maxCreateRounds = 3
+
+// createSession sends one CreateSession (with retries) and starts the
+// session's keepalive loop. The lease counts from the first attempt's send
+// time: a retry may be answered with the session that attempt created.
+func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session, error) {
 	sent := time.Now()
-	resp, err := invoke(ctx, c, safe, "", &lockdv1.CreateSessionRequest{
+	msg := &lockdv1.CreateSessionRequest{
 		Ttl:       durationpb.New(cfg.ttl),
 		Owner:     cfg.owner,
 		RequestId: randomID(),
-	}, nil, lockdv1connect.LockServiceClient.CreateSession)
+	}
+	// An answer that takes longer than the lease's whole client deadline
+	// would create a session already lost: give up on such an attempt in
+	// time to try another endpoint.
+	p := rpcCreateSession.policyOf(msg)
+	p.timeout = retry.LeaseDeadline(sent, cfg.ttl).Sub(sent)
+	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
 	if err != nil {
-		return nil, fmt.Errorf("create session: %w", err)
+		return nil, err
 	}
 	ttl := resp.Msg.GetTtl().AsDuration()
 	if ttl <= 0 {
@@ -182,15 +126,6 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	}
 	s := newSession(c, resp.Msg.GetSessionId(), ttl, cfg.owner, cfg.deadlineFn, sent)
 	s.start()
-	if err := s.Err(); err != nil {
-		<-s.loopDone // the loop closes the session on the server
-		return nil, fmt.Errorf("create session: %w", err)
-	}
-	if err := c.addSession(s); err != nil {
-		_ = s.Close(ctx)
-		return nil, err
-	}
-	c.logger.Info("session created", "session", s.id, "ttl", ttl)
 	return s, nil
 }
 
@@ -202,7 +137,7 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 		loopDone: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.lease.sent, s.lease.deadline = sent, leaseDeadline(sent, ttl)
+	s.lease.sent, s.lease.deadline = sent, retry.LeaseDeadline(sent, ttl)
 	if !time.Now().Before(s.lease.deadline) {
 		s.lease.lost = true
 		s.err = s.lostError("the session was confirmed after its client deadline")
@@ -285,10 +220,13 @@ func (s *Session) Deadline() time.Time {
 }
 
 // Close ends the session: keepalives stop, Done is closed (the contexts of
-// its held locks are cancelled first), and the server releases every hold
-// and drops every wait of the session. Close retries within ctx; if it
-// fails, the server still expires the session after its TTL. Closing a
-// session whose lease was already lost, or closing twice, returns nil.
+// its held locks are cancelled first), and the server is told to release
+// every hold and drop every wait of the session. The server is told
+// whatever the client's view of the lease (live, or already lost while the
+// server may still count it), best effort: Close retries within ctx, each
+// call bounded by the request timeout for a lost session; if it fails, the
+// server still expires the session after its TTL. Closing a session whose
+// lease was already lost, or closing twice, returns nil.
 func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closing {
@@ -313,7 +251,13 @@ func (s *Session) Close(ctx context.Context) error {
 	s.bg.Wait()
 	defer s.c.removeSession(s)
 	if lost {
-		return nil // the keepalive loop already tried
+		// The keepalive loop may have stopped before it told the server.
+		cctx, cancel := context.WithTimeout(ctx, s.c.cfg.requestTimeout)
+		defer cancel()
+		if err := s.closeOnServer(cctx); err != nil {
+			s.c.logger.Debug("close of lost session failed", "session", s.id, "err", err)
+		}
+		return nil
 	}
 	if err := s.closeOnServer(ctx); err != nil {
 		return fmt.Errorf("close session %s: %w", s.id, err)
@@ -322,13 +266,21 @@ func (s *Session) Close(ctx context.Context) error {
 	return nil
 }
 
-// closeOnServer sends CloseSession. A session the server no longer knows is
-// closed already.
+// closeOnServer sends CloseSession, once per session: a second call (Close
+// after the keepalive loop closed a lost session) does nothing. A session
+// the server no longer knows is closed already.
 func (s *Session) closeOnServer(ctx context.Context) error {
+	s.mu.Lock()
+	done := s.toldServer
+	s.toldServer = true
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
 	seq := s.seqs.begin()
-	defer s.seqs.end(seq)
-	_, err := invoke(ctx, s.c, safe, "", &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq}, nil,
-		lockdv1connect.LockServiceClient.CloseSession)
+	defer seq.end()
+	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq}
+	_, err := rpcCloseSession.invoke(ctx, s.c, rpcCloseSession.policyOf(msg), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}
@@ -399,87 +351,28 @@ func (s *Session) confirmed(sent time.Time, ttl time.Duration) {
 	}
 }
 
-// keepalive renews the lease until the session ends, then (if the lease was
-// lost rather than closed) tries to close the session on the server.
-func (s *Session) keepalive() {
-	defer close(s.loopDone)
-	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout)}
-	s.mu.Lock()
-	next := s.lease.sent.Add(keepaliveInterval(s.ttl))
-	s.mu.Unlock()
-	for s.ctx.Err() == nil {
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			continue
-		case <-t.C:
-		}
-		sent := time.Now()
-		resp, err := invoke(s.ctx, s.c, p, "", &lockdv1.KeepAliveRequest{SessionId: s.id}, nil,
-			lockdv1connect.LockServiceClient.KeepAlive)
-		switch {
-		case err == nil:
-			ttl := resp.Msg.GetTtl().AsDuration()
-			if ttl <= 0 {
-				ttl = s.ttl
-			}
-			s.confirmed(sent, ttl)
-			s.mu.Lock()
-			next = s.lease.sent.Add(keepaliveInterval(ttl))
-			s.mu.Unlock()
-		case s.ctx.Err() != nil:
-		case errors.Is(err, ErrLeaseLost):
-			s.lose(fmt.Errorf("keepalive: %w", err))
-		default:
-			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
-			next = time.Now().Add(jeopardyInterval(s.ttl))
-		}
-	}
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing || errors.Is(s.Err(), ErrClosed) {
-		return
-	}
-	// Lost: drop the session on the server too, so that its locks go to
-	// others now rather than at the server's deadline.
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.requestTimeout)
-	defer cancel()
-	if err := s.closeOnServer(ctx); err != nil {
-		s.c.logger.Debug("close of lost session failed", "session", s.id, "err", err)
-	}
-	s.c.removeSession(s)
-}
-
-// background runs f on a goroutine that Close waits for, unless the session
-// already ended. f must return soon after the session ends.
-func (s *Session) background(f func()) bool {
+// keepTrying runs try on a goroutine that Close waits for, until it
+// succeeds or fails definitively, with backoff between tries, or until the
+// session ends (the server then drops what try was cleaning up); then it
+// runs done. When the session already ended it runs only done.
+func (s *Session) keepTrying(try func() error, done func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return false
+		done()
+		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		f()
-	}()
-	return true
-}
-
-// pause waits before the attempt-th try of a background cleanup (not before
-// the first) and reports whether the session is still live.
-func (s *Session) pause(attempt int) bool {
-	if attempt > 0 {
-		t := time.NewTimer(backoff(attempt, backoffBase, backoffCap))
-		defer t.Stop()
-		select {
-		case <-s.ctx.Done():
-		case <-t.C:
+		defer done()
+		r := retry.New(s.ctx, retrySchedule)
+		for r.Next() {
+			if err := try(); err == nil || definitive(err) {
+				return
+			}
 		}
-	}
-	return s.ctx.Err() == nil
+	}()
 }
 
 // bind returns ctx, also cancelled when the session ends.
@@ -492,22 +385,38 @@ func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc
 	}
 }
 
+// policy bounds the attempts of one of the session's calls by its lease:
+// an answer that comes after the lease deadline is of no use.
+func (s *Session) policy(p policy) policy {
+	p.until = s.Deadline
+	return p
+}
+
 // NewMutex returns an exclusive lock on name, taken through this session.
 // The Mutex is a handle: create it once and use it for one hold at a time.
+// A bad option (see LockOption) makes every Lock and TryLock fail with an
+// error matching ErrInvalidArgument.
 func (s *Session) NewMutex(name string, opts ...LockOption) *Mutex {
 	return &Mutex{l: newLock(s, name, nil, opts)}
 }
 
 // NewSemaphore returns a semaphore of permits holders on name, taken
 // through this session. Every user of the name must agree on permits
-// (otherwise Lock fails with ErrLimitMismatch). permits must be positive.
+// (otherwise Lock fails with ErrLimitMismatch). permits must be positive:
+// with 0, or a bad option, every Lock and TryLock fails with an error
+// matching ErrInvalidArgument.
 func (s *Session) NewSemaphore(name string, permits uint32, opts ...LockOption) *Semaphore {
-	return &Semaphore{l: newLock(s, name, &permits, opts), permits: permits}
+	l := newLock(s, name, &permits, opts)
+	if permits == 0 && l.bad == nil {
+		l.bad = fmt.Errorf("%w: semaphore %q needs at least one permit", ErrInvalidArgument, name)
+	}
+	return &Semaphore{l: l, permits: permits}
 }
 
 // NewRWMutex returns a read-write lock on name, taken through this session:
 // any number of readers, or one writer. A waiting writer holds back readers
-// that come after it, so writers do not starve.
+// that come after it, so writers do not starve. A bad option makes every
+// lock call fail with an error matching ErrInvalidArgument.
 func (s *Session) NewRWMutex(name string, opts ...LockOption) *RWMutex {
 	var unbounded uint32
 	return &RWMutex{l: newLock(s, name, &unbounded, opts)}

@@ -10,49 +10,28 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
-
-func TestLeaseDeadline(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	tests := []struct {
-		ttl  time.Duration
-		want time.Duration // after sent
-	}{
-		{time.Second, time.Second - 10*time.Millisecond - 100*time.Millisecond},
-		{2 * time.Second, 2*time.Second - 20*time.Millisecond - 100*time.Millisecond},
-		{10 * time.Second, 10*time.Second - 100*time.Millisecond - 200*time.Millisecond},
-		{time.Hour, time.Hour - 36*time.Second - 72*time.Second},
-	}
-	for _, tt := range tests {
-		if got := leaseDeadline(t0, tt.ttl).Sub(t0); got != tt.want {
-			t.Errorf("ttl %v: deadline sent+%v, want sent+%v", tt.ttl, got, tt.want)
-		}
-		// Always strictly before the earliest server expiry (receive + TTL).
-		if got := leaseDeadline(t0, tt.ttl); !got.Before(t0.Add(tt.ttl)) {
-			t.Errorf("ttl %v: deadline not before sent+TTL", tt.ttl)
-		}
-	}
-}
 
 func TestLeaseConfirm(t *testing.T) {
 	const ttl = 3 * time.Second
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	l := lease{sent: t0, deadline: leaseDeadline(t0, ttl)}
+	l := lease{sent: t0, deadline: retry.LeaseDeadline(t0, ttl)}
 
 	// A newer confirmation moves the deadline.
 	if !l.confirm(at(time.Second), ttl, at(1100*time.Millisecond)) {
 		t.Fatal("confirmation of a newer keepalive did not move the deadline")
 	}
-	if got, want := l.deadline, leaseDeadline(at(time.Second), ttl); !got.Equal(want) {
+	if got, want := l.deadline, retry.LeaseDeadline(at(time.Second), ttl); !got.Equal(want) {
 		t.Errorf("deadline %v, want %v", got, want)
 	}
 	// A late reply to an older keepalive never moves it back.
 	if l.confirm(at(500*time.Millisecond), ttl, at(1200*time.Millisecond)) {
 		t.Error("reply to an older keepalive moved the deadline")
 	}
-	if got, want := l.deadline, leaseDeadline(at(time.Second), ttl); !got.Equal(want) {
+	if got, want := l.deadline, retry.LeaseDeadline(at(time.Second), ttl); !got.Equal(want) {
 		t.Errorf("deadline moved back to %v, want %v", got, want)
 	}
 	// An older keepalive confirmed with a longer TTL may move it later,
@@ -70,32 +49,6 @@ func TestLeaseConfirm(t *testing.T) {
 	}
 	if l.confirm(dl.Add(time.Second), ttl, dl.Add(time.Second)) || !l.lost {
 		t.Error("a lost lease was revived")
-	}
-}
-
-func TestSeqTracker(t *testing.T) {
-	var q seqTracker
-	if got := q.ack(); got != 1 {
-		t.Errorf("ack before any request = %d, want 1", got)
-	}
-	a, b, c := q.begin(), q.begin(), q.begin()
-	if a != 1 || b != 2 || c != 3 {
-		t.Fatalf("seqs %d %d %d, want 1 2 3", a, b, c)
-	}
-	if got := q.ack(); got != 1 {
-		t.Errorf("ack = %d, want 1", got)
-	}
-	q.end(b)
-	if got := q.ack(); got != 1 {
-		t.Errorf("ack with 1 still in flight = %d, want 1", got)
-	}
-	q.end(a)
-	if got := q.ack(); got != 3 {
-		t.Errorf("ack = %d, want 3", got)
-	}
-	q.end(c)
-	if got := q.ack(); got != 4 {
-		t.Errorf("ack with nothing in flight = %d, want 4", got)
 	}
 }
 
@@ -148,7 +101,7 @@ func TestSessionKeepsAlive(t *testing.T) {
 				t.Errorf("keepalive %d at %v, want %v", i, ka.at.Sub(start), want.Sub(start))
 			}
 		}
-		if got, want := s.Deadline(), leaseDeadline(kas[len(kas)-1].at, ttl); !got.Equal(want) {
+		if got, want := s.Deadline(), retry.LeaseDeadline(kas[len(kas)-1].at, ttl); !got.Equal(want) {
 			t.Errorf("deadline %v, want %v", got.Sub(start), want.Sub(start))
 		}
 		got := dls.all()
@@ -221,7 +174,7 @@ func TestSessionLostBeforeServer(t *testing.T) {
 				lost := time.Now()
 				mu.Lock()
 				serverDeadline := lastReceived.Add(ttl) // plus grace, in reality
-				want := leaseDeadline(lastReceived, ttl)
+				want := retry.LeaseDeadline(lastReceived, ttl)
 				mu.Unlock()
 				if !lost.Equal(want) {
 					t.Errorf("lost at %v after the last confirmed keepalive, want %v", lost.Sub(lastReceived), want.Sub(lastReceived))
@@ -279,7 +232,7 @@ func TestSessionNotFoundLosesAtOnce(t *testing.T) {
 		if err := s.NewMutex("m").Lock(t.Context()); !errors.Is(err, ErrLeaseLost) {
 			t.Errorf("Lock on a lost session = %v, want ErrLeaseLost", err)
 		}
-		if err := c.Close(); err != nil {
+		if err := c.Close(context.Background()); err != nil {
 			t.Error(err)
 		}
 	})
@@ -320,7 +273,7 @@ func TestSessionJeopardy(t *testing.T) {
 				t.Fatalf("keepalives at %v, want %v first", got, want)
 			}
 		}
-		if dl, want := s.Deadline(), leaseDeadline(start.Add(2500*ms), ttl); !dl.Equal(want) {
+		if dl, want := s.Deadline(), retry.LeaseDeadline(start.Add(2500*ms), ttl); !dl.Equal(want) {
 			t.Errorf("deadline %v, want %v", dl.Sub(start), want.Sub(start))
 		}
 		if err := s.Close(t.Context()); err != nil {
@@ -376,7 +329,7 @@ func TestClientCloseClosesSessions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Close(); err != nil {
+		if err := c.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range []*Session{s1, s2} {
@@ -389,6 +342,52 @@ func TestClientCloseClosesSessions(t *testing.T) {
 		}
 		if _, err := c.NewSession(t.Context()); !errors.Is(err, ErrClosed) {
 			t.Errorf("NewSession after Close = %v, want ErrClosed", err)
+		}
+	})
+}
+
+// A closed session is closed on the server: Close runs after the client
+// saw its lease lost but before the keepalive loop acted on the loss (here
+// the loop is still inside a KeepAlive call that ignores its cancellation,
+// as a stalled goroutine would), and still sends CloseSession, so the
+// server drops the session's waits now instead of at its own deadline. The
+// endpoint is the scripted transport: only a synctest bubble makes the
+// ordering of the two goroutines deterministic, and real sockets cannot
+// enter one.
+func TestSessionCloseAfterLossTellsServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 2 * time.Second
+		stalled := make(chan struct{})
+		var mu sync.Mutex
+		n := 0
+		tr := &transport{keepAlive: func(ctx context.Context, r *lockdv1.KeepAliveRequest) (*lockdv1.KeepAliveResponse, error) {
+			mu.Lock()
+			n++
+			first := n == 1
+			mu.Unlock()
+			if first {
+				<-stalled // past the lease deadline, whatever ctx says
+			}
+			return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection reset"))
+		}}
+		c := newTestClient(t, []*transport{tr})
+		s, err := c.NewSession(t.Context(), WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-s.Done() // the deadline timer saw the lease lost
+		if !errors.Is(s.Err(), ErrLeaseLost) {
+			t.Fatalf("session err %v, want ErrLeaseLost", s.Err())
+		}
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close(context.Background()) }()
+		synctest.Wait() // Close waits for the stalled keepalive loop
+		close(stalled)
+		if err := <-closed; err != nil {
+			t.Fatalf("Close of a lost session: %v, want nil", err)
+		}
+		if got := len(tr.callsOf("CloseSession")); got != 1 {
+			t.Errorf("CloseSession sent %d times, want once", got)
 		}
 	})
 }

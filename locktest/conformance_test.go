@@ -45,7 +45,7 @@ func openLockd(t *testing.T) func(t *testing.T) lockd.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return func(t *testing.T) lockd.Backend {
 		s, err := c.NewSession(ctx(t), lockd.WithTTL(5*time.Second))
 		if err != nil {

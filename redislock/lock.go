@@ -7,44 +7,36 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"sync"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/retry"
 )
 
-// Lease arithmetic, the client deadline rule of docs/design.md: a hold
-// confirmed by a request first sent at sent is given up at
-// sent + TTL·(1 − 1 %) − max(100 ms, 2 % TTL), and never later than the
-// Redlock validity end sent + TTL − (TTL·1 % + 2 ms). Redis set the key's
-// expiry when it received the request, after sent, so the client gives up
-// strictly before the key can expire (given the client's clock runs at
-// most 1 % slow against the server's).
+// A hold confirmed by a request first sent at sent is given up at lockd's
+// client deadline (docs/design.md), retry.LeaseDeadline: sent + TTL·(1 − 1 %) −
+// max(100 ms, 2 % TTL), and never later than the Redlock validity end
+// sent + TTL − (TTL·1 % + 2 ms). Redis set the key's expiry when it
+// received the request, after sent, so the client gives up strictly before
+// the key can expire (given the client's clock runs at most 1 % slow
+// against the server's).
 const (
-	driftDivisor = 100
-	minMargin    = 100 * time.Millisecond
-	marginRatio  = 50
 	driftConst   = 2 * time.Millisecond
-	minJeopardy  = 50 * time.Millisecond
 	maxNameBytes = 512
 )
 
-// Waiting for a lock: exponential backoff with full jitter between tries,
-// capped by the holder's remaining TTL and cut short by a release
-// notification.
-const (
-	backoffBase = 10 * time.Millisecond
-	backoffCap  = time.Second
-)
+// waitSchedule is the wait between tries for a busy lock: exponential
+// backoff with full jitter, capped by the holder's remaining TTL and cut
+// short by a release notification.
+var waitSchedule = retry.Backoff{Base: 10 * time.Millisecond, Cap: time.Second}
 
 // holdDeadline returns the client-side end of a hold confirmed by a request
 // first sent at sent.
 func holdDeadline(sent time.Time, ttl time.Duration) time.Time {
-	margin := max(minMargin, ttl/marginRatio)
-	lease := sent.Add(ttl - ttl/driftDivisor - margin)
+	lease := retry.LeaseDeadline(sent, ttl)
 	validity := sent.Add(ttl - drift(ttl))
 	if validity.Before(lease) {
 		return validity
@@ -53,23 +45,7 @@ func holdDeadline(sent time.Time, ttl time.Duration) time.Time {
 }
 
 // drift is Redlock's allowance for clock drift between client and servers.
-func drift(ttl time.Duration) time.Duration { return ttl/driftDivisor + driftConst }
-
-// renewInterval is how long after a confirmed request was sent the next
-// renewal goes out; jeopardyInterval is how soon a failed one is retried.
-func renewInterval(ttl time.Duration) time.Duration    { return ttl / 3 }
-func jeopardyInterval(ttl time.Duration) time.Duration { return max(minJeopardy, ttl/10) }
-
-// backoff returns a uniformly random duration in [0, min(cap, base·2^attempt)].
-func backoff(attempt int, base, cap time.Duration) time.Duration {
-	d := cap
-	if attempt < 32 {
-		if e := base << attempt; e > 0 && e < cap {
-			d = e
-		}
-	}
-	return mrand.N(d + 1)
-}
+func drift(ttl time.Duration) time.Duration { return retry.Drift(ttl) + driftConst }
 
 // newOwner returns a random 128-bit owner value.
 func newOwner() string {
@@ -244,56 +220,38 @@ func (l *lock) acquire(ctx context.Context, wait bool) error {
 		}
 	}
 	ttl := l.b.cfg.ttl
-	var lastErr error
-	for attempt := 0; ; attempt++ {
+	r := retry.New(ctx, waitSchedule).WakeOn(wake)
+	for r.Next() {
 		owner := newOwner()
 		sent := time.Now()
 		granted, token, hint, err := l.st.acquire(ctx, owner)
+		var failed error
 		switch {
 		case err == nil && granted:
 			if !time.Now().Before(holdDeadline(sent, ttl)) {
 				// Granted too late to use: give it back and try again.
 				l.cleanup(ctx, owner)
-				lastErr = fmt.Errorf("redislock: acquire %q: %w: grant confirmed after its client deadline", l.name, lockd.ErrUnavailable)
-				if !wait {
-					return lastErr
-				}
+				failed = fmt.Errorf("redislock: acquire %q: %w: grant confirmed after its client deadline", l.name, lockd.ErrUnavailable)
 				break
 			}
 			return l.granted(owner, token, sent)
 		case err == nil:
-			lastErr = busyError(l.name, busyDetail(hint))
-			if !wait {
-				return lastErr
-			}
+			failed = busyError(l.name, busyDetail(hint))
+			r.AtMost(hint)
 		case errors.Is(err, lockd.ErrLimitMismatch), errors.Is(err, lockd.ErrInvalidArgument):
 			return fmt.Errorf("redislock: acquire %q: %w", l.name, err)
 		default:
 			if !errors.Is(err, ErrNoQuorum) {
 				l.cleanup(ctx, owner)
 			}
-			if ctx.Err() != nil {
-				return errors.Join(ctx.Err(), fmt.Errorf("redislock: acquire %q: %w", l.name, err))
-			}
-			lastErr = fmt.Errorf("redislock: acquire %q: %w", l.name, err)
-			if !wait {
-				return lastErr
-			}
+			failed = fmt.Errorf("redislock: acquire %q: %w", l.name, err)
 		}
-		d := backoff(attempt, backoffBase, backoffCap)
-		if hint > 0 && hint < d {
-			d = hint
+		if !wait && ctx.Err() == nil {
+			return failed
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(ctx.Err(), lastErr)
-		case <-wake:
-			t.Stop()
-		case <-t.C:
-		}
+		r.Fail(failed)
 	}
+	return r.Err()
 }
 
 func busyDetail(hint time.Duration) string {
@@ -377,7 +335,7 @@ func (l *lock) confirm(h *hold, sent time.Time) bool {
 func (l *lock) watchdog(h *hold, sent time.Time) {
 	defer close(h.done)
 	ttl := l.b.cfg.ttl
-	next := sent.Add(renewInterval(ttl))
+	next := sent.Add(retry.RenewInterval(ttl))
 	for {
 		t := time.NewTimer(time.Until(next))
 		select {
@@ -400,13 +358,13 @@ func (l *lock) watchdog(h *hold, sent time.Time) {
 			if !l.confirm(h, sent) {
 				return
 			}
-			next = sent.Add(renewInterval(ttl))
+			next = sent.Add(retry.RenewInterval(ttl))
 		case errors.Is(err, errGone):
 			l.lose(h, "renewal found the key gone or owned by another (expired, evicted or flushed)")
 			return
 		default:
 			l.b.logger().Warn("lock renewal failed", "lock", l.name, "err", err)
-			next = time.Now().Add(jeopardyInterval(ttl))
+			next = time.Now().Add(retry.JeopardyInterval(ttl))
 		}
 	}
 }

@@ -35,20 +35,6 @@ func TestHoldDeadline(t *testing.T) {
 	}
 }
 
-func TestBackoffBounds(t *testing.T) {
-	for attempt := range 40 {
-		limit := min(backoffCap, backoffBase<<min(attempt, 31))
-		if attempt >= 31 {
-			limit = backoffCap
-		}
-		for range 100 {
-			if d := backoff(attempt, backoffBase, backoffCap); d < 0 || d > limit {
-				t.Fatalf("backoff(%d) = %v, want within [0, %v]", attempt, d, limit)
-			}
-		}
-	}
-}
-
 // fakeStore is a store whose answers the test scripts; it runs inside a
 // synctest bubble, so its delays cost no real time.
 type fakeStore struct {

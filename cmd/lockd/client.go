@@ -27,10 +27,15 @@ type commandEnv struct {
 	getenv         func(string) string
 }
 
+// defaultConnectTimeout is --connect-timeout's default: how long a command
+// keeps trying when no server answers at all.
+const defaultConnectTimeout = 5 * time.Second
+
 // clientFlags are the flags of every subcommand that talks to a server.
 type clientFlags struct {
-	endpoints string
-	timeout   time.Duration
+	endpoints      string
+	timeout        time.Duration
+	connectTimeout time.Duration
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -41,6 +46,7 @@ func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		}
 	}
 	fs.StringVar(&f.endpoints, "endpoints", def, "comma-separated server endpoints, host:port or URL (default $"+endpointsEnv+" or "+lockd.DefaultEndpoint+")")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up (exit 69) when no server answered at all within this time, even if --wait or --timeout allow longer (0: no limit)")
 }
 
 // registerTimeout adds --timeout, for the commands that make one call.
@@ -84,7 +90,7 @@ func (f *clientFlags) connect(ctx context.Context) (context.Context, *lockd.Clie
 		return nil, nil, nil, err
 	}
 	ctx, cancel := f.withTimeout(ctx)
-	return ctx, cl, func() { cancel(); cl.Close() }, nil
+	return ctx, cl, func() { cancel(); cl.Close(context.Background()) }, nil
 }
 
 func (f *clientFlags) client() (*lockd.Client, error) {
@@ -94,7 +100,10 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 			eps = append(eps, e)
 		}
 	}
-	c, err := lockd.New(lockd.WithEndpoints(eps...))
+	if f.connectTimeout < 0 {
+		return nil, usageError{fmt.Errorf("--connect-timeout %v must not be negative", f.connectTimeout)}
+	}
+	c, err := lockd.New(lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout))
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
 	}
@@ -165,12 +174,17 @@ func printJSON(w io.Writer, m proto.Message) error {
 	}
 	// protojson varies its whitespace on purpose; indent it the same way
 	// every time for people and diffs.
+	return writeIndented(w, b)
+}
+
+// writeIndented writes JSON b to w indented by two spaces, with a newline.
+func writeIndented(w io.Writer, b []byte) error {
 	var out bytes.Buffer
 	if err := json.Indent(&out, b, "", "  "); err != nil {
 		return err
 	}
 	out.WriteByte('\n')
-	_, err = out.WriteTo(w)
+	_, err := out.WriteTo(w)
 	return err
 }
 

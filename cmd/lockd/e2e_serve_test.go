@@ -115,7 +115,7 @@ func TestServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cl.Close() })
+	t.Cleanup(func() { _ = cl.Close(context.Background()) })
 	sess, err := cl.NewSession(ctx, lockd.WithTTL(3*time.Second))
 	if err != nil {
 		t.Fatal(err)

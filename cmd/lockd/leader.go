@@ -9,8 +9,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
-	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 const leaderUsage = "lockd leader transfer [ID]"
@@ -59,13 +59,11 @@ func (c *LeaderCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := f.client.withTimeout(ctx)
-	defer cancel()
-	cl, err := f.client.client()
+	ctx, cl, done, err := f.client.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer done()
 	st, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 	if err != nil {
 		return callError("status", err)
@@ -79,14 +77,15 @@ func (c *LeaderCommand) Run(ctx context.Context, args []string) error {
 			return nil
 		}
 	}
-	// Not retried after an unknown outcome: leadership may have moved
-	// already, and a second transfer would move it again.
-	resp, err := clusterCall(ctx, &f.client, cl.ClusterID(), false,
-		func(ctx context.Context, cc lockdv1connect.ClusterServiceClient) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
-			return cc.TransferLeadership(ctx, connect.NewRequest(&lockdv1.TransferLeadershipRequest{NodeId: f.to}))
-		})
+	// Not retried after an unknown outcome (the client's policy table):
+	// leadership may have moved already, and a second transfer would move
+	// it again.
+	resp, err := cl.ClusterService().TransferLeadership(ctx, connect.NewRequest(&lockdv1.TransferLeadershipRequest{NodeId: f.to}))
 	if err != nil {
-		return clusterError(what, err)
+		if errors.Is(err, lockd.ErrUnavailable) {
+			err = fmt.Errorf("%w (the transfer may have happened: check lockd members)", err)
+		}
+		return callError(what, err)
 	}
 	// The old leader answers as soon as it stepped down, often before it
 	// heard from its successor: ask the cluster for a moment.

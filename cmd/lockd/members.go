@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -18,8 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
-	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 const membersUsage = "lockd members [--json] | lockd members remove ID"
@@ -71,13 +66,11 @@ func (c *MembersCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := f.client.withTimeout(ctx)
-	defer cancel()
-	cl, err := f.client.client()
+	ctx, cl, done, err := f.client.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer done()
 	st, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 	if err != nil {
 		return callError("status", err)
@@ -98,13 +91,9 @@ func (c *MembersCommand) Run(ctx context.Context, args []string) error {
 	if f.remove == s.GetLeader() {
 		return exitWith(exitUsage, fmt.Errorf("remove member %q: it is the leader; move leadership first (lockd leader transfer), then remove it", f.remove))
 	}
-	// RemoveMember is idempotent, so an unknown outcome may be retried.
-	_, err = clusterCall(ctx, &f.client, cl.ClusterID(), true,
-		func(ctx context.Context, cc lockdv1connect.ClusterServiceClient) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
-			return cc.RemoveMember(ctx, connect.NewRequest(&lockdv1.RemoveMemberRequest{NodeId: f.remove}))
-		})
+	_, err = cl.ClusterService().RemoveMember(ctx, connect.NewRequest(&lockdv1.RemoveMemberRequest{NodeId: f.remove}))
 	if err != nil {
-		return clusterError(fmt.Sprintf("remove member %q", f.remove), err)
+		return callError(fmt.Sprintf("remove member %q", f.remove), err)
 	}
 	fmt.Fprintf(c.env.stdout, "removed member %s\n", f.remove)
 	return nil
@@ -164,180 +153,18 @@ func printMembersJSON(env commandEnv, s *lockdv1.StatusResponse) error {
 	if err != nil {
 		return err
 	}
-	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
-		return err
-	}
-	out.WriteByte('\n')
-	_, err = out.WriteTo(env.stdout)
-	return err
-}
-
-// endpointURLs returns the --endpoints as URLs, in order ("host:port" and
-// "host" become http:// URLs, port 7070 by default, as in the Go client).
-func endpointURLs(endpoints string) []string {
-	var out []string
-	for _, e := range strings.Split(endpoints, ",") {
-		if e = strings.TrimSpace(e); e == "" {
-			continue
-		}
-		if !strings.Contains(e, "://") {
-			host, rest := e, ""
-			if i := strings.IndexByte(e, '/'); i >= 0 {
-				host, rest = e[:i], e[i:]
-			}
-			if _, _, err := net.SplitHostPort(host); err != nil {
-				host = net.JoinHostPort(strings.Trim(host, "[]"), "7070")
-			}
-			e = "http://" + host + rest
-		}
-		out = append(out, strings.TrimRight(e, "/"))
-	}
-	return out
-}
-
-// clusterAttemptTimeout bounds one ClusterService attempt, so one hung
-// endpoint does not use up the whole --timeout.
-const clusterAttemptTimeout = 5 * time.Second
-
-// clusterCall makes one ClusterService call through the first endpoint that
-// answers: any member does, as followers forward to the leader. It moves to
-// the next endpoint when one is unreachable, answers for another cluster
-// than clusterID (when known), has no leader, or is not the leader and cannot
-// forward; it goes round the endpoints with backoff and full jitter until
-// ctx ends. An unknown outcome (the leader failed mid-call) is retried only
-// when idempotent.
-func clusterCall[Res any](ctx context.Context, cf *clientFlags, clusterID string, idempotent bool,
-	call func(context.Context, lockdv1connect.ClusterServiceClient) (*connect.Response[Res], error),
-) (*connect.Response[Res], error) {
-	urls := endpointURLs(cf.endpoints)
-	if len(urls) == 0 {
-		return nil, usageError{errors.New("--endpoints: no endpoint given")}
-	}
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	defer hc.CloseIdleConnections()
-	var last error
-	for attempt := 0; ; attempt++ {
-		for _, u := range urls {
-			actx, cancel := context.WithTimeout(ctx, clusterAttemptTimeout)
-			resp, err := call(actx, lockdv1connect.NewClusterServiceClient(hc, u))
-			cancel()
-			if err == nil {
-				if id := resp.Header().Get(clusterIDHeader); clusterID != "" && id != "" && id != clusterID {
-					// Too late to undo, but say it: the user named an endpoint
-					// of another cluster.
-					return nil, fmt.Errorf("%s answered for cluster %s, not %s (the one the other endpoints belong to)", u, id, clusterID)
-				}
-				return resp, nil
-			}
-			if ctx.Err() != nil {
-				return nil, errors.Join(ctx.Err(), last, err)
-			}
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				if id := ce.Meta().Get(clusterIDHeader); clusterID != "" && id != "" && id != clusterID {
-					last = fmt.Errorf("%s: answered for cluster %s, not %s", u, id, clusterID)
-					continue
-				}
-			}
-			if !retryCluster(err, idempotent) {
-				return nil, err
-			}
-			last = fmt.Errorf("%s: %w", u, err)
-		}
-		d := min(50*time.Millisecond<<min(attempt, 6), 2*time.Second)
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(ctx.Err(), last)
-		case <-time.After(rand.N(d + 1)):
-		}
-	}
-}
-
-// clusterIDHeader is the response header with the cluster's id (the
-// server's ClusterIDHeader).
-const clusterIDHeader = "Lockd-Cluster-Id"
-
-// retryCluster reports whether a failed ClusterService attempt may go to
-// another endpoint.
-func retryCluster(err error, idempotent bool) bool {
-	if errors.Is(err, context.Canceled) {
-		return false
-	}
-	if d := clusterErrorDetail(err); d != nil {
-		switch d.GetReason() {
-		case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER:
-			return true // not taken
-		case lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN:
-			return idempotent
-		}
-		return false
-	}
-	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-		return idempotent || errors.Is(err, syscall.ECONNREFUSED) || isDialError(err)
-	}
-	return false
-}
-
-func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-func clusterErrorDetail(err error) *lockdv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, err := d.Value(); err == nil {
-			if ed, ok := v.(*lockdv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
-}
-
-// clusterError maps the error of a ClusterService call to the documented
-// exit statuses.
-func clusterError(what string, err error) error {
-	var ue usageError
-	if errors.As(err, &ue) {
-		return err
-	}
-	werr := fmt.Errorf("%s: %w", what, err)
-	switch {
-	case errors.Is(err, context.Canceled):
-		return exitWith(exitFailure, fmt.Errorf("%s: interrupted", what))
-	case errors.Is(err, context.DeadlineExceeded):
-		return exitWith(exitUnavailable, werr)
-	}
-	if d := clusterErrorDetail(err); d != nil && d.GetReason() == lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN {
-		return exitWith(exitUnavailable, fmt.Errorf("%w (outcome unknown: check lockd members)", werr))
-	}
-	switch connect.CodeOf(err) {
-	case connect.CodeInvalidArgument:
-		return exitWith(exitUsage, werr)
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
-		return exitWith(exitUnavailable, werr)
-	}
-	return exitWith(exitFailure, werr)
+	return writeIndented(env.stdout, b)
 }
 
 // leaderOf polls Status through cl until it names a leader other than not
 // (any leader when not is ""), or ctx ends; it returns "" then.
 func leaderOf(ctx context.Context, cl *lockd.Client, not string) string {
-	for attempt := 0; ; attempt++ {
+	r := retry.New(ctx, retry.Backoff{Base: 20 * time.Millisecond, Cap: 250 * time.Millisecond})
+	for r.Next() {
 		st, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
 		if err == nil && st.Msg.GetLeader() != "" && st.Msg.GetLeader() != not {
 			return st.Msg.GetLeader()
 		}
-		select {
-		case <-ctx.Done():
-			return ""
-		case <-time.After(min(20*time.Millisecond<<min(attempt, 4), 250*time.Millisecond)):
-		}
 	}
+	return ""
 }

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
-
-	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd"
 )
 
 func TestMembersParse(t *testing.T) {
@@ -105,59 +101,31 @@ func TestLeaderParse(t *testing.T) {
 	}
 }
 
-func TestEndpointURLs(t *testing.T) {
-	got := endpointURLs(" 127.0.0.1:7001, http://h:2/ ,host,[::1]:9,,https://x.example/lockd")
-	want := []string{"http://127.0.0.1:7001", "http://h:2", "http://host:7070", "http://[::1]:9", "https://x.example/lockd"}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
-func clusterErr(code connect.Code, reason lockdv1.ErrorReason) error {
-	e := connect.NewError(code, errors.New("x"))
-	if reason != lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
-		d, err := connect.NewErrorDetail(&lockdv1.ErrorDetail{Reason: reason})
-		if err != nil {
-			panic(err)
-		}
-		e.AddDetail(d)
-	}
-	return e
-}
-
-func TestClusterErrors(t *testing.T) {
-	refused := connect.NewError(connect.CodeUnavailable, fmt.Errorf("dial: %w", syscall.ECONNREFUSED))
+// The admin commands map the client's errors (which went through its
+// retry loop, leader following and error mapping) to the documented exit
+// statuses, in one line starting with the operation.
+func TestAdminCallErrors(t *testing.T) {
 	tests := []struct {
-		name          string
-		err           error
-		retry, retryI bool // not idempotent, idempotent
-		exit          int
+		name string
+		err  error
+		exit int
 	}{
-		{"not leader", clusterErr(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER), true, true, exitUnavailable},
-		{"no leader", clusterErr(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER), true, true, exitUnavailable},
-		{"outcome unknown", clusterErr(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN), false, true, exitUnavailable},
-		{"invalid", clusterErr(connect.CodeInvalidArgument, lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT), false, false, exitUsage},
-		{"transfer failed", clusterErr(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED), false, false, exitFailure},
-		{"connection refused", refused, true, true, exitUnavailable},
-		{"transport error", connect.NewError(connect.CodeUnavailable, errors.New("EOF")), false, true, exitUnavailable},
-		{"attempt timed out", fmt.Errorf("x: %w", context.DeadlineExceeded), false, true, exitUnavailable},
-		{"interrupted", context.Canceled, false, false, exitFailure},
+		{"unavailable", fmt.Errorf("%w: no leader", lockd.ErrUnavailable), exitUnavailable},
+		{"ran out", fmt.Errorf("x: %w", context.DeadlineExceeded), exitUnavailable},
+		{"invalid", fmt.Errorf("%w: node id", lockd.ErrInvalidArgument), exitUsage},
+		{"other cluster", fmt.Errorf("%w: b", lockd.ErrClusterMismatch), exitFailure},
+		{"transfer failed", errors.New("leadership transfer: timed out"), exitFailure},
+		{"interrupted", context.Canceled, exitFailure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := retryCluster(tt.err, false); got != tt.retry {
-				t.Errorf("retryCluster(idempotent=false) = %v, want %v", got, tt.retry)
-			}
-			if got := retryCluster(tt.err, true); got != tt.retryI {
-				t.Errorf("retryCluster(idempotent=true) = %v, want %v", got, tt.retryI)
-			}
 			var ee *exitError
-			err := clusterError("op", tt.err)
+			err := callError("op", tt.err)
 			if !errors.As(err, &ee) || ee.code != tt.exit {
-				t.Errorf("clusterError: %v, want exit status %d", err, tt.exit)
+				t.Errorf("callError: %v, want exit status %d", err, tt.exit)
 			}
 			if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "op") {
-				t.Errorf("clusterError: %q, want one line starting with the operation", err)
+				t.Errorf("callError: %q, want one line starting with the operation", err)
 			}
 		})
 	}

@@ -70,7 +70,7 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
+	defer cl.Close(context.Background())
 
 	// The acquisition: session and lock, bounded by --wait, ended by a signal.
 	actx, cancelAcquire := context.WithCancelCause(ctx)

@@ -2,12 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
+
+	"github.com/lockd-dev/lockd"
 )
 
 // SnapshotCommand is `lockd snapshot save FILE`: write a consistent backup
@@ -19,62 +18,44 @@ type SnapshotCommand struct {
 
 const snapshotUsage = "lockd snapshot save [--endpoints URLS] FILE"
 
-// Run saves the backup from the first endpoint that answers.
+// Run saves the backup through the client, which moves between the
+// endpoints and checks the cluster id as for every other call.
 func (c *SnapshotCommand) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] != "save" {
 		return usageError{fmt.Errorf("usage: %s", snapshotUsage)}
 	}
-	fs := newFlagSet("snapshot save", c.env.stderr)
-	var cf clientFlags
-	cf.register(fs, c.env.getenv)
-	cf.registerTimeout(fs)
-	pos, err := parseArgs(fs, args[1:])
+	pos, cf, err := c.env.parse("snapshot save", snapshotUsage, args[1:], 1, 1, nil)
 	if err != nil {
-		return err
-	}
-	if err := wantArgs(pos, 1, 1, snapshotUsage); err != nil {
 		return err
 	}
 	file := pos[0]
-	ctx, cancel := cf.withTimeout(ctx)
-	defer cancel()
-	var errs []error
-	for _, u := range endpointURLs(cf.endpoints) {
-		n, err := saveSnapshot(ctx, u+"/v1/snapshot", file)
-		if err == nil {
-			fmt.Fprintf(c.env.stdout, "saved %d bytes from %s to %s\n", n, u, file)
-			return nil
-		}
-		errs = append(errs, err)
+	ctx, cl, done, err := cf.connect(ctx)
+	if err != nil {
+		return err
 	}
-	return exitWith(exitUnavailable, fmt.Errorf("snapshot save: %w", errors.Join(errs...)))
+	defer done()
+	n, err := saveSnapshot(ctx, cl, file)
+	if err != nil {
+		return callError("snapshot save", err)
+	}
+	fmt.Fprintf(c.env.stdout, "saved %d bytes of cluster %s to %s\n", n, cl.ClusterID(), file)
+	return nil
 }
 
-// saveSnapshot downloads url into file atomically (temp file, fsync,
+// saveSnapshot downloads the backup into file atomically (temp file, fsync,
 // rename), so a failed download never leaves a truncated backup.
-func saveSnapshot(ctx context.Context, url, file string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, fmt.Errorf("%s: %s: %s", url, resp.Status, b)
-	}
+func saveSnapshot(ctx context.Context, cl *lockd.Client, file string) (int64, error) {
 	tmp, err := os.CreateTemp(filepath.Dir(file), ".lockd-snapshot-*")
 	if err != nil {
 		return 0, err
 	}
 	defer os.Remove(tmp.Name())
-	n, err := io.Copy(tmp, resp.Body)
-	if err == nil {
-		err = tmp.Sync()
+	n, err := cl.Snapshot(ctx, tmp)
+	if err != nil {
+		tmp.Close()
+		return 0, err
 	}
+	err = tmp.Sync()
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

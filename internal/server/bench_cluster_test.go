@@ -24,7 +24,7 @@ func benchCluster(b *testing.B, name func(w int) string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cl.Close()
+	defer cl.Close(context.Background())
 	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism(8) // ×GOMAXPROCS(2) = 16 workers

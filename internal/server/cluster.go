@@ -10,7 +10,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/retry"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -216,16 +218,23 @@ func (s *Server) members() []*lockdv1.Member {
 	return out
 }
 
+// joinSchedule is the wait between rounds of Join attempts.
+var joinSchedule = retry.Backoff{Base: 100 * time.Millisecond, Cap: 3 * time.Second}
+
 // joinCluster asks the members at urls to add this node, retrying with
-// backoff until one accepts or ctx ends. It runs before this node opens its
-// Raft port.
+// backoff and full jitter until one accepts or ctx ends. It runs before
+// this node opens its Raft port.
 func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string) error {
 	req := &lockdv1.JoinRequest{NodeId: s.nodeID, RaftAddress: raftAddr, ApiUrl: s.apiURL}
-	var last error
-	for attempt := 0; ; attempt++ {
-		for _, u := range urls {
-			u = normalizeURL(u)
-			if u == s.apiURL {
+	self, _ := endpoint.Normalize(s.apiURL)
+	r := retry.New(ctx, joinSchedule)
+	for r.Next() {
+		for _, raw := range urls {
+			u, err := endpoint.Normalize(raw)
+			if err != nil {
+				return fmt.Errorf("join via %q: %w", raw, err)
+			}
+			if u == self {
 				continue // this node serves nothing until it has joined
 			}
 			actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
@@ -235,24 +244,13 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 				s.log.Info("joined cluster", "via", u, "cluster_id", resp.Msg.ClusterId)
 				return nil
 			}
-			last = fmt.Errorf("join via %s: %w", u, err)
+			r.Fail(fmt.Errorf("join via %s: %w", u, err))
 			if connect.CodeOf(err) == connect.CodeInvalidArgument {
-				return last
+				return r.Last()
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), last)
-		case <-time.After(min(100*time.Millisecond<<min(attempt, 5), 3*time.Second)):
-		}
 	}
-}
-
-func normalizeURL(u string) string {
-	if !strings.Contains(u, "://") {
-		return "http://" + u
-	}
-	return strings.TrimRight(u, "/")
+	return r.Err()
 }
 
 // recordSelf makes sure the FSM knows this leader's API URL, so followers

@@ -574,7 +574,7 @@ func (c *tcluster) close() {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, cl := range clients {
-		wg.Go(func() { cl.Close() })
+		wg.Go(func() { cl.Close(context.Background()) })
 	}
 	wg.Wait()
 	for i := range c.nodes {

@@ -590,7 +590,7 @@ func (w *linWorker) closeSession(client bool) {
 	w.h.mu.Unlock()
 	var err error
 	if client {
-		err = w.cl.Close()
+		err = w.cl.Close(ctx)
 	} else {
 		err = sr.s.Close(ctx)
 	}
@@ -688,7 +688,7 @@ func runLinearizability(t *testing.T, nodes, rounds, nworkers int, seed uint64) 
 				sr.closeCall = w.h.now()
 				w.h.mu.Unlock()
 			}
-			err := cl.Close()
+			err := cl.Close(context.Background())
 			ret := w.h.now()
 			if sr != nil && err == nil && errors.Is(sr.s.Err(), lockd.ErrSessionClosed) {
 				w.h.mu.Lock()
