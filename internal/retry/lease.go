@@ -2,7 +2,7 @@ package retry
 
 import "time"
 
-// The client deadline rule (docs/design.md, "Client semantics"): a client
+// The client deadline rule (docs/design.md, "The client deadline rule"): a client
 // gives a lease up at sent + TTL·(1 − drift) − margin, where sent is when
 // the first attempt of the request that confirmed it left the client. The
 // server (or Redis) started its own TTL when it received the request, after
