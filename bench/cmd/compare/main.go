@@ -3,6 +3,9 @@
 // and turns a directory of reports into the tables of bench/RESULTS.md.
 //
 //	compare run --system redis|etcd|zookeeper --endpoints A[,B,C] [flags]
+//	compare wait --system redis|etcd|zookeeper --endpoints A[,B,C] [--timeout 60s]
+//	compare ports N
+//	compare seconds DURATION
 //	compare results DIR
 //
 // bench/run.sh runs it; see bench/README.md.
@@ -17,9 +20,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,18 +46,36 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: compare run|results ...")
+		return errors.New("usage: compare run|wait|ports|results ...")
 	}
 	switch args[0] {
 	case "run":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "wait":
+		return waitReady(ctx, args[1:], stderr)
+	case "ports":
+		if len(args) != 2 {
+			return errors.New("usage: compare ports N")
+		}
+		return freePorts(stdout, args[1])
+	case "seconds":
+		// run.sh's arithmetic on Go durations.
+		if len(args) != 2 {
+			return errors.New("usage: compare seconds DURATION")
+		}
+		d, err := time.ParseDuration(args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, int64(math.Ceil(d.Seconds())))
+		return nil
 	case "results":
 		if len(args) != 2 {
 			return errors.New("usage: compare results DIR")
 		}
 		return writeResults(stdout, args[1])
 	}
-	return fmt.Errorf("unknown command %q (want run or results)", args[0])
+	return fmt.Errorf("unknown command %q (want run, wait, ports or results)", args[0])
 }
 
 // clientModules name the client library of each system, for the report.
@@ -82,28 +106,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	cfg.Prefix = "bench/" + hex.EncodeToString(b)
-	var eps []string
-	for _, e := range strings.Split(*endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			eps = append(eps, e)
-		}
-	}
-	if len(eps) == 0 {
-		return errors.New("--endpoints: none given")
-	}
-	var d loadgen.Driver
-	switch *system {
-	case "redis":
-		if len(eps) != 1 {
-			return errors.New("--endpoints: redis takes one server")
-		}
-		d = &redisDriver{addr: eps[0]}
-	case "etcd":
-		d = &etcdDriver{endpoints: eps}
-	case "zookeeper":
-		d = &zkDriver{servers: eps}
-	default:
-		return fmt.Errorf("--system %q: want redis, etcd or zookeeper", *system)
+	d, eps, err := newDriver(*system, *endpoints)
+	if err != nil {
+		return err
 	}
 	r, err := loadgen.Run(ctx, d, cfg)
 	if err != nil {
@@ -131,4 +136,100 @@ func moduleVersion(path string) string {
 		}
 	}
 	return ""
+}
+
+// newDriver returns the driver of system for comma-separated endpoints.
+func newDriver(system, endpoints string) (loadgen.Driver, []string, error) {
+	var eps []string
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, nil, errors.New("--endpoints: none given")
+	}
+	switch system {
+	case "redis":
+		if len(eps) != 1 {
+			return nil, nil, errors.New("--endpoints: redis takes one server")
+		}
+		return &redisDriver{addr: eps[0]}, eps, nil
+	case "etcd":
+		return &etcdDriver{endpoints: eps}, eps, nil
+	case "zookeeper":
+		return &zkDriver{servers: eps}, eps, nil
+	}
+	return nil, nil, fmt.Errorf("--system %q: want redis, etcd or zookeeper", system)
+}
+
+// waitReady retries opening a client and a session until one works: the
+// servers are up and, for a cluster, have a quorum.
+func waitReady(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("compare wait", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	system := fs.String("system", "", "redis, etcd or zookeeper")
+	endpoints := fs.String("endpoints", "", "comma-separated host:port of the servers")
+	timeout := fs.Duration("timeout", 60*time.Second, "give up after this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	d, _, err := newDriver(*system, *endpoints)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := tryOnce(ctx, d)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s at %s not ready after %v: %w", *system, *endpoints, *timeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+func tryOnce(ctx context.Context, d loadgen.Driver) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cl, err := d.NewClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer cl.Close(context.WithoutCancel(ctx))
+	s, err := cl.NewSession(ctx, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	return s.Close(ctx)
+}
+
+// freePorts prints n free TCP ports on 127.0.0.1, one a line. They are
+// free when asked; the script starts its servers at once.
+func freePorts(w io.Writer, arg string) error {
+	n, err := strconv.Atoi(arg)
+	if err != nil || n < 1 || n > 100 {
+		return fmt.Errorf("ports %q: want 1 to 100", arg)
+	}
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+		fmt.Fprintln(w, l.Addr().(*net.TCPAddr).Port)
+	}
+	return nil
 }
