@@ -211,6 +211,11 @@ done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- report ----------------------------------------------------------------
+# provisional warns when other work loaded the machine: the ratios of one
+# pass still compare systems under the same load, the absolute numbers less.
+provisional() {
+	awk -v l="${LOAD_BEFORE%% *}" -v n="$(nproc)" 'BEGIN { if (l > n) printf "**Provisional:** the 1-minute load average (%s) was above the core count (%d) before the run: other work shared the cores, so absolute numbers are low and noisy; the ratios (systems measured one after another under the same load) are the part to read.\n", l, n }'
+}
 ver() { "$@" 2>&1 | head -1 || true; }
 {
 	cat <<-EOF
@@ -219,6 +224,7 @@ ver() { "$@" 2>&1 | head -1 || true; }
 		Written by \`$CMDLINE\` (from the repository root) on $START.
 		Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(uname -sr);
 		load average $LOAD_BEFORE before the run and $LOAD_AFTER after it.
+		$(provisional)
 
 		Versions:
 		- $("$LOCKD" version 2>&1 | head -1) ($(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)), $(go version | cut -d' ' -f3)
