@@ -116,8 +116,9 @@ func checkReport(t *testing.T, r *loadgen.Report, workload string, clients int) 
 	}
 }
 
-// TestBenchTable checks the table output and that a bad flag is a usage
-// error (exit status 64) before any load starts.
+// TestBenchTable checks the table output, that a bad flag is a usage
+// error (exit status 64) before any load starts, and that an unreachable
+// cluster is exit status 69.
 func TestBenchTable(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -143,5 +144,12 @@ func TestBenchTable(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != exitUsage {
 			t.Errorf("lockd bench %v: got %v, want exit status %d", args, err, exitUsage)
 		}
+	}
+	// No server: the sessions cannot be opened, exit status 69.
+	err = exec.CommandContext(ctx, lockdBin, "bench", "--endpoints", freePort(t), "--clients", "2",
+		"--timeout", "1s", "--duration", "1s").Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUnavailable {
+		t.Errorf("lockd bench with no server: got %v, want exit status %d", err, exitUnavailable)
 	}
 }
