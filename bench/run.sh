@@ -6,7 +6,12 @@
 # one run of several passes. Writes bench/RESULTS.md.
 #
 #   bench/run.sh [--duration 10s] [--warmup 2s] [--clients 16] [--passes 2]
-#                [--ttl 10s] [--no-install] [--out bench/RESULTS.md]
+#                [--ttl 10s] [--sessions 10000] [--no-install] [--out bench/RESULTS.md]
+#
+# --sessions N also runs workload (d) on lockd and etcd, one node each: N
+# sessions (etcd: leases) at --ttl kept alive for 20 s after a 10 s
+# creation warm-up, with the server's CPU and memory read from /proc
+# (0 skips it).
 #
 # Idempotent: every server runs in a fresh temporary directory on free
 # ports and is stopped (by its pid) on exit, whatever happens; the only
@@ -14,7 +19,8 @@
 # each server start, each measurement and the install have a timeout.
 set -euo pipefail
 
-DURATION=10s WARMUP=2s CLIENTS=16 PASSES=2 TTL=10s INSTALL=1
+DURATION=10s WARMUP=2s CLIENTS=16 PASSES=2 TTL=10s INSTALL=1 SESSIONS=10000
+SESSIONS_WARMUP=${SESSIONS_WARMUP:-10} SESSIONS_DURATION=${SESSIONS_DURATION:-20} # seconds
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/bench/RESULTS.md
 CMDLINE="bench/run.sh $*"
@@ -25,9 +31,10 @@ while [ $# -gt 0 ]; do
 	--clients) CLIENTS=$2; shift 2 ;;
 	--passes) PASSES=$2; shift 2 ;;
 	--ttl) TTL=$2; shift 2 ;;
+	--sessions) SESSIONS=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
 	--no-install) INSTALL=0; shift ;;
-	-h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1" >&2; exit 64 ;;
 	esac
 done
@@ -198,6 +205,45 @@ measure() { # pass system nodes
 	done
 }
 
+# cpu_ticks prints the user+system clock ticks of the processes given.
+cpu_ticks() {
+	local pid t=0
+	for pid in "$@"; do
+		# Fields 14 and 15 of /proc/PID/stat, counted after the ")" that
+		# ends the command name.
+		t=$((t + $(sed 's/.*) //' "/proc/$pid/stat" | awk '{ print $12 + $13 }')))
+	done
+	echo "$t"
+}
+
+# measure_sessions runs workload (d) and samples the server processes'
+# CPU over the window and their peak resident memory at its end.
+measure_sessions() { # pass system
+	local pass=$1 system=$2 out bpid c0 c1 rss=0 pid hz
+	out=$WORK/results/p${pass}_${system}_1_sessions.json
+	log "pass $pass: $system x1, workload sessions ($SESSIONS)"
+	local -a args=(--json --workload sessions --sessions "$SESSIONS" --clients "$CLIENTS" --ttl "$TTL"
+		--warmup "${SESSIONS_WARMUP}s" --duration "${SESSIONS_DURATION}s" --endpoints "$ENDPOINTS")
+	if [ "$system" = lockd ]; then
+		timeout $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$LOCKD" bench "${args[@]}" >"$out" &
+	else
+		timeout $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$COMPARE" run --system "$system" "${args[@]}" >"$out" &
+	fi
+	bpid=$!
+	sleep "$SESSIONS_WARMUP"
+	c0=$(cpu_ticks "${PIDS[@]}")
+	sleep "$SESSIONS_DURATION"
+	c1=$(cpu_ticks "${PIDS[@]}")
+	for pid in "${PIDS[@]}"; do
+		rss=$((rss + $(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")))
+	done
+	wait "$bpid"
+	hz=$(getconf CLK_TCK)
+	printf '{"server_cpu_percent": %s, "server_max_rss_bytes": %d}\n' \
+		"$(awk -v d=$((c1 - c0)) -v hz="$hz" -v s="$SESSIONS_DURATION" 'BEGIN { printf "%.1f", 100 * d / hz / s }')" \
+		$((rss * 1024)) >"$WORK/results/server_p${pass}_${system}_1_sessions.json"
+}
+
 START=$(date -u +'%Y-%m-%d %H:%M UTC')
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 for pass in $(seq "$PASSES"); do
@@ -205,6 +251,11 @@ for pass in $(seq "$PASSES"); do
 		set -- $sys
 		if [ "$1" = redis ]; then start_redis; else "start_$1" "$2"; fi
 		measure "$pass" "$1" "$2"
+		if [ "$SESSIONS" -gt 0 ] && [ "$2" = 1 ] && { [ "$1" = lockd ] || [ "$1" = etcd ]; }; then
+			stop_all # a fresh server: its memory is the sessions' only
+			"start_$1" 1
+			measure_sessions "$pass" "$1"
+		fi
 		stop_all
 	done
 done
@@ -256,6 +307,12 @@ ver() { "$@" 2>&1 | head -1 || true; }
 		  concurrency.Session + concurrency.Mutex.
 		- ZooKeeper: \`forceSync=yes\` (the default; fsync per batch on a
 		  quorum), -Xmx256m; go-zookeeper's lock recipe.
+
+		Workload (d), when run: \`--sessions\` sessions ($SESSIONS here; etcd: leases
+		by concurrency.Session) at TTL $TTL created by the $CLIENTS clients on a
+		fresh one-node server, then kept alive; the server's CPU is read from
+		/proc over ${SESSIONS_DURATION} s after a ${SESSIONS_WARMUP} s creation warm-up, its memory
+		is the peak resident set (VmHWM).
 
 		Connections opened are counted by each client's dialer; "window" is
 		the measured part, "all" includes setup and warm-up. Client CPU is the

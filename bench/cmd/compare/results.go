@@ -141,6 +141,10 @@ func writeResults(w io.Writer, dir string) error {
 		fmt.Fprintf(w, "| (b) fairness, lockd %d node(s) | %s | | | ≥ 0.9 | %s |\n", n, span(fair, ""), met(fair, 0.9))
 	}
 
+	if err := writeSessions(w, dir, res, passes); err != nil {
+		return err
+	}
+
 	fmt.Fprint(w, "\n### Every run\n\n")
 	fmt.Fprintln(w, "| pass | system | nodes | workload | ops/s | p50 ms | p90 ms | p99 ms | max ms | fairness | errors | conns opened (window / all) | client CPU µs/op |")
 	fmt.Fprintln(w, "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
@@ -225,4 +229,43 @@ func met(v []float64, goal float64) string {
 		return "in some passes"
 	}
 	return fmt.Sprintf("no (best %.2f)", slices.Max(v))
+}
+
+// serverStats is what run.sh read from /proc about the servers during
+// workload (d): DIR/server_p<pass>_<system>_1_sessions.json.
+type serverStats struct {
+	CPUPercent  float64 `json:"server_cpu_percent"`
+	MaxRSSBytes int64   `json:"server_max_rss_bytes"`
+}
+
+// writeSessions writes the table of workload (d), if it was run.
+func writeSessions(w io.Writer, dir string, res results, passes []int) error {
+	header := false
+	for _, p := range passes {
+		for _, system := range []string{"lockd", "etcd"} {
+			r := res[resultKey{system, 1, loadgen.Sessions}][p]
+			if r == nil || r.Sessions == nil {
+				continue
+			}
+			var st serverStats
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("server_p%d_%s_1_sessions.json", p, system)))
+			if err != nil {
+				return err
+			}
+			if err := json.Unmarshal(b, &st); err != nil {
+				return fmt.Errorf("server stats of %s: %w", system, err)
+			}
+			if !header {
+				header = true
+				fmt.Fprintf(w, "\n### (d) Sessions kept alive, one node, TTL %gs\n\n", r.TTLSeconds)
+				fmt.Fprintln(w, "| pass | system | created / asked | creation errors | lost | created/s | creation p99 ms | server CPU, % of a core | server peak RSS MiB | client CPU, % of a core | conns opened (window) |")
+				fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+			}
+			ss := r.Sessions
+			fmt.Fprintf(w, "| %d | %s | %d / %d | %d | %d | %.0f | %.2f | %.1f | %d | %.1f | %d |\n",
+				p, system, ss.Created, ss.Requested, ss.CreateErrors, ss.Lost, r.OpsPerSecond, msf(r.LatencyMicros.P99),
+				st.CPUPercent, st.MaxRSSBytes>>20, r.ClientCPUPercent, r.ConnsOpened)
+		}
+	}
+	return nil
 }
