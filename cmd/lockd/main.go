@@ -11,6 +11,7 @@
 //	lockd members remove ID            remove a member
 //	lockd leader transfer [ID]         hand leadership to another voter
 //	lockd snapshot save FILE           save a backup (restore: lockd serve --restore FILE)
+//	lockd bench [--workload own|one|handoff|sessions]  load a cluster, report throughput and latency
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -110,6 +111,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&LeaderCommand{env: env}).Run(ctx, args)
 	case "snapshot":
 		return (&SnapshotCommand{env: env}).Run(ctx, args)
+	case "bench":
+		return (&BenchCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -144,6 +147,7 @@ Commands:
 	members    list the cluster's members; "members remove ID" removes one
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
+	bench      load a cluster and report throughput, latency and errors
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to

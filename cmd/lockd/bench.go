@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockd-dev/lockd/internal/loadgen"
+)
+
+// BenchCommand is `lockd bench`: a load generator to point at a cluster,
+// like redis-benchmark or etcdctl check perf. Every worker is its own
+// client with its own connections and session, as separate copies of an
+// application are; the engine (internal/loadgen) is the one the comparison
+// harness under bench/ runs against Redis, etcd and ZooKeeper.
+type BenchCommand struct {
+	env commandEnv
+}
+
+const benchUsage = `Usage: lockd bench [flags]
+
+Load a lockd cluster and report throughput, latency percentiles, errors,
+connections opened and the client's CPU. Each of --clients workers has its
+own client (own connections) and session. Workloads:
+
+  own       each worker takes and releases its own lock: acquire+release
+            pairs per second, latency of the pair
+  one       every worker takes and releases one lock: grants (handoffs)
+            per second, fairness = fewest grants of a worker / most,
+            latency = wait for the grant
+  handoff   every worker contends on one lock; latency from the holder's
+            release call to the waiting worker's grant
+  sessions  --sessions sessions created over the clients and kept alive
+            for the run: creation rate and latency, creation errors,
+            sessions lost; the CPU line is the keepalives' cost after
+            the warm-up (measure the server's CPU and memory with your own
+            tools meanwhile)
+
+The window measured starts after --warmup and lasts --duration. Errors are
+counted over the whole run; calls cut short by its end are not errors.
+Connections are counted by the dialer of each client's HTTP transport
+(a copy of the client's default one). The exit status is 0 when the run
+completed, whatever its errors (read them from the report).
+
+Example:
+
+  lockd bench --endpoints 10.0.0.1:7070,10.0.0.2:7070 --workload own --clients 16 --duration 30s
+
+Flags:
+`
+
+// benchOptions are the parsed flags.
+type benchOptions struct {
+	cf     *clientFlags
+	cfg    loadgen.Config
+	asJSON bool
+}
+
+func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
+	fs := newFlagSet("bench", c.env.stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchUsage)
+		fs.PrintDefaults()
+	}
+	o := &benchOptions{cf: &clientFlags{}}
+	o.cf.register(fs, c.env.getenv)
+	fs.StringVar(&o.cfg.Workload, "workload", loadgen.Own, "workload: "+strings.Join(loadgen.Workloads, ", "))
+	fs.IntVar(&o.cfg.Clients, "clients", 16, "workers, each with its own client and session")
+	fs.DurationVar(&o.cfg.Duration, "duration", 10*time.Second, "length of the measured window")
+	fs.DurationVar(&o.cfg.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before the window")
+	fs.DurationVar(&o.cfg.TTL, "ttl", 10*time.Second, "sessions' lease TTL")
+	fs.IntVar(&o.cfg.Sessions, "sessions", 1000, "sessions to create (workload sessions)")
+	fs.Int64Var(&o.cfg.MaxOps, "max-ops", 10_000_000, "stop a worker after this many operations")
+	fs.DurationVar(&o.cfg.OpTimeout, "timeout", 10*time.Second, "give up one call (acquire, release, session creation) after this long")
+	fs.StringVar(&o.cfg.Prefix, "prefix", "", "start lock names with this (default bench/ and a random id, so runs never share a lock)")
+	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(pos, 0, 0, "lockd bench [flags]"); err != nil {
+		return nil, err
+	}
+	if o.cfg.Prefix == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		o.cfg.Prefix = "bench/" + hex.EncodeToString(b)
+	}
+	if err := o.cfg.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return o, nil
+}
+
+// Run runs the workload and prints its report.
+func (c *BenchCommand) Run(ctx context.Context, args []string) error {
+	o, err := c.parse(args)
+	if err != nil {
+		return err
+	}
+	eps := splitEndpoints(o.cf.endpoints)
+	d := newBenchDriver(eps)
+	// A bad endpoint is a usage error before any load starts.
+	probe, err := d.newLockdClient()
+	if err != nil {
+		return err
+	}
+	_ = probe.Close(ctx)
+	r, err := loadgen.Run(ctx, d, o.cfg)
+	if err != nil {
+		return callError("bench", err)
+	}
+	r.Version = version
+	r.Endpoints = eps
+	if o.asJSON {
+		enc := json.NewEncoder(c.env.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	return r.WriteTable(c.env.stdout)
+}
