@@ -120,7 +120,7 @@ func (b *benchClient) Close(ctx context.Context) error {
 
 // closeLockdClient is the one call of lockd.Client.Close, whose signature
 // may gain a context.
-func closeLockdClient(_ context.Context, c *lockd.Client) error { return c.Close() }
+func closeLockdClient(ctx context.Context, c *lockd.Client) error { return c.Close(ctx) }
 
 // benchSession adapts *lockd.Session to loadgen.Session.
 type benchSession struct{ s *lockd.Session }
