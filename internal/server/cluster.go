@@ -264,29 +264,3 @@ func (s *Server) recordSelf() error {
 	_, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: s.nodeID, ApiUrl: s.apiURL, RaftAddress: s.RaftAddr()})
 	return err
 }
-
-// transferOnShutdown hands leadership to another voter before this leader
-// stops, so clients see a leader change instead of an election timeout.
-func (s *Server) transferOnShutdown() {
-	if s.raft.State() != raft.Leader {
-		return
-	}
-	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	voters := 0
-	for _, srv := range f.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	if voters < 2 {
-		return
-	}
-	if err := s.raft.LeadershipTransfer().Error(); err != nil {
-		s.log.Warn("leadership transfer on shutdown failed", "err", err)
-		return
-	}
-	s.log.Info("leadership transferred on shutdown")
-}

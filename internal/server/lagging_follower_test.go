@@ -62,20 +62,54 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 			}
 		}
 	}()
-	leader := -1
-	for deadline := time.Now().Add(10 * time.Second); leader < 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for i, s := range srv {
-			if s.Ready() {
-				leader = i
+	// leader returns the established leader, waiting for one: on a busy
+	// machine the 100ms timeouts make leadership move now and then.
+	leader := func() int {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			for i, s := range srv {
+				if s != nil && s.Ready() && s.raft.State() == raft.Leader {
+					return i
+				}
 			}
 		}
-	}
-	if leader < 0 {
 		t.Fatal("no leader")
+		return -1
 	}
-	f := (leader + 1) % n
-	propose(t, srv[leader], fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "s0", TtlMs: 3600000})
-	time.Sleep(300 * time.Millisecond)
+	// create creates a session on whichever node leads. A proposal cut
+	// short by a leadership change has an unknown outcome: it is repeated
+	// on the new leader with the same request id, which makes it
+	// idempotent.
+	create := func(id string) {
+		t.Helper()
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			var r *fsm.Result
+			r, err = srv[leader()].propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, RequestId: id, TtlMs: 3600000})
+			if err == nil {
+				if r.Code != fsm.OK {
+					t.Fatalf("create %s: %v", id, r.Err())
+				}
+				return
+			}
+		}
+		t.Fatalf("create %s: %v", id, err)
+	}
+	// caughtUp waits until node i has applied index.
+	caughtUp := func(i int, index uint64) bool {
+		for deadline := time.Now().Add(10 * time.Second); srv[i].raft.AppliedIndex() < index; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+		return true
+	}
+	l := leader()
+	f := (l + 1) % n
+	create("s0")
+	if !caughtUp(f, srv[l].raft.AppliedIndex()) {
+		t.Fatalf("follower n%d did not apply the first entries", f+1)
+	}
 	t.Logf("follower n%d applied %d before stop", f+1, srv[f].raft.AppliedIndex())
 	srv[f].Close()
 	srv[f] = nil
@@ -85,33 +119,34 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 		}
 	}
 	for i := range 1000 {
-		propose(t, srv[leader], fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: fmt.Sprintf("s%d", i+1), TtlMs: 3600000})
+		create(fmt.Sprintf("s%d", i+1))
 	}
-	time.Sleep(200 * time.Millisecond)
+	l = leader()
 	for i := range n {
 		if srv[i] != nil {
+			if !caughtUp(i, srv[l].raft.AppliedIndex()) {
+				t.Fatalf("n%d did not catch up with the leader", i+1)
+			}
 			if err := srv[i].raft.Snapshot().Error(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	first, _ := srv[leader].wal.FirstIndex()
-	t.Logf("leader first log index after snapshot: %d, last %d", first, srv[leader].raft.LastIndex())
+	first, _ := srv[l].wal.FirstIndex()
+	t.Logf("leader first log index after snapshot: %d, last %d", first, srv[l].raft.LastIndex())
 	start(f)
 	for i := range 20 {
-		propose(t, srv[leader], fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: fmt.Sprintf("t%d", i+1), TtlMs: 3600000})
+		create(fmt.Sprintf("t%d", i+1))
 	}
-	target := srv[leader].raft.AppliedIndex()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv[f].raft.AppliedIndex() < target && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	l = leader()
+	target := srv[l].raft.AppliedIndex()
+	ok := caughtUp(f, target)
 	fi, _ := srv[f].wal.FirstIndex()
 	li, _ := srv[f].wal.LastIndex()
 	st := srv[f].raft.Stats()
 	t.Logf("follower wal [%d,%d] last_snapshot_index=%s last_log_index=%s", fi, li, st["last_snapshot_index"], st["last_log_index"])
-	t.Logf("follower applied %d, leader %d; follower sessions %d, leader %d", srv[f].raft.AppliedIndex(), target, srv[f].fsm.Info().Sessions, srv[leader].fsm.Info().Sessions)
-	if srv[f].raft.AppliedIndex() < target {
+	t.Logf("follower applied %d, leader %d; follower sessions %d, leader %d", srv[f].raft.AppliedIndex(), target, srv[f].fsm.Info().Sessions, srv[l].fsm.Info().Sessions)
+	if !ok {
 		t.Fatalf("follower n%d stuck at %d < %d", f+1, srv[f].raft.AppliedIndex(), target)
 	}
 }

@@ -950,15 +950,21 @@ type grantKey struct {
 // the invariants after every entry.
 func (r *linRun) checkLog() {
 	t, c := r.t, r.c
-	li, err := c.waitLeader(10 * time.Second)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	s := c.server(li)
-	if err := s.raft.Barrier(5 * time.Second).Error(); err != nil {
-		t.Errorf("barrier: %v", err)
-		return
+	// A leadership change during the Barrier (a busy machine, 100ms
+	// timeouts) only means: ask the next leader.
+	var s *Server
+	for deadline := time.Now().Add(30 * time.Second); s == nil; {
+		li, err := c.waitLeader(10 * time.Second)
+		if err == nil {
+			if err = c.server(li).raft.Barrier(5 * time.Second).Error(); err == nil {
+				s = c.server(li)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no leader finished a barrier: %v", err)
+			return
+		}
 	}
 	first, err := s.wal.FirstIndex()
 	if err != nil {

@@ -3,73 +3,10 @@ package server
 import (
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/lockd-dev/lockd/internal/lease"
 )
-
-type waitKey struct {
-	session, name string
-	seq           uint64
-}
-
-// waitOutcome is what a blocked Acquire call learns.
-type waitOutcome struct {
-	token   uint64 // granted with this token
-	dropped bool   // left the queue without a grant
-}
-
-// waiters wakes blocked Acquire calls. The FSM tells it of grants and drops
-// from Apply; it wakes exactly the calls waiting on that request, never
-// every waiter of the lock.
-type waiters struct {
-	mu    sync.Mutex
-	m     map[waitKey][]chan waitOutcome
-	woken func() // counts wake-ups (metric)
-}
-
-func newWaiters(woken func()) *waiters {
-	return &waiters{m: map[waitKey][]chan waitOutcome{}, woken: woken}
-}
-
-// watch registers interest in a queued request. The returned cancel must be
-// called when the caller stops waiting.
-func (w *waiters) watch(k waitKey) (<-chan waitOutcome, func()) {
-	ch := make(chan waitOutcome, 1)
-	w.mu.Lock()
-	w.m[k] = append(w.m[k], ch)
-	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		list := w.m[k]
-		for i, c := range list {
-			if c == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(w.m, k)
-		} else {
-			w.m[k] = list
-		}
-	}
-}
-
-func (w *waiters) notify(k waitKey, o waitOutcome) {
-	w.mu.Lock()
-	list := w.m[k]
-	delete(w.m, k)
-	w.mu.Unlock()
-	for _, ch := range list {
-		ch <- o // buffered, one send per channel
-		if w.woken != nil {
-			w.woken()
-		}
-	}
-}
 
 // observer fans FSM events out to the lease manager, the completion-mark
 // timers and the waiters.
