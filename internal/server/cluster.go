@@ -254,13 +254,3 @@ func normalizeURL(u string) string {
 	}
 	return strings.TrimRight(u, "/")
 }
-
-// recordSelf makes sure the FSM knows this leader's API URL, so followers
-// can forward to it.
-func (s *Server) recordSelf() error {
-	if m, ok := s.fsm.Member(s.nodeID); ok && m.API == s.apiURL && m.Raft == s.RaftAddr() {
-		return nil
-	}
-	_, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: s.nodeID, ApiUrl: s.apiURL, RaftAddress: s.RaftAddr()})
-	return err
-}

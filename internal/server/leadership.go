@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -21,6 +22,49 @@ import (
 // This file follows leadership: establishing it (Barrier, Init or Restore,
 // the leader's timers), losing it, the timers' callbacks, linearizable reads
 // and handing leadership over on shutdown.
+
+// Ready reports whether this node is the established leader: the leader of
+// an initialized cluster with its lease timers running.
+func (s *Server) Ready() bool {
+	return s.promotedTerm.Load() != 0 && s.fsm.ClusterID() != ""
+}
+
+// propose appends a command to the Raft log and returns the FSM's result
+// once it is committed and applied here.
+func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
+	b, err := fsm.Encode(t, m)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	end := s.watch.begin()
+	defer end()
+	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
+	r, ok := f.Response().(*fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
+	}
+	return r, nil
+}
+
+// background runs f in a goroutine Close waits for, unless Close has begun.
+func (s *Server) background(f func()) bool {
+	s.leaderMu.Lock()
+	defer s.leaderMu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
 
 // watchLeadership follows Raft's leadership notifications: a new leader runs
 // a Barrier, initializes a new cluster, then starts every session's lease
@@ -272,4 +316,14 @@ func (s *Server) transferOnShutdown() {
 		return
 	}
 	s.log.Info("leadership transferred on shutdown", "to", target.ID)
+}
+
+// recordSelf makes sure the FSM knows this leader's API URL, so followers
+// can forward to it.
+func (s *Server) recordSelf() error {
+	if m, ok := s.fsm.Member(s.nodeID); ok && m.API == s.apiURL && m.Raft == string(s.trans.LocalAddr()) {
+		return nil
+	}
+	_, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: s.nodeID, ApiUrl: s.apiURL, RaftAddress: string(s.trans.LocalAddr())})
+	return err
 }

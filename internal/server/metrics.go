@@ -110,9 +110,9 @@ type countedKey struct{}
 // countRefused wraps the Connect handlers so that the requests Connect
 // refuses before the interceptors run (malformed or oversized bodies, an
 // unknown content type or method) are counted too, with the code of the
-// error they got. The procedure label is one of procedures (else "unknown"):
+// error they got. The procedure label is one of procs (else "unknown"):
 // a client cannot add label values.
-func (m *metrics) countRefused(procedures map[string]bool, h http.Handler) http.Handler {
+func (m *metrics) countRefused(procs map[string]bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		counted := new(atomic.Bool)
 		rec := &codeRecorder{ResponseWriter: w}
@@ -121,7 +121,7 @@ func (m *metrics) countRefused(procedures map[string]bool, h http.Handler) http.
 			return
 		}
 		proc := r.URL.Path
-		if !procedures[proc] {
+		if !procs[proc] {
 			proc = "unknown"
 		}
 		m.requests.WithLabelValues(proc, rec.code()).Inc()

@@ -21,7 +21,6 @@ import (
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
@@ -251,43 +250,6 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	return s, nil
 }
 
-// background runs f in a goroutine Close waits for, unless Close has begun.
-func (s *Server) background(f func()) bool {
-	s.leaderMu.Lock()
-	defer s.leaderMu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
-// propose appends a command to the Raft log and returns the FSM's result
-// once it is committed and applied here.
-func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
-	b, err := fsm.Encode(t, m)
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	end := s.watch.begin()
-	defer end()
-	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
-		return nil, err
-	}
-	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
-	r, ok := f.Response().(*fsm.Result)
-	if !ok {
-		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
-	}
-	return r, nil
-}
-
 // NodeID returns this node's id.
 func (s *Server) NodeID() string { return s.nodeID }
 
@@ -299,12 +261,6 @@ func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
 // RaftAddr returns the Raft transport's address.
 func (s *Server) RaftAddr() string { return string(s.trans.LocalAddr()) }
-
-// Ready reports whether this node is the established leader: the leader of
-// an initialized cluster with its lease timers running.
-func (s *Server) Ready() bool {
-	return s.promotedTerm.Load() != 0 && s.fsm.ClusterID() != ""
-}
 
 // WaitLeader blocks until this node has become the established leader once
 // (Barrier done, lease timers running), or ctx ends.
