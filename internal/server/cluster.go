@@ -35,12 +35,14 @@ func viaLeaderCluster[Req, Res any](ctx context.Context, c *clusterAPI, req *con
 	return forward(ctx, c.s, url, c.s.fwd.clusterClient(url), req, call)
 }
 
+// Join adds a node to the cluster (on the leader, forwarded from a follower).
 func (c *clusterAPI) Join(ctx context.Context, req *connect.Request[lockdv1.JoinRequest]) (*connect.Response[lockdv1.JoinResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.Join, func() (*connect.Response[lockdv1.JoinResponse], error) {
 		return c.s.join(ctx, req.Msg)
 	})
 }
 
+// RemoveMember removes a member from the Raft configuration.
 func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockdv1.RemoveMemberRequest]) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.RemoveMember, func() (*connect.Response[lockdv1.RemoveMemberResponse], error) {
 		if err := c.s.removeMember(req.Msg.NodeId); err != nil {
@@ -50,6 +52,7 @@ func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lock
 	})
 }
 
+// TransferLeadership hands leadership to a voter (one given, or any).
 func (c *clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.TransferLeadership, func() (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 		s := c.s

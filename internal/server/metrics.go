@@ -136,6 +136,7 @@ type codeRecorder struct {
 	body   []byte
 }
 
+// WriteHeader notes the status.
 func (c *codeRecorder) WriteHeader(status int) {
 	if c.status == 0 {
 		c.status = status
@@ -143,6 +144,7 @@ func (c *codeRecorder) WriteHeader(status int) {
 	c.ResponseWriter.WriteHeader(status)
 }
 
+// Write notes the start of an error body.
 func (c *codeRecorder) Write(b []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK

@@ -187,10 +187,12 @@ func newCountingLogStore(ls raft.LogStore, reg prometheus.Registerer) *countingL
 	return c
 }
 
+// StoreLog counts one batch of one entry.
 func (c *countingLogStore) StoreLog(l *raft.Log) error {
 	return c.StoreLogs([]*raft.Log{l})
 }
 
+// StoreLogs counts one batch.
 func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
 	if err := c.LogStore.StoreLogs(logs); err != nil {
 		return err

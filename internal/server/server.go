@@ -123,6 +123,25 @@ type Server struct {
 	closeErr  error
 }
 
+// registries returns where the metrics are registered and gathered from:
+// the registry given by WithRegistry, else a private one.
+func (o *options) registries() (prometheus.Registerer, prometheus.Gatherer) {
+	if o.registry == nil {
+		r := prometheus.NewRegistry()
+		return r, r
+	}
+	if g, ok := o.registry.(prometheus.Gatherer); ok {
+		return o.registry, g
+	}
+	return o.registry, nil
+}
+
+// exit is the default of WithFatal: log and end the process.
+func (s *Server) exit(err error) {
+	s.log.Error("fatal: exiting", "err", err)
+	os.Exit(1)
+}
+
 // New opens the data dir, starts Raft and serves the API on cfg.Listen. A
 // node whose data dir is empty bootstraps a one-node cluster.
 func New(cfg Config, opts ...Option) (_ *Server, err error) {
@@ -133,14 +152,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	reg := o.registry
-	var gatherer prometheus.Gatherer
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg, gatherer = r, r
-	} else if g, ok := reg.(prometheus.Gatherer); ok {
-		gatherer = g
-	}
+	reg, gatherer := o.registries()
 	s := &Server{cfg: cfg, log: o.logger, version: o.version, done: make(chan struct{}), firstReady: make(chan struct{}), leaderChanged: make(chan struct{})}
 	var closers []io.Closer
 	defer func() {
@@ -171,10 +183,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
 	if s.fatal == nil {
-		s.fatal = func(err error) {
-			s.log.Error("fatal: exiting", "err", err)
-			os.Exit(1)
-		}
+		s.fatal = s.exit
 	}
 	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
 	s.lease = lease.New(cfg.Grace, s.expire)
