@@ -63,14 +63,18 @@ func (o *observer) MarkCleared(name string, token uint64) {
 func (o *observer) SessionCreated(id string, ttlMs int64) {
 	o.lease.Created(id, time.Duration(ttlMs)*time.Millisecond)
 }
+
 // SessionRemoved implements fsm.Observer.
 func (o *observer) SessionRemoved(id string) { o.lease.Removed(id) }
+
 // SessionRevoked implements fsm.Observer.
 func (o *observer) SessionRevoked(id string) { o.lease.Revoked(id) }
+
 // WaitGranted implements fsm.Observer.
 func (o *observer) WaitGranted(session, name string, seq, token uint64) {
 	o.waiters.notify(waitKey{session, name, seq}, waitOutcome{token: token})
 }
+
 // WaitDropped implements fsm.Observer.
 func (o *observer) WaitDropped(session, name string, seq uint64) {
 	o.waiters.notify(waitKey{session, name, seq}, waitOutcome{dropped: true})
