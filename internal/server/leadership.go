@@ -39,8 +39,11 @@ func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 	start := time.Now()
 	end := s.watch.begin()
 	defer end()
-	f := s.raft.Apply(b, s.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	var f raft.ApplyFuture
+	if err := s.raftCall(func() error {
+		f = s.raft.Apply(b, s.cfg.ApplyTimeout)
+		return f.Error()
+	}); err != nil {
 		return nil, err
 	}
 	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
@@ -49,6 +52,21 @@ func (s *Server) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
 	}
 	return r, nil
+}
+
+// raftCall runs f, a call that waits for a Raft future, unless Close has
+// begun to shut Raft down. hashicorp/raft never answers a future still
+// queued on its channels when it shuts down, so a call made just before
+// would block its goroutine forever: Close waits for the calls in flight
+// (each ends, answered or with leadership lost) before it shuts Raft down,
+// and none starts after.
+func (s *Server) raftCall(f func() error) error {
+	s.raftMu.RLock()
+	defer s.raftMu.RUnlock()
+	if s.raftClosed {
+		return raft.ErrRaftShutdown
+	}
+	return f()
 }
 
 // background runs f in a goroutine Close waits for, unless Close has begun.
@@ -105,7 +123,7 @@ func (s *Server) establish(gen uint64) {
 		}
 		term := s.raft.CurrentTerm()
 		end := s.watch.begin() // a hung disk stalls the Barrier too
-		err := s.raft.Barrier(s.cfg.ApplyTimeout).Error()
+		err := s.raftCall(func() error { return s.raft.Barrier(s.cfg.ApplyTimeout).Error() })
 		end()
 		if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
 			var r *fsm.Result
@@ -256,7 +274,7 @@ func (s *Server) linearizable() error {
 		return raft.ErrNotLeader
 	}
 	end := s.watch.begin() // VerifyLeader runs on the leader loop a hung disk blocks
-	err := s.raft.VerifyLeader().Error()
+	err := s.raftCall(func() error { return s.raft.VerifyLeader().Error() })
 	end()
 	if err != nil {
 		return err

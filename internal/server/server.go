@@ -117,6 +117,11 @@ type Server struct {
 	firstReady     chan struct{} // closed when this node first becomes the established leader
 	firstReadyOnce sync.Once
 
+	// raftMu lets Close wait for the calls waiting on a Raft future
+	// (raftCall) before it shuts Raft down; raftClosed refuses new ones.
+	raftMu     sync.RWMutex
+	raftClosed bool
+
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -298,6 +303,9 @@ func (s *Server) Close() error {
 		s.httpSrv.Shutdown(ctx)
 		s.httpSrv.Close()
 		s.fwd.close()
+		s.raftMu.Lock()
+		s.raftClosed = true
+		s.raftMu.Unlock()
 		var errs []error
 		if err := s.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
