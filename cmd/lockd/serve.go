@@ -38,7 +38,6 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Advertise, "advertise", "", "API URL others use to reach this node (default: from --listen; required for a wildcard --listen)")
 	fs.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "Raft address peers use (default: --raft-listen; required for a wildcard --raft-listen)")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "node id, persisted in the data dir on first start (default: random)")
-	fs.BoolVar(&cfg.Bootstrap, "bootstrap", false, "bootstrap a new one-node cluster if the data dir is empty (the default without --join)")
 	fs.Func("join", "comma-separated API URLs of cluster members to join (a node with existing data ignores it)", func(v string) error {
 		for _, u := range strings.Split(v, ",") {
 			if u = strings.TrimSpace(u); u != "" {

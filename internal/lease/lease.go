@@ -1,15 +1,17 @@
-// Package lease keeps the leader-side session deadlines.
+// Package lease keeps the leader-side deadlines of timed entries: session
+// leases, and (in managers of their own, without grace) completion marks
+// and lock-delays.
 //
-// Leases live on the leader, not in the Raft log: a KeepAlive moves a
+// Deadlines live on the leader, not in the Raft log: a KeepAlive moves a
 // session's deadline to receive time + TTL + grace on the leader's monotonic
-// clock, and when a deadline passes the manager asks its owner to propose an
-// ExpireSession command. A manager is inactive (answers no KeepAlive and
-// expires nothing) until Promote is called after the new leader's Barrier;
-// Promote restarts every deadline in full, so a leader change can only make a
-// lease last longer, never shorter. Demote clears every timer.
-//
-// The server uses the same manager, without grace, for the other things that
-// end by a leader timer: completion marks and lock-delays.
+// clock, and when an entry's deadline passes the manager asks its owner to
+// propose the command that ends it (ExpireSession, ClearMark, Undelay). A
+// manager is inactive (answers no KeepAlive and ends nothing) until Promote
+// is called after the new leader's Barrier; Promote restarts every deadline
+// in full, so a leader change can only make an entry last longer, never
+// shorter. Demote clears every timer. A decision to end an entry is final
+// for the term: a KeepAlive never revives it, also while a failed proposal
+// is retried.
 package lease
 
 import (
@@ -55,34 +57,34 @@ type Manager struct {
 	grace  time.Duration
 	expire func(id string, term uint64)
 
-	mu       sync.Mutex
-	active   bool
-	term     uint64 // the leadership term Promote was called for
-	gen      uint64 // bumped by Promote and Demote; stale timers check it
-	sessions map[string]*entry
+	mu      sync.Mutex
+	active  bool
+	term    uint64 // the leadership term Promote was called for
+	gen     uint64 // bumped by Promote and Demote; stale timers check it
+	entries map[string]*entry
 }
 
 // New returns an inactive manager. expire is called (in its own goroutine)
-// when a session's deadline passes, with the term of the leadership that
+// when an entry's deadline passes, with the term of the leadership that
 // promoted the manager; it should verify leadership and propose the expiry
 // bound to that term, then call Retry if the proposal failed while still
 // leader.
 func New(grace time.Duration, expire func(id string, term uint64)) *Manager {
-	return &Manager{grace: grace, expire: expire, sessions: map[string]*entry{}}
+	return &Manager{grace: grace, expire: expire, entries: map[string]*entry{}}
 }
 
-// Promote activates the manager for a leadership term with every session's
+// Promote activates the manager for a leadership term with every entry's
 // deadline at now + TTL + grace.
-func (m *Manager) Promote(term uint64, sessions []Entry) {
+func (m *Manager) Promote(term uint64, entries []Entry) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.clearLocked()
 	m.active = true
 	m.term = term
-	for _, s := range sessions {
+	for _, s := range entries {
 		e := &entry{ttl: s.TTL, revoked: s.Revoked}
-		m.sessions[s.ID] = e
+		m.entries[s.ID] = e
 		m.armLocked(s.ID, e, now.Add(s.TTL+m.grace))
 	}
 }
@@ -97,10 +99,10 @@ func (m *Manager) Demote() {
 
 func (m *Manager) clearLocked() {
 	m.gen++
-	for _, e := range m.sessions {
+	for _, e := range m.entries {
 		e.timer.Stop()
 	}
-	clear(m.sessions)
+	clear(m.entries)
 }
 
 func (m *Manager) armLocked(id string, e *entry, deadline time.Time) {
@@ -114,7 +116,7 @@ func (m *Manager) armLocked(id string, e *entry, deadline time.Time) {
 
 func (m *Manager) fire(id string, e *entry, gen uint64) {
 	m.mu.Lock()
-	if m.gen != gen || m.sessions[id] != e || e.expiring {
+	if m.gen != gen || m.entries[id] != e || e.expiring {
 		m.mu.Unlock()
 		return
 	}
@@ -130,41 +132,57 @@ func (m *Manager) fire(id string, e *entry, gen uint64) {
 	m.expire(id, term)
 }
 
-// Retry re-arms the expiry of a session whose ExpireSession proposal failed
-// while this node may still be leader; it tries again after delay.
+// refire calls expire again for an entry whose expiry was already decided
+// (Retry): the decision stands, so the deadline is not looked at again.
+func (m *Manager) refire(id string, e *entry, gen uint64) {
+	m.mu.Lock()
+	if m.gen != gen || m.entries[id] != e || !e.expiring {
+		m.mu.Unlock()
+		return
+	}
+	term := m.term
+	m.mu.Unlock()
+	m.expire(id, term)
+}
+
+// Retry calls expire again after delay for an entry whose expiry proposal
+// failed while this node may still be leader. The entry stays decided
+// meanwhile: no KeepAlive of this term revives it (it answers ErrExpiring),
+// or a KeepAlive arriving between a failed proposal and its retry could
+// extend a lease the leader already gave up on.
 func (m *Manager) Retry(id string, delay time.Duration) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.sessions[id]
+	e := m.entries[id]
 	if !m.active || e == nil || !e.expiring {
 		return
 	}
-	e.expiring = false
 	gen := m.gen
-	e.timer = time.AfterFunc(delay, func() { m.fire(id, e, gen) })
+	e.timer = time.AfterFunc(delay, func() { m.refire(id, e, gen) })
 }
 
-// Created starts the lease of a new session (deadline now + TTL + grace).
-// It is a no-op on an inactive manager: Promote will pick the session up.
+// Created starts the deadline of a new entry (now + TTL + grace). It is a
+// no-op on an inactive manager: Promote will pick the entry up.
 func (m *Manager) Created(id string, ttl time.Duration) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.active || m.sessions[id] != nil {
+	if !m.active || m.entries[id] != nil {
 		return
 	}
 	e := &entry{ttl: ttl}
-	m.sessions[id] = e
+	m.entries[id] = e
 	m.armLocked(id, e, now.Add(ttl+m.grace))
 }
 
-// Removed forgets a session that was closed or expired.
+// Removed forgets an entry that ended (a session closed or expired, a mark
+// cleared, a delay ended).
 func (m *Manager) Removed(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.sessions[id]; e != nil {
+	if e := m.entries[id]; e != nil {
 		e.timer.Stop()
-		delete(m.sessions, id)
+		delete(m.entries, id)
 	}
 }
 
@@ -173,7 +191,7 @@ func (m *Manager) Removed(id string) {
 func (m *Manager) Revoked(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if e := m.sessions[id]; e != nil {
+	if e := m.entries[id]; e != nil {
 		e.revoked = true
 	}
 }
@@ -187,7 +205,7 @@ func (m *Manager) KeepAlive(id string, received time.Time) (time.Duration, error
 	if !m.active {
 		return 0, ErrNotActive
 	}
-	e := m.sessions[id]
+	e := m.entries[id]
 	switch {
 	case e == nil:
 		return 0, ErrUnknown
@@ -202,18 +220,11 @@ func (m *Manager) KeepAlive(id string, received time.Time) (time.Duration, error
 	return e.ttl, nil
 }
 
-// Active reports whether the manager accepts KeepAlives.
-func (m *Manager) Active() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.active
-}
-
-// Deadline returns a session's current deadline, for tests and status.
+// Deadline returns an entry's current deadline, for tests and status.
 func (m *Manager) Deadline(id string) (time.Time, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	e := m.sessions[id]
+	e := m.entries[id]
 	if e == nil {
 		return time.Time{}, false
 	}

@@ -189,3 +189,43 @@ func TestRetryAndRemoved(t *testing.T) {
 		}
 	})
 }
+
+// TestExpiryDecisionIsFinal: once the manager has decided to expire a
+// session, no KeepAlive of that term revives it, also while a failed expiry
+// proposal waits for its retry; the retry fires at its delay, not at a
+// deadline a KeepAlive moved.
+func TestExpiryDecisionIsFinal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var calls []time.Time
+		var m *Manager
+		m = New(grace, func(id string, _ uint64) {
+			mu.Lock()
+			calls = append(calls, time.Now())
+			first := len(calls) == 1
+			mu.Unlock()
+			if first {
+				m.Retry(id, time.Second) // the expiry proposal failed
+			}
+		})
+		start := time.Now()
+		m.Promote(1, []Entry{{ID: "a", TTL: time.Second}})
+		time.Sleep(time.Second + grace)
+		synctest.Wait()
+		// Between the failed proposal and its retry.
+		time.Sleep(100 * time.Millisecond)
+		if _, err := m.KeepAlive("a", time.Now()); !errors.Is(err, ErrExpiring) {
+			t.Fatalf("keepalive while the expiry is retried: got %v, want ErrExpiring", err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) != 2 {
+			t.Fatalf("expire called %d times, want 2 (the decision and its retry)", len(calls))
+		}
+		if got, want := calls[1].Sub(start), 2*time.Second+grace; got != want {
+			t.Fatalf("retry at %v, want %v (the retry delay after the decision)", got, want)
+		}
+	})
+}

@@ -37,12 +37,14 @@ func viaLeaderCluster[Req, Res any](ctx context.Context, c *clusterAPI, req *con
 	return forward(ctx, c.s, url, c.s.fwd.clusterClient(url), req, call)
 }
 
+// Join adds a node to the cluster (on the leader, forwarded from a follower).
 func (c *clusterAPI) Join(ctx context.Context, req *connect.Request[lockdv1.JoinRequest]) (*connect.Response[lockdv1.JoinResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.Join, func() (*connect.Response[lockdv1.JoinResponse], error) {
 		return c.s.join(ctx, req.Msg)
 	})
 }
 
+// RemoveMember removes a member from the Raft configuration.
 func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockdv1.RemoveMemberRequest]) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.RemoveMember, func() (*connect.Response[lockdv1.RemoveMemberResponse], error) {
 		if err := c.s.removeMember(req.Msg.NodeId); err != nil {
@@ -52,6 +54,7 @@ func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lock
 	})
 }
 
+// TransferLeadership hands leadership to a voter (one given, or any).
 func (c *clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.TransferLeadership, func() (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 		s := c.s
@@ -251,40 +254,4 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 		}
 	}
 	return r.Err()
-}
-
-// recordSelf makes sure the FSM knows this leader's API URL, so followers
-// can forward to it.
-func (s *Server) recordSelf() error {
-	if m, ok := s.fsm.Member(s.nodeID); ok && m.API == s.apiURL && m.Raft == s.RaftAddr() {
-		return nil
-	}
-	_, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: s.nodeID, ApiUrl: s.apiURL, RaftAddress: s.RaftAddr()})
-	return err
-}
-
-// transferOnShutdown hands leadership to another voter before this leader
-// stops, so clients see a leader change instead of an election timeout.
-func (s *Server) transferOnShutdown() {
-	if s.raft.State() != raft.Leader {
-		return
-	}
-	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	voters := 0
-	for _, srv := range f.Configuration().Servers {
-		if srv.Suffrage == raft.Voter {
-			voters++
-		}
-	}
-	if voters < 2 {
-		return
-	}
-	if err := s.raft.LeadershipTransfer().Error(); err != nil {
-		s.log.Warn("leadership transfer on shutdown failed", "err", err)
-		return
-	}
-	s.log.Info("leadership transferred on shutdown")
 }

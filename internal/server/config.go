@@ -28,9 +28,6 @@ type Config struct {
 	// NodeID names this node. Persisted in the data dir on first start; a
 	// later start with a different value is refused. Default: a random id.
 	NodeID string
-	// Bootstrap starts a new one-node cluster when the data dir is empty. A
-	// node with an empty data dir bootstraps anyway (there is no --join yet).
-	Bootstrap bool
 	// Join lists API URLs of existing members. A node with an empty data dir
 	// asks them (any member; followers forward to the leader) to add it,
 	// before it opens its Raft port. A node with existing data ignores it.
@@ -108,8 +105,10 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem in c, or nil. It fills derived defaults
-// (Grace, Advertise, RaftAdvertise) when left empty.
+// Validate reports every problem in c, or nil. It sets Grace to
+// ElectionTimeout when left zero; the advertise addresses stay as given
+// (New derives the API URL from the listener, raftAdvertise falls back to
+// RaftListen).
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -163,9 +162,6 @@ func (c *Config) Validate() error {
 	if c.SnapshotRetain < 1 {
 		bad("snapshot-retain must be at least 1")
 	}
-	if c.Bootstrap && len(c.Join) > 0 {
-		bad("--bootstrap and --join exclude each other")
-	}
 	if len(c.Join) > 0 {
 		if _, port, err := net.SplitHostPort(raftAdvertise(*c)); err == nil && port == "0" {
 			bad("a joining node needs a fixed Raft port (--raft-listen or --raft-advertise with a port other than 0)")
@@ -181,4 +177,12 @@ func (c *Config) Validate() error {
 		bad("node-id is longer than 64 bytes")
 	}
 	return errors.Join(errs...)
+}
+
+// raftAdvertise is the Raft address peers use to reach this node.
+func raftAdvertise(cfg Config) string {
+	if cfg.RaftAdvertise != "" {
+		return cfg.RaftAdvertise
+	}
+	return cfg.RaftListen
 }

@@ -15,11 +15,37 @@ import (
 // apiError builds a Connect error carrying an ErrorDetail, so clients map it
 // back to a sentinel by reason without parsing the message.
 func (s *Server) apiError(code connect.Code, reason lockdv1.ErrorReason, msg string, holders ...*lockdv1.Holder) *connect.Error {
+	return s.detailError(code, msg, &lockdv1.ErrorDetail{Reason: reason, Holders: holders})
+}
+
+// detailError builds a Connect error carrying d, with the cluster id set.
+func (s *Server) detailError(code connect.Code, msg string, d *lockdv1.ErrorDetail) *connect.Error {
 	e := connect.NewError(code, errors.New(msg))
-	if d, err := connect.NewErrorDetail(&lockdv1.ErrorDetail{Reason: reason, Holders: holders, ClusterId: s.fsm.ClusterID()}); err == nil {
-		e.AddDetail(d)
+	d.ClusterId = s.fsm.ClusterID()
+	if ed, err := connect.NewErrorDetail(d); err == nil {
+		e.AddDetail(ed)
 	}
 	return e
+}
+
+// unavailable is the answer of a node that cannot serve a request now. It
+// carries the leader's API URL when this node knows another node leads, so
+// the client goes there directly instead of trying every endpoint.
+func (s *Server) unavailable(reason lockdv1.ErrorReason, msg string) *connect.Error {
+	return s.detailError(connect.CodeUnavailable, msg, &lockdv1.ErrorDetail{Reason: reason, LeaderApi: s.leaderHint()})
+}
+
+// leaderHint returns the API URL of the leader when another node leads and
+// its URL is known, else "".
+func (s *Server) leaderHint() string {
+	_, id := s.raft.LeaderWithID()
+	if id == "" || string(id) == s.nodeID {
+		return ""
+	}
+	if m, ok := s.fsm.Member(string(id)); ok {
+		return m.API
+	}
+	return ""
 }
 
 func (s *Server) invalid(format string, args ...any) *connect.Error {
@@ -34,17 +60,17 @@ func (s *Server) raftError(err error) *connect.Error {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		_, id := s.raft.LeaderWithID()
 		if id == "" {
-			return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
+			return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
 		}
-		return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s is not the leader (leader: %s); retry", s.nodeID, id))
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s is not the leader (leader: %s); retry", s.nodeID, id))
 	case errors.Is(err, raft.ErrLeadershipLost):
-		return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "leadership lost while committing; outcome unknown, retry with the same request id")
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "leadership lost while committing; outcome unknown, retry with the same request id")
 	case errors.Is(err, raft.ErrRaftShutdown):
-		return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "node is shutting down; retry elsewhere")
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "node is shutting down; retry elsewhere")
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft apply timed out; outcome unknown, retry with the same request id")
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft apply timed out; outcome unknown, retry with the same request id")
 	}
-	return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft: "+err.Error())
+	return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft: "+err.Error())
 }
 
 // resultError maps a refused FSM command to an API error.
@@ -65,21 +91,17 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 	case fsm.CodeLimitMismatch:
 		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH, r.Msg)
 	case fsm.CodeAlreadyDone:
-		e := connect.NewError(connect.CodeFailedPrecondition, errors.New(r.Msg))
-		d := &lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_ALREADY_DONE, ClusterId: s.fsm.ClusterID()}
+		d := &lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_ALREADY_DONE}
 		if r.Mark != nil {
 			d.Mark = markPB(*r.Mark)
 		}
-		if ed, err := connect.NewErrorDetail(d); err == nil {
-			e.AddDetail(ed)
-		}
-		return e
+		return s.detailError(connect.CodeFailedPrecondition, r.Msg, d)
 	case fsm.CodeTooMany:
 		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_TOO_MANY, r.Msg)
 	case fsm.CodeCancelled:
 		return s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the acquire was cancelled before it arrived")
 	case fsm.CodeNotInitialized:
-		return s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, r.Msg)
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, r.Msg)
 	}
 	return s.apiError(connect.CodeInternal, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED, fmt.Sprintf("code %d: %s", r.Code, r.Msg))
 }

@@ -106,7 +106,8 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 		if ctx.Err() == nil && !answeredByServer(err) {
 			// The leader never answered (transport error): a write's outcome
 			// is unknown; the client retries with the same request id.
-			return nil, s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "forward to leader "+url+": "+err.Error())
+			return nil, s.detailError(connect.CodeUnavailable, "forward to leader "+url+": "+err.Error(),
+				&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, LeaderApi: url})
 		}
 		return nil, err // the leader's own answer, details included
 	}

@@ -882,7 +882,11 @@ func (r *linRun) checkPorcupine() {
 			}
 		}
 		start := time.Now()
-		res, info := porcupine.CheckOperationsVerbose(model, ops, 20*time.Second)
+		// Unknown means the search ran out of time, not a violation: on a
+		// busy machine (the test command must pass beside a CPU-bound
+		// process) 20s was too short for a history with a few dozen
+		// operations of unknown outcome. The check itself is unchanged.
+		res, info := porcupine.CheckOperationsVerbose(model, ops, 2*time.Minute)
 		r.t.Logf("lock %s: %d operations, porcupine %s in %v", l, len(ops), res, time.Since(start).Round(time.Millisecond))
 		if res != porcupine.Ok {
 			path := filepath.Join(os.TempDir(), fmt.Sprintf("lockd-linearizability-%s-%d.html", l, time.Now().UnixNano()))
@@ -950,15 +954,21 @@ type grantKey struct {
 // the invariants after every entry.
 func (r *linRun) checkLog() {
 	t, c := r.t, r.c
-	li, err := c.waitLeader(10 * time.Second)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	s := c.server(li)
-	if err := s.raft.Barrier(5 * time.Second).Error(); err != nil {
-		t.Errorf("barrier: %v", err)
-		return
+	// A leadership change during the Barrier (a busy machine, 100ms
+	// timeouts) only means: ask the next leader.
+	var s *Server
+	for deadline := time.Now().Add(30 * time.Second); s == nil; {
+		li, err := c.waitLeader(10 * time.Second)
+		if err == nil {
+			if err = c.server(li).raft.Barrier(5 * time.Second).Error(); err == nil {
+				s = c.server(li)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no leader finished a barrier: %v", err)
+			return
+		}
 	}
 	first, err := s.wal.FirstIndex()
 	if err != nil {

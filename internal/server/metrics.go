@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,9 +81,14 @@ func (m *metrics) registerState(reg prometheus.Registerer, s *Server) {
 	)
 }
 
+// interceptor counts every request the Connect handlers decoded, by
+// procedure and code; countRefused counts the others.
 func (m *metrics) interceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if c, ok := ctx.Value(countedKey{}).(*atomic.Bool); ok {
+				c.Store(true)
+			}
 			resp, err := next(ctx, req)
 			code := "ok"
 			var ce *connect.Error
@@ -92,4 +101,102 @@ func (m *metrics) interceptor() connect.Interceptor {
 			return resp, err
 		}
 	})
+}
+
+// countedKey marks, in a request's context, whether the interceptor counted
+// the request.
+type countedKey struct{}
+
+// countRefused wraps the Connect handlers so that the requests Connect
+// refuses before the interceptors run (malformed or oversized bodies, an
+// unknown content type or method) are counted too, with the code of the
+// error they got. The procedure label is one of procs (else "unknown"):
+// a client cannot add label values.
+func (m *metrics) countRefused(procs map[string]bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		counted := new(atomic.Bool)
+		rec := &codeRecorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), countedKey{}, counted)))
+		if counted.Load() {
+			return
+		}
+		proc := r.URL.Path
+		if !procs[proc] {
+			proc = "unknown"
+		}
+		m.requests.WithLabelValues(proc, rec.code()).Inc()
+	})
+}
+
+// codeRecorder notes the HTTP status, the start of an error body and the
+// gRPC status of a response, to tell its Connect code.
+type codeRecorder struct {
+	http.ResponseWriter
+	status int
+	body   []byte
+}
+
+// WriteHeader notes the status.
+func (c *codeRecorder) WriteHeader(status int) {
+	if c.status == 0 {
+		c.status = status
+	}
+	c.ResponseWriter.WriteHeader(status)
+}
+
+// Write notes the start of an error body.
+func (c *codeRecorder) Write(b []byte) (int, error) {
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	if c.status != http.StatusOK && len(c.body) < 4096 {
+		c.body = append(c.body, b[:min(len(b), 4096-len(c.body))]...)
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush passes flushes on (the gRPC protocols flush).
+func (c *codeRecorder) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// code is the Connect code of the recorded response: the gRPC status (gRPC
+// and gRPC-Web), the code of a Connect error body, or one derived from the
+// HTTP status.
+func (c *codeRecorder) code() string {
+	h := c.Header()
+	for _, k := range []string{"Grpc-Status", http.TrailerPrefix + "Grpc-Status"} {
+		if v := h.Get(k); v != "" {
+			if n, err := strconv.Atoi(v); err == nil {
+				if n == 0 {
+					return "ok"
+				}
+				return connect.Code(n).String()
+			}
+		}
+	}
+	if c.status == 0 || c.status == http.StatusOK {
+		return "ok"
+	}
+	var e struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(c.body, &e) == nil && e.Code != "" {
+		var code connect.Code
+		if code.UnmarshalText([]byte(e.Code)) == nil {
+			return code.String()
+		}
+	}
+	switch c.status {
+	case http.StatusRequestEntityTooLarge:
+		return connect.CodeResourceExhausted.String()
+	case http.StatusUnsupportedMediaType, http.StatusMethodNotAllowed, http.StatusNotFound:
+		return connect.CodeUnimplemented.String()
+	}
+	return connect.CodeUnknown.String()
 }

@@ -1,7 +1,11 @@
 package server
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
@@ -31,5 +35,42 @@ func TestDelayTimerEntries(t *testing.T) {
 	}
 	if _, ok := s.delays.Deadline(key); ok {
 		t.Fatal("the ended delay's timer entry stays in the manager")
+	}
+}
+
+// TestCloseEndsRaftCallsInFlight: Raft calls racing with Close (a lease
+// timer's VerifyLeader, a handler's proposal) all return once Close has:
+// hashicorp/raft never answers a future still queued on its channels when
+// it shuts down, so a call that slipped in just before would block forever.
+func TestCloseEndsRaftCallsInFlight(t *testing.T) {
+	s := startServer(t, testConfig(t.TempDir()))
+	var wg sync.WaitGroup
+	var calls atomic.Int64
+	for i := range 8 {
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				if err := s.linearizable(); err != nil {
+					return
+				}
+				id := fmt.Sprintf("w%d-%d", i, n)
+				if _, err := s.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 60000}); err != nil {
+					return
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() < 200; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no proposals")
+		}
+	}
+	s.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Raft call racing with Close never returned")
 	}
 }

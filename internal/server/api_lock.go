@@ -1,0 +1,176 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// Lock RPCs that write: acquire, release, cancel, complete, force release.
+
+// Acquire takes a lock or queues for it, blocking up to the poll timeout.
+func (a *api) Acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Acquire, func() (*connect.Response[lockdv1.AcquireResponse], error) { return a.acquire(ctx, req) })
+}
+
+func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
+	m := req.Msg
+	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateName(m.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	mode := int32(m.Mode)
+	switch m.Mode {
+	case lockdv1.Mode_MODE_UNSPECIFIED:
+		mode = fsm.ModeExclusive
+	case lockdv1.Mode_MODE_EXCLUSIVE, lockdv1.Mode_MODE_SHARED:
+	default:
+		return nil, a.s.invalid("unknown mode %d", m.Mode)
+	}
+	if len(m.Value) > fsm.MaxValueBytes {
+		return nil, a.s.invalid("value is %d bytes, more than %d", len(m.Value), fsm.MaxValueBytes)
+	}
+	poll := a.s.cfg.MaxPollTimeout
+	if m.PollTimeout != nil {
+		if err := m.PollTimeout.CheckValid(); err != nil || m.PollTimeout.AsDuration() < 0 {
+			return nil, a.s.invalid("poll_timeout must be a non-negative duration")
+		}
+		poll = min(poll, m.PollTimeout.AsDuration())
+	}
+	// Taken before the proposal: a leadership change after it ends the
+	// wait (see await).
+	changed := a.s.leadershipChanges()
+	var delay time.Duration
+	if m.LockDelay != nil {
+		if err := m.LockDelay.CheckValid(); err != nil || m.LockDelay.AsDuration() < 0 || m.LockDelay.AsDuration().Milliseconds() > fsm.MaxLockDelayMs {
+			return nil, a.s.invalid("lock_delay must be a duration from 0 to 1h")
+		}
+		delay = m.LockDelay.AsDuration()
+	}
+	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
+		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
+		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(), LockDelayMs: delay.Milliseconds(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID()}
+	if r.Status == fsm.StatusGranted {
+		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, r.Token
+		return connect.NewResponse(resp), nil
+	}
+	// Queued (now or by the first attempt of this request).
+	if err := a.await(ctx, waitKey{m.SessionId, m.Name, m.Seq}, poll, changed, resp); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Release gives up a hold.
+func (a *api) Release(ctx context.Context, req *connect.Request[lockdv1.ReleaseRequest]) (*connect.Response[lockdv1.ReleaseResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Release, func() (*connect.Response[lockdv1.ReleaseResponse], error) { return a.release(ctx, req) })
+}
+
+func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseRequest]) (*connect.Response[lockdv1.ReleaseResponse], error) {
+	m := req.Msg
+	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateName(m.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
+}
+
+// Cancel withdraws an Acquire (its wait, or the grant it got).
+func (a *api) Cancel(ctx context.Context, req *connect.Request[lockdv1.CancelRequest]) (*connect.Response[lockdv1.CancelResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Cancel, func() (*connect.Response[lockdv1.CancelResponse], error) { return a.cancel(ctx, req) })
+}
+
+func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelRequest]) (*connect.Response[lockdv1.CancelResponse], error) {
+	m := req.Msg
+	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateName(m.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano()})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&lockdv1.CancelResponse{Released: r.Released}), nil
+}
+
+// Complete releases a hold and leaves a completion mark.
+func (a *api) Complete(ctx context.Context, req *connect.Request[lockdv1.CompleteRequest]) (*connect.Response[lockdv1.CompleteResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Complete, func() (*connect.Response[lockdv1.CompleteResponse], error) { return a.complete(ctx, req) })
+}
+
+func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.CompleteRequest]) (*connect.Response[lockdv1.CompleteResponse], error) {
+	m := req.Msg
+	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+		return nil, err
+	}
+	if err := fsm.ValidateName(m.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if m.Retention == nil || m.Retention.CheckValid() != nil {
+		return nil, a.s.invalid("retention is required (1s to 400 days)")
+	}
+	ret := m.Retention.AsDuration()
+	if ret < time.Second || ret.Milliseconds() > fsm.MaxRetentionMs {
+		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
+	}
+	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil
+}
+
+// ForceRelease revokes (or, unsafe, expires) the sessions holding a lock.
+func (a *api) ForceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.ForceRelease, func() (*connect.Response[lockdv1.ForceReleaseResponse], error) { return a.forceRelease(ctx, req) })
+}
+
+func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
+	if err := fsm.ValidateName(req.Msg.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
+		return nil, err
+	}
+	l, ok := a.s.fsm.Describe(req.Msg.Name)
+	resp := &lockdv1.ForceReleaseResponse{}
+	if !ok || len(l.Holders) == 0 {
+		return connect.NewResponse(resp), nil
+	}
+	for _, h := range l.Holders {
+		resp.SessionIds = append(resp.SessionIds, h.Session)
+	}
+	a.s.log.Warn("force release", "lock", req.Msg.Name, "sessions", resp.SessionIds, "unsafe_now", req.Msg.UnsafeNow)
+	if req.Msg.UnsafeNow {
+		for _, id := range resp.SessionIds {
+			if _, err := a.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+				return nil, err
+			}
+		}
+		return connect.NewResponse(resp), nil
+	}
+	if _, err := a.propose(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: resp.SessionIds, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}

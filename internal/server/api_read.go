@@ -1,0 +1,103 @@
+package server
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// Read RPCs: check a token, describe a lock, list locks, node status.
+
+// CheckToken tells whether a token is a current grant of a lock.
+func (a *api) CheckToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.CheckToken, func() (*connect.Response[lockdv1.CheckTokenResponse], error) { return a.checkToken(ctx, req) })
+}
+
+func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
+	if err := fsm.ValidateName(req.Msg.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
+		return nil, err
+	}
+	h, ok := a.s.fsm.CheckToken(req.Msg.Name, req.Msg.Token)
+	resp := &lockdv1.CheckTokenResponse{Valid: ok}
+	if ok {
+		resp.Mode, resp.SessionId = lockdv1.Mode(h.Mode), h.Session
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// DescribeLock returns one lock's holders, waiters and mark.
+func (a *api) DescribeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
+	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
+		return a.describeLock(ctx, req)
+	}
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.DescribeLock, func() (*connect.Response[lockdv1.DescribeLockResponse], error) { return a.describeLock(ctx, req) })
+}
+
+func (a *api) describeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
+	if err := fsm.ValidateName(req.Msg.Name); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	if err := a.read(req.Msg.Consistency); err != nil {
+		return nil, err
+	}
+	resp := &lockdv1.DescribeLockResponse{}
+	if l, ok := a.s.fsm.Describe(req.Msg.Name); ok {
+		resp.Lock = lockPB(l)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// ListLocks lists locks by name, a page at a time.
+func (a *api) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
+	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
+		return a.listLocks(ctx, req)
+	}
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.ListLocks, func() (*connect.Response[lockdv1.ListLocksResponse], error) { return a.listLocks(ctx, req) })
+}
+
+func (a *api) listLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
+	m := req.Msg
+	n := int(m.PageSize)
+	switch {
+	case n == 0:
+		n = 100
+	case n > 1000:
+		return nil, a.s.invalid("page_size %d is above 1000", n)
+	}
+	if len(m.Prefix) > fsm.MaxNameBytes || len(m.PageToken) > fsm.MaxNameBytes {
+		return nil, a.s.invalid("prefix or page_token longer than %d bytes", fsm.MaxNameBytes)
+	}
+	if err := a.read(m.Consistency); err != nil {
+		return nil, err
+	}
+	locks, more := a.s.fsm.List(m.Prefix, m.PageToken, n)
+	resp := &lockdv1.ListLocksResponse{}
+	for _, l := range locks {
+		resp.Locks = append(resp.Locks, lockPB(l))
+	}
+	if more && len(locks) > 0 {
+		resp.NextPageToken = locks[len(locks)-1].Name
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Status reports this node's view of the cluster (served locally).
+func (a *api) Status(ctx context.Context, req *connect.Request[lockdv1.StatusRequest]) (*connect.Response[lockdv1.StatusResponse], error) {
+	s := a.s
+	info := s.fsm.Info()
+	_, leader := s.raft.LeaderWithID()
+	resp := &lockdv1.StatusResponse{
+		NodeId: s.nodeID, Leader: string(leader), State: s.raft.State().String(), Term: s.raft.CurrentTerm(),
+		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
+		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
+	}
+	resp.Members = s.members()
+	return connect.NewResponse(resp), nil
+}

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// Session RPCs: create, keep alive, close, list.
+
+// CreateSession creates a session with a TTL on the leader.
+func (a *api) CreateSession(ctx context.Context, req *connect.Request[lockdv1.CreateSessionRequest]) (*connect.Response[lockdv1.CreateSessionResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.CreateSession, func() (*connect.Response[lockdv1.CreateSessionResponse], error) { return a.createSession(ctx, req) })
+}
+
+func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.CreateSessionRequest]) (*connect.Response[lockdv1.CreateSessionResponse], error) {
+	m := req.Msg
+	ttl := a.s.cfg.DefaultTTL
+	if m.Ttl != nil {
+		if err := m.Ttl.CheckValid(); err != nil {
+			return nil, a.s.invalid("ttl: %v", err)
+		}
+		ttl = m.Ttl.AsDuration()
+	}
+	if ttl < a.s.cfg.MinTTL || ttl > a.s.cfg.MaxTTL {
+		return nil, a.s.invalid("ttl %v is outside the accepted range [%v, %v]", ttl, a.s.cfg.MinTTL, a.s.cfg.MaxTTL)
+	}
+	if ttl%time.Millisecond != 0 {
+		ttl = ttl.Truncate(time.Millisecond)
+	}
+	if len(m.Owner) > fsm.MaxOwnerBytes {
+		return nil, a.s.invalid("owner is %d bytes, more than %d", len(m.Owner), fsm.MaxOwnerBytes)
+	}
+	if len(m.RequestId) > fsm.MaxRequestIDBytes {
+		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
+	}
+	r, err := a.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{
+		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: time.Now().UnixNano(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	info, ok := a.s.fsm.Session(r.SessionID)
+	if ok {
+		ttl = info.TTL
+	}
+	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
+}
+
+// KeepAlive extends a session's lease on the leader (not a Raft write).
+func (a *api) KeepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAliveRequest]) (*connect.Response[lockdv1.KeepAliveResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.KeepAlive, func() (*connect.Response[lockdv1.KeepAliveResponse], error) { return a.keepAlive(ctx, req) })
+}
+
+func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAliveRequest]) (*connect.Response[lockdv1.KeepAliveResponse], error) {
+	received := time.Now()
+	if req.Msg.SessionId == "" {
+		return nil, a.s.invalid("session_id is required")
+	}
+	// Leadership must be verified after the request was received, or a
+	// deposed leader could extend a lease the new leader already expired;
+	// and in the term whose leases this node runs (see linearizable).
+	if err := a.s.linearizable(); err != nil {
+		return nil, a.s.raftError(err)
+	}
+	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
+	if err != nil {
+		return nil, a.s.leaseError(err)
+	}
+	a.s.metrics.keepAlives.Inc()
+	return connect.NewResponse(&lockdv1.KeepAliveResponse{Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
+}
+
+// CloseSession ends a session, releasing its holds and waits.
+func (a *api) CloseSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.CloseSession, func() (*connect.Response[lockdv1.CloseSessionResponse], error) { return a.closeSession(ctx, req) })
+}
+
+func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
+	if req.Msg.SessionId == "" {
+		return nil, a.s.invalid("session_id is required")
+	}
+	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq}); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
+}
+
+// ListSessions lists the sessions.
+func (a *api) ListSessions(ctx context.Context, req *connect.Request[lockdv1.ListSessionsRequest]) (*connect.Response[lockdv1.ListSessionsResponse], error) {
+	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
+		return a.listSessions(ctx, req)
+	}
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.ListSessions, func() (*connect.Response[lockdv1.ListSessionsResponse], error) { return a.listSessions(ctx, req) })
+}
+
+func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.ListSessionsRequest]) (*connect.Response[lockdv1.ListSessionsResponse], error) {
+	if err := a.read(req.Msg.Consistency); err != nil {
+		return nil, err
+	}
+	resp := &lockdv1.ListSessionsResponse{}
+	for _, x := range a.s.fsm.Sessions() {
+		resp.Sessions = append(resp.Sessions, sessionPB(x))
+	}
+	return connect.NewResponse(resp), nil
+}

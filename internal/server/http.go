@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// This file is the node's HTTP side: the mux (Connect API, /metrics,
+// health, backup download) and the HTTP server.
+
+// maxRequestBytes bounds one request body.
+const maxRequestBytes = 64 << 10
+
+// ClusterIDHeader is set on every API response to the cluster's id.
+const ClusterIDHeader = "Lockd-Cluster-Id"
+
+// Handler returns the HTTP handler of the node: the Connect API (Connect,
+// gRPC and gRPC-Web, with gRPC reflection and the standard gRPC health
+// service, so grpcurl and load balancers need no proto files), /metrics,
+// /healthz, /readyz and the backup download.
+func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	count := connect.WithInterceptors(s.metrics.interceptor())
+	procs := procedures()
+	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
+	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
+	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
+	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
+	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.ClusterServiceName, grpchealth.HealthV1ServiceName)
+	handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
+	handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
+	if g != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /v1/snapshot", s.serveSnapshot)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if why := s.notReady(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := s.fsm.ClusterID(); id != "" {
+			w.Header().Set(ClusterIDHeader, id)
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// procedures lists the RPC paths the node serves: the values of the
+// procedure label of lockd_api_requests_total.
+func procedures() map[string]bool {
+	m := map[string]bool{}
+	svcs := lockdv1.File_lockd_v1_lockd_proto.Services()
+	for i := range svcs.Len() {
+		sd := svcs.Get(i)
+		for j := range sd.Methods().Len() {
+			m["/"+string(sd.FullName())+"/"+string(sd.Methods().Get(j).Name())] = true
+		}
+	}
+	for _, p := range []string{
+		"/" + grpchealth.HealthV1ServiceName + "/Check",
+		"/" + grpchealth.HealthV1ServiceName + "/Watch",
+		"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo",
+		"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo",
+	} {
+		m[p] = true
+	}
+	return m
+}
+
+// healthChecker answers the gRPC health service like /readyz: SERVING when
+// this node can serve clients (the established leader, or a follower that
+// forwards to a known leader), for the whole server ("") and for each lockd
+// service.
+type healthChecker struct{ s *Server }
+
+// Check implements grpchealth.Checker.
+func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", lockdv1connect.LockServiceName, lockdv1connect.ClusterServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
+	}
+	if h.s.notReady() != "" {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}
+
+// notReady says why this node cannot serve clients now, or "" when it can:
+// as the established leader, or as a follower that knows the leader's API
+// and forwards to it.
+func (s *Server) notReady() string {
+	if s.Ready() {
+		return ""
+	}
+	if s.raft.State() == raft.Leader {
+		return "leader not established yet"
+	}
+	if _, err := s.leaderURL(http.Header{}); err != nil {
+		return "no leader known"
+	}
+	return ""
+}
+
+// serveHTTP serves the API on the listener until Close.
+func (s *Server) serveHTTP(g prometheus.Gatherer) {
+	s.httpSrv = &http.Server{
+		Handler:           s.Handler(g),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second, // request bodies are small
+		// A queued Acquire blocks up to MaxPollTimeout after its proposal.
+		WriteTimeout: s.cfg.MaxPollTimeout + s.cfg.ApplyTimeout + 10*time.Second,
+		IdleTimeout:  2 * time.Minute,
+	}
+	s.httpSrv.Protocols = new(http.Protocols)
+	s.httpSrv.Protocols.SetHTTP1(true)
+	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.httpSrv.Serve(s.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("api server stopped", "err", err)
+		}
+	}()
+}
+
+// serveSnapshot writes a consistent backup of the state (the FSM snapshot
+// format) after a linearizable read on the leader; a follower redirects to
+// the leader.
+func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+	url, err := s.leaderURL(r.Header)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	if url != "" {
+		http.Redirect(w, r, url+r.URL.Path, http.StatusTemporaryRedirect)
+		return
+	}
+	if err := s.linearizable(); err != nil {
+		http.Error(w, s.raftError(err).Error(), http.StatusServiceUnavailable)
+		return
+	}
+	b, err := fsm.EncodeSnapshot(s.fsm.State())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.Write(b)
+}
