@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	connectrpc.com/connect v1.21.1
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/raft v1.8.0
 	github.com/hashicorp/raft-wal v0.4.1
@@ -17,7 +18,6 @@ require (
 )
 
 require (
-	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/benbjohnson/immutable v0.4.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

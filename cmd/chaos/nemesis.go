@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// Fault kinds. Client faults start with "client-": the checker excuses a
+// stale holder's messages only around a pause or kill of its own slot.
+const (
+	faultKillLeader    = "node-kill-leader"
+	faultKillFollower  = "node-kill-follower"
+	faultKillRandom    = "node-kill-random"
+	faultPauseNode     = "node-pause"
+	faultPartition     = "node-partition-inbound"
+	faultClientPauseGo = "client-pause-go"
+	faultClientPauseRn = "client-pause-run"
+	faultClientKill    = "client-kill" // prefix of the two below
+	faultClientKillGo  = "client-kill-go"
+	faultClientKillRn  = "client-kill-run"
+	faultRevoke        = "admin-revoke"
+)
+
+// allFaults is every kind the tool injects, each once in the short profile.
+var allFaults = []string{
+	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode, faultPartition,
+	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
+}
+
+// nemesis injects faults into the cluster and the clients and records each
+// as a fault and a heal event in the register's history.
+type nemesis struct {
+	c     *cluster
+	reg   *register
+	slots []*slot
+	rng   *rand.Rand
+	n     int64
+	log   func(format string, args ...any)
+}
+
+func (m *nemesis) record(kind, fault, target, detail string, id int64) {
+	_, _ = m.reg.record(Event{Kind: kind, Fault: fault, Target: target, Detail: detail, OpID: id})
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) { pause(ctx, d) }
+
+// inject runs one fault of the kind from injection to heal. It returns
+// false when there was nothing to inject it into (no holder to pause).
+func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
+	t := m.c.timing
+	m.n++
+	id := m.n
+	switch kind {
+	case faultKillLeader, faultKillFollower, faultKillRandom:
+		leader := m.c.leader(ctx)
+		var cands []*node
+		for _, n := range m.c.nodes {
+			if kind == faultKillRandom || (kind == faultKillLeader) == (n == leader) {
+				cands = append(cands, n)
+			}
+		}
+		if len(cands) == 0 {
+			return false, nil
+		}
+		n := cands[m.rng.IntN(len(cands))]
+		m.record(kindFault, kind, n.id, "kill -9", id)
+		n.kill()
+		sleep(ctx, time.Second+time.Duration(m.rng.IntN(1000))*time.Millisecond)
+		if err := m.c.start(ctx, n); err != nil {
+			return true, fmt.Errorf("restart %s: %w", n.id, err)
+		}
+		m.record(kindHeal, kind, n.id, "restarted", id)
+	case faultPauseNode:
+		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
+		d := t.TTL + t.Grace + time.Second
+		m.record(kindFault, kind, n.id, "SIGSTOP "+d.String(), id)
+		n.signal(syscall.SIGSTOP)
+		sleep(ctx, d)
+		n.signal(syscall.SIGCONT)
+		m.record(kindHeal, kind, n.id, "SIGCONT", id)
+	case faultPartition:
+		// No peer reaches the node (its Raft and API proxies cut); what
+		// the node itself dials still gets through: a one-way partition.
+		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
+		d := t.TTL + time.Second
+		m.record(kindFault, kind, n.id, "inbound cut "+d.String(), id)
+		n.raftProxy.setCut(true)
+		n.apiProxy.setCut(true)
+		sleep(ctx, d)
+		n.raftProxy.setCut(false)
+		n.apiProxy.setCut(false)
+		m.record(kindHeal, kind, n.id, "healed", id)
+	case faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn:
+		want := "go"
+		if strings.HasSuffix(kind, "-run") {
+			want = "run"
+		}
+		s := m.pickHolder(ctx, want)
+		if s == nil {
+			return false, nil
+		}
+		if strings.HasPrefix(kind, faultClientKill) {
+			m.record(kindFault, kind, s.name, "kill -9", id)
+			s.signal(syscall.SIGKILL)
+			// Healed when its lease has surely run out on the server.
+			sleep(ctx, t.TTL+t.Grace)
+			m.record(kindHeal, kind, s.name, "lease over", id)
+			break
+		}
+		d := t.TTL + t.Grace + 1500*time.Millisecond
+		m.record(kindFault, kind, s.name, "SIGSTOP "+d.String(), id)
+		s.signal(syscall.SIGSTOP)
+		sleep(ctx, d)
+		s.signal(syscall.SIGCONT)
+		m.record(kindHeal, kind, s.name, "SIGCONT", id)
+	case faultRevoke:
+		// lockd release --force: the holder's session is revoked, and the
+		// lock is granted again only after TTL + grace.
+		s := m.pickHolder(ctx, "")
+		if s == nil {
+			return false, nil
+		}
+		lock := m.reg.lockOf(s.name)
+		m.record(kindFault, kind, "*", "force-release "+lock, id)
+		err := m.forceRelease(ctx, lock)
+		sleep(ctx, t.TTL+t.Grace)
+		m.record(kindHeal, kind, "*", fmt.Sprint(err), id)
+	default:
+		return false, fmt.Errorf("unknown fault kind %q", kind)
+	}
+	return true, nil
+}
+
+// pickHolder waits up to 5 s for a slot of the kind ("" any) that is in a
+// critical section, and returns one at random.
+func (m *nemesis) pickHolder(ctx context.Context, kind string) *slot {
+	var found *slot
+	_ = poll(ctx, 5*time.Second, 5*time.Millisecond, func() (bool, error) {
+		holding := m.reg.holding()
+		var cands []*slot
+		for _, s := range m.slots {
+			if (kind == "" || s.kind == kind) && slices.Contains(holding, s.name) {
+				cands = append(cands, s)
+			}
+		}
+		if len(cands) > 0 {
+			found = cands[m.rng.IntN(len(cands))]
+		}
+		return found != nil, nil
+	})
+	return found
+}
+
+func (m *nemesis) forceRelease(ctx context.Context, lock string) error {
+	var last error
+	for _, url := range m.c.endpoints() {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := lockdv1connect.NewLockServiceClient(statusHTTP, url).ForceRelease(cctx, connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: lock}))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+	}
+	return last
+}
