@@ -341,6 +341,12 @@ func (c *checker) liveness(ops []lockOp) {
 		end = max(end, e.At)
 	}
 	bound := c.p.Liveness.Nanoseconds()
+	begins := map[string][]int64{} // lock → accepted begins (lockd run clients are served too)
+	for _, e := range c.events {
+		if e.Kind == kindBegin && e.Accepted {
+			begins[e.Lock] = append(begins[e.Lock], e.At)
+		}
+	}
 	byLock := map[string][]lockOp{}
 	for _, o := range ops {
 		byLock[o.lock] = append(byLock[o.lock], o)
@@ -368,6 +374,9 @@ func (c *checker) liveness(ops []lockOp) {
 					served = true
 					break
 				}
+			}
+			for _, at := range begins[lock] {
+				served = served || at >= rel.ret && at <= rel.ret+bound
 			}
 			if !served {
 				c.r.Missed++

@@ -47,6 +47,59 @@ type cluster struct {
 	dir    string
 	timing timing
 	nodes  []*node
+	mu     sync.Mutex
+	cuts   map[[2]string]bool // (from, to) node ids whose connections the proxies drop
+}
+
+// isCut reports whether connections from src to dst are cut. A source
+// that is no node (the tool, a client) is never cut.
+func (c *cluster) isCut(src, dst string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return src != "" && c.cuts[[2]string{src, dst}]
+}
+
+// partition cuts every connection from a node of from to a node of to
+// (both ways if both is set); heal undoes every cut.
+func (c *cluster) partition(from, to []*node, both bool) {
+	c.mu.Lock()
+	for _, a := range from {
+		for _, b := range to {
+			c.cuts[[2]string{a.id, b.id}] = true
+			if both {
+				c.cuts[[2]string{b.id, a.id}] = true
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, n := range c.nodes {
+		n.raftProxy.enforce()
+		n.apiProxy.enforce()
+	}
+}
+
+func (c *cluster) heal() {
+	c.mu.Lock()
+	clear(c.cuts)
+	c.mu.Unlock()
+}
+
+// owner returns the id of the node whose process has a TCP socket on the
+// local port, or "" (a connection from the tool or a client).
+func (c *cluster) owner(port int) string {
+	inode, err := socketInode(port)
+	if err != nil {
+		return ""
+	}
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		cmd := n.cmd
+		n.mu.Unlock()
+		if cmd != nil && cmd.Process != nil && ownsSocket(cmd.Process.Pid, inode) {
+			return n.id
+		}
+	}
+	return ""
 }
 
 // freeAddr returns a free 127.0.0.1 port (closed again: a small race with
@@ -77,7 +130,7 @@ func buildBinary(ctx context.Context, dir string) (string, error) {
 // connection another node opens to it, Raft and forwarded API calls,
 // passes a proxy the tool can cut. Clients talk to the API directly.
 func newCluster(bin, dir string, n int, t timing) (*cluster, error) {
-	c := &cluster{bin: bin, dir: dir, timing: t}
+	c := &cluster{bin: bin, dir: dir, timing: t, cuts: map[[2]string]bool{}}
 	for i := range n {
 		nd := &node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), log: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))}
 		var err error
@@ -87,10 +140,10 @@ func newCluster(bin, dir string, n int, t timing) (*cluster, error) {
 		if nd.raft, err = freeAddr(); err != nil {
 			return nil, err
 		}
-		if nd.raftProxy, err = newProxy(nd.raft); err != nil {
+		if nd.raftProxy, err = newProxy(nd.raft, nd.id, c.isCut, c.owner); err != nil {
 			return nil, err
 		}
-		if nd.apiProxy, err = newProxy(nd.api); err != nil {
+		if nd.apiProxy, err = newProxy(nd.api, nd.id, c.isCut, c.owner); err != nil {
 			return nil, err
 		}
 		if i > 0 {

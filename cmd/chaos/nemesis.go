@@ -22,7 +22,9 @@ const (
 	faultKillFollower  = "node-kill-follower"
 	faultKillRandom    = "node-kill-random"
 	faultPauseNode     = "node-pause"
-	faultPartition     = "node-partition-inbound"
+	faultPartLeader    = "node-partition-leader"  // the leader isolated: a minority leader
+	faultPartRandom    = "node-partition-random"  // a random node isolated, both ways
+	faultPartInbound   = "node-partition-inbound" // no peer can reach a random node: one-way
 	faultClientPauseGo = "client-pause-go"
 	faultClientPauseRn = "client-pause-run"
 	faultClientKill    = "client-kill" // prefix of the two below
@@ -33,7 +35,8 @@ const (
 
 // allFaults is every kind the tool injects, each once in the short profile.
 var allFaults = []string{
-	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode, faultPartition,
+	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode,
+	faultPartLeader, faultPartRandom, faultPartInbound,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
 }
 
@@ -89,18 +92,37 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 		sleep(ctx, d)
 		n.signal(syscall.SIGCONT)
 		m.record(kindHeal, kind, n.id, "SIGCONT", id)
-	case faultPartition:
-		// No peer reaches the node (its Raft and API proxies cut); what
-		// the node itself dials still gets through: a one-way partition.
+	case faultPartLeader, faultPartRandom, faultPartInbound:
 		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
+		if kind == faultPartLeader {
+			if n = m.c.leader(ctx); n == nil {
+				return false, nil
+			}
+		}
+		var others []*node
+		for _, o := range m.c.nodes {
+			if o != n {
+				others = append(others, o)
+			}
+		}
 		d := t.TTL + time.Second
-		m.record(kindFault, kind, n.id, "inbound cut "+d.String(), id)
-		n.raftProxy.setCut(true)
-		n.apiProxy.setCut(true)
+		if kind == faultPartInbound {
+			// No peer can open a connection to the node; its own
+			// connections to them still work (both ways, as TCP does).
+			m.record(kindFault, kind, n.id, "peers cannot reach it for "+d.String(), id)
+			m.c.partition(others, []*node{n}, false)
+		} else {
+			m.record(kindFault, kind, n.id, "isolated from its peers for "+d.String(), id)
+			m.c.partition([]*node{n}, others, true)
+		}
 		sleep(ctx, d)
-		n.raftProxy.setCut(false)
-		n.apiProxy.setCut(false)
-		m.record(kindHeal, kind, n.id, "healed", id)
+		seen := "none"
+		if st, err := status(ctx, others[0].url()); err == nil && st.GetLeader() != "" {
+			seen = st.GetLeader()
+		}
+		m.c.heal()
+		m.record(kindHeal, kind, n.id, "healed; the others' leader was "+seen, id)
+		m.log("%s of %s healed; the others' leader was %s", kind, n.id, seen)
 	case faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn:
 		want := "go"
 		if strings.HasSuffix(kind, "-run") {

@@ -1,30 +1,38 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 )
 
-// proxy forwards TCP connections from its own 127.0.0.1 port to one
-// target. Cutting it closes every open connection and refuses new ones
-// (they are accepted and closed at once) until it is healed: the node
-// behind it is unreachable for every peer that dials it.
+// proxy forwards TCP connections from its own 127.0.0.1 port to one node's
+// port (Raft or API). Each node advertises its proxies, so every
+// connection another node opens to it passes one. The proxy learns which
+// node opened a connection (from /proc: the process owning the socket)
+// and drops it while the partition table cuts that direction.
 type proxy struct {
 	ln     net.Listener
 	target string
+	dst    string // node id behind the proxy
+	cut    func(src, dst string) bool
+	owner  func(port int) string // node id owning a local TCP port, "" if none
 	mu     sync.Mutex
-	cut    bool
-	conns  map[net.Conn]bool
+	conns  map[net.Conn]string // → source node id
 	closed bool
 }
 
-func newProxy(target string) (*proxy, error) {
+func newProxy(target, dst string, cut func(src, dst string) bool, owner func(int) string) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p := &proxy{ln: ln, target: target, dst: dst, cut: cut, owner: owner, conns: map[net.Conn]string{}}
 	go p.serve()
 	return p, nil
 }
@@ -41,13 +49,15 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) track(c net.Conn) bool {
+// track registers c as a connection from src, unless that direction is
+// cut or the proxy closed.
+func (p *proxy) track(c net.Conn, src string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cut || p.closed {
+	if p.closed || p.cut(src, p.dst) {
 		return false
 	}
-	p.conns[c] = true
+	p.conns[c] = src
 	return true
 }
 
@@ -59,7 +69,11 @@ func (p *proxy) untrack(c net.Conn) {
 }
 
 func (p *proxy) pipe(in net.Conn) {
-	if !p.track(in) {
+	src := ""
+	if a, ok := in.RemoteAddr().(*net.TCPAddr); ok {
+		src = p.owner(a.Port)
+	}
+	if !p.track(in, src) {
 		in.Close()
 		return
 	}
@@ -68,7 +82,7 @@ func (p *proxy) pipe(in net.Conn) {
 	if err != nil {
 		return
 	}
-	if !p.track(out) {
+	if !p.track(out, src) {
 		out.Close()
 		return
 	}
@@ -79,13 +93,12 @@ func (p *proxy) pipe(in net.Conn) {
 	<-done
 }
 
-// setCut cuts (true) or heals (false) the proxy.
-func (p *proxy) setCut(cut bool) {
+// enforce closes the open connections the partition table now cuts.
+func (p *proxy) enforce() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
+	for c, src := range p.conns {
+		if p.cut(src, p.dst) {
 			c.Close()
 		}
 	}
@@ -99,4 +112,39 @@ func (p *proxy) close() {
 	}
 	p.mu.Unlock()
 	p.ln.Close()
+}
+
+// socketInode finds the inode of the IPv4 TCP socket whose local port is
+// port on 127.0.0.1, from /proc/net/tcp.
+func socketInode(port int) (string, error) {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	want := fmt.Sprintf("0100007F:%04X", port)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) > 9 && fs[1] == want {
+			return fs[9], nil
+		}
+	}
+	return "", fmt.Errorf("no socket on 127.0.0.1:%d", port)
+}
+
+// ownsSocket reports whether process pid has the socket inode open.
+func ownsSocket(pid int, inode string) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && l == want {
+			return true
+		}
+	}
+	return false
 }

@@ -83,13 +83,18 @@ var errHistoryFull = errors.New("history full")
 // message, and appends it. It reports whether a fenced message was
 // accepted (true for other kinds).
 func (r *register) record(e Event) (bool, error) {
+	return r.recordAt(e, time.Now().UnixNano())
+}
+
+// recordAt is record with the arrival time given (tests plant histories).
+func (r *register) recordAt(e Event, at int64) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || len(r.events) >= r.limit {
 		return false, errHistoryFull
 	}
 	e.Seq = int64(len(r.events)) + 1
-	e.At = time.Now().UnixNano()
+	e.At = at
 	if e.fenced() {
 		e.Accepted = e.Token != 0 && e.Token >= r.max[e.Lock]
 		if e.Accepted {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -161,6 +162,15 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	sleep(ctx, quiet)
 	stop()
 	probe := probeLocks(ctx, c, locks, p.Liveness+t.TTL)
+	// A client that panicked or, built with -race, raced is a harness
+	// failure: its data dir and logs are kept for a look.
+	for _, s := range slots {
+		b, _ := os.ReadFile(filepath.Join(work, s.name+".log"))
+		if bytes.Contains(b, []byte("DATA RACE")) || bytes.Contains(b, []byte("panic:")) {
+			harness = append(harness, fmt.Sprintf("client %s crashed or raced: see %s", s.name, filepath.Join(work, s.name+".log")))
+			cfg.Keep = true
+		}
+	}
 
 	events := reg.close()
 	r := &Report{Seed: cfg.Seed, Profile: cfg.Profile, Nodes: cfg.Nodes, Clients: cfg.Clients, Broken: cfg.Broken,

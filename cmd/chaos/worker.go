@@ -210,7 +210,7 @@ func (c *workerConfig) session(ctx context.Context, rep *reporter, s *lockd.Sess
 // critical is the critical section: begin, a few writes, end, each fenced
 // by the token. A correct worker checks its lock before every message and
 // stops at the first rejection; the ignore-lease worker does neither, and
-// once its lease is lost it keeps writing for another 1.5 s.
+// once its lease is lost it keeps writing for another two TTLs.
 func (c *workerConfig) critical(ctx context.Context, rep *reporter, s *lockd.Session, m *lockd.Mutex, rng *rand.Rand) {
 	client := c.slot + ":" + s.ID()
 	ev := Event{Kind: kindBegin, Client: client, Session: s.ID(), Lock: m.Name(), Token: m.Token()}
@@ -225,7 +225,7 @@ func (c *workerConfig) critical(ctx context.Context, rep *reporter, s *lockd.Ses
 		}
 		if c.broken == brokenIgnoreLease {
 			if overtime.IsZero() && m.Err() != nil {
-				overtime = time.Now().Add(1500 * time.Millisecond)
+				overtime = time.Now().Add(2 * c.ttl)
 			}
 			if !overtime.IsZero() && time.Now().Before(overtime) && i == writes {
 				i-- // keep writing until the overtime is up
