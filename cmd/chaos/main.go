@@ -116,7 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Clients, "clients", 6, "client slots, half Go workers and half lockd run loops (at least 2)")
 	fs.IntVar(&c.Locks, "locks", 2, "lock names the clients contend on")
 	fs.DurationVar(&c.Duration, "duration", 0, "run length (default: as long as the short profile's faults take; 30m for long)")
-	fs.StringVar(&c.Broken, "broken", "", "deliberate client bug to prove the checker catches it: ignore-lease")
+	fs.StringVar(&c.Broken, "broken", "", "deliberate bug to prove the checker catches it: ignore-lease (Go workers ignore lease loss) or unsafe-revoke (revoke grants the lock again at once)")
 	fs.StringVar(&c.Out, "out", "", "directory for report.json and history.jsonl (default: a new temp dir)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the cluster's data dirs and logs")
 	if err := fs.Parse(args); err != nil {
@@ -133,8 +133,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("--clients %d: want 2 to 64", c.Clients)
 	case c.Locks < 1 || c.Locks > 64:
 		return nil, fmt.Errorf("--locks %d: want 1 to 64", c.Locks)
-	case c.Broken != brokenNone && c.Broken != brokenIgnoreLease:
-		return nil, fmt.Errorf("--broken %q: want ignore-lease", c.Broken)
+	case c.Broken != brokenNone && c.Broken != brokenIgnoreLease && c.Broken != brokenUnsafeRevoke:
+		return nil, fmt.Errorf("--broken %q: want ignore-lease or unsafe-revoke", c.Broken)
 	case c.Duration < 0 || c.Duration > 24*time.Hour:
 		return nil, fmt.Errorf("--duration %v: want up to 24h", c.Duration)
 	}

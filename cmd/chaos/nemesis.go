@@ -43,12 +43,13 @@ var allFaults = []string{
 // nemesis injects faults into the cluster and the clients and records each
 // as a fault and a heal event in the register's history.
 type nemesis struct {
-	c     *cluster
-	reg   *register
-	slots []*slot
-	rng   *rand.Rand
-	n     int64
-	log   func(format string, args ...any)
+	c      *cluster
+	reg    *register
+	slots  []*slot
+	rng    *rand.Rand
+	n      int64
+	broken string // brokenUnsafeRevoke: revoke with unsafe-now
+	log    func(format string, args ...any)
 }
 
 func (m *nemesis) record(kind, fault, target, detail string, id int64) {
@@ -148,14 +149,16 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 		m.record(kindHeal, kind, s.name, "SIGCONT", id)
 	case faultRevoke:
 		// lockd release --force: the holder's session is revoked, and the
-		// lock is granted again only after TTL + grace.
+		// lock is granted again only after TTL + grace (at once with
+		// --broken unsafe-revoke, which breaks mutual exclusion).
 		s := m.pickHolder(ctx, "")
 		if s == nil {
 			return false, nil
 		}
 		lock := m.reg.lockOf(s.name)
-		m.record(kindFault, kind, "*", "force-release "+lock, id)
-		err := m.forceRelease(ctx, lock)
+		unsafe := m.broken == brokenUnsafeRevoke
+		m.record(kindFault, kind, "*", fmt.Sprintf("force-release %s (unsafe-now %v)", lock, unsafe), id)
+		err := m.forceRelease(ctx, lock, unsafe)
 		sleep(ctx, t.TTL+t.Grace)
 		m.record(kindHeal, kind, "*", fmt.Sprint(err), id)
 	default:
@@ -184,11 +187,11 @@ func (m *nemesis) pickHolder(ctx context.Context, kind string) *slot {
 	return found
 }
 
-func (m *nemesis) forceRelease(ctx context.Context, lock string) error {
+func (m *nemesis) forceRelease(ctx context.Context, lock string, unsafe bool) error {
 	var last error
 	for _, url := range m.c.endpoints() {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := lockdv1connect.NewLockServiceClient(statusHTTP, url).ForceRelease(cctx, connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: lock}))
+		_, err := lockdv1connect.NewLockServiceClient(statusHTTP, url).ForceRelease(cctx, connect.NewRequest(&lockdv1.ForceReleaseRequest{Name: lock, UnsafeNow: unsafe}))
 		cancel()
 		if err == nil {
 			return nil

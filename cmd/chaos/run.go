@@ -120,7 +120,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 
 	// Faults.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65))
-	nem := &nemesis{c: c, reg: reg, slots: slots, rng: rng, log: logf}
+	nem := &nemesis{c: c, reg: reg, slots: slots, rng: rng, broken: cfg.Broken, log: logf}
 	p := params(t)
 	var harness []string
 	sleep(ctx, 4*time.Second) // warm-up: grants before the first fault
@@ -161,7 +161,13 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	logf("last fault healed; %v without faults", quiet.Round(time.Second))
 	sleep(ctx, quiet)
 	stop()
-	probe := probeLocks(ctx, c, locks, p.Liveness+t.TTL)
+	if ctx.Err() != nil {
+		harness = append(harness, fmt.Sprintf("interrupted: %v", context.Cause(ctx)))
+	}
+	var probe error
+	if ctx.Err() == nil {
+		probe = probeLocks(ctx, c, locks, p.Liveness+t.TTL)
+	}
 	// A client that panicked or, built with -race, raced is a harness
 	// failure: its data dir and logs are kept for a look.
 	for _, s := range slots {

@@ -27,6 +27,11 @@ const (
 	// rejections and keep their critical section going (like a `lockd
 	// run` that keeps its child past the deadline).
 	brokenIgnoreLease = "ignore-lease"
+	// brokenUnsafeRevoke: the admin-revoke fault passes unsafe_now, so the
+	// server expires the holder's session and grants the lock again at
+	// once, while the holder still believes it holds it (a server that
+	// expires sessions early; lockd documents the flag as unsafe).
+	brokenUnsafeRevoke = "unsafe-revoke"
 )
 
 // reporter sends events to the register.
