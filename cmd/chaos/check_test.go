@@ -184,6 +184,9 @@ func TestCheckPlanted(t *testing.T) {
 			if !tt.want(r) || !hasViolation(r, tt.says) {
 				t.Errorf("report %+v\nviolations %q; want one saying %q", r, r.Violations, tt.says)
 			}
+			if testing.Verbose() {
+				t.Log(r.Violations)
+			}
 		})
 	}
 }

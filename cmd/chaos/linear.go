@@ -136,27 +136,11 @@ type lockOutput struct {
 	token  uint64
 }
 
-// lockModel is a per-lock mutex: acquire takes a free lock with a larger
+// lockModel is one lock's mutex (the checker runs it per lock): acquire takes a free lock with a larger
 // token, release frees the caller's hold, close and expire free the
 // session's hold if it has one. An unknown outcome may or may not have
 // taken effect.
 var lockModel = porcupine.NondeterministicModel{
-	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var names []string
-		for _, o := range history {
-			l := o.Metadata.(string)
-			if _, ok := by[l]; !ok {
-				names = append(names, l)
-			}
-			by[l] = append(by[l], o)
-		}
-		var out [][]porcupine.Operation
-		for _, n := range names {
-			out = append(out, by[n])
-		}
-		return out
-	},
 	Init: func() []any { return []any{lockState{}} },
 	Step: func(state, input, output any) []any {
 		s, in, out := state.(lockState), input.(lockInput), output.(lockOutput)
@@ -195,31 +179,74 @@ var lockModel = porcupine.NondeterministicModel{
 	},
 }
 
-// linearizable checks the workers' lock operations against lockModel.
+// linearizable checks the workers' lock operations against lockModel,
+// one lock at a time, and for a lock that fits no order names the first
+// operation no partial linearization reaches, with the ones before it.
 func (c *checker) linearizable(ops []lockOp) string {
 	if len(ops) == 0 {
 		return "none"
 	}
-	ids := map[string]int{}
-	hist := make([]porcupine.Operation, 0, len(ops))
+	byLock := map[string][]lockOp{}
+	var names []string
 	for _, o := range ops {
-		id, ok := ids[o.session]
-		if !ok {
-			id = len(ids)
-			ids[o.session] = id
+		if _, ok := byLock[o.lock]; !ok {
+			names = append(names, o.lock)
 		}
-		hist = append(hist, porcupine.Operation{
-			ClientId: id, Input: lockInput{o.op, o.session}, Output: lockOutput{o.result, o.token},
-			Call: o.call, Return: o.ret, Metadata: o.lock,
-		})
+		byLock[o.lock] = append(byLock[o.lock], o)
 	}
-	switch porcupine.CheckOperationsTimeout(lockModel.ToModel(), hist, c.p.LinearTimeout) {
-	case porcupine.Ok:
-		return "ok"
-	case porcupine.Illegal:
-		c.violate("not linearizable: the Go workers' lock operations fit no order of a mutex per lock")
-		return "illegal"
+	verdict := "ok"
+	for _, name := range names {
+		los := byLock[name]
+		ids := map[string]int{}
+		hist := make([]porcupine.Operation, 0, len(los))
+		for _, o := range los {
+			id, ok := ids[o.session]
+			if !ok {
+				id = len(ids)
+				ids[o.session] = id
+			}
+			hist = append(hist, porcupine.Operation{
+				ClientId: id, Input: lockInput{o.op, o.session}, Output: lockOutput{o.result, o.token},
+				Call: o.call, Return: o.ret, Metadata: o.lock,
+			})
+		}
+		res, info := porcupine.CheckOperationsVerbose(lockModel.ToModel(), hist, c.p.LinearTimeout)
+		switch res {
+		case porcupine.Ok:
+			continue
+		case porcupine.Unknown:
+			c.violate("linearizability of %q unknown: the search did not finish within %v", name, c.p.LinearTimeout)
+			if verdict == "ok" {
+				verdict = "unknown"
+			}
+			continue
+		}
+		verdict = "illegal"
+		reached := map[int]bool{}
+		for _, part := range info.PartialLinearizations() {
+			for _, lin := range part {
+				for _, k := range lin {
+					reached[k] = true
+				}
+			}
+		}
+		first := len(los) - 1
+		for k := range los {
+			if !reached[k] {
+				first = k
+				break
+			}
+		}
+		var around []string
+		for _, o := range los[max(0, first-4) : first+1] {
+			ret := "never"
+			if o.ret != never {
+				ret = fmt.Sprintf("+%dms", (o.ret-los[0].call)/1e6)
+			}
+			around = append(around, fmt.Sprintf("%s(%s/%s) [+%dms, %s] %s %d", o.op, o.slot, o.session, (o.call-los[0].call)/1e6, ret, o.result, o.token))
+		}
+		c.violate("not linearizable on %q: no mutex order fits the Go workers' operations; first unplaceable %s; before it: %s",
+			name, around[len(around)-1], strings.Join(around[:len(around)-1], "; "))
 	}
-	c.violate("linearizability unknown: the search did not finish within %v", c.p.LinearTimeout)
-	return "unknown"
+	return verdict
 }
