@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -15,7 +17,10 @@ import (
 // child.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "write") {
-		os.Exit(Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -78,5 +83,59 @@ func TestShortProfileBrokenClient(t *testing.T) {
 	r := shortRun(t, brokenIgnoreLease)
 	if r.Overlaps.Unsafe == 0 || len(r.Violations) == 0 {
 		t.Errorf("broken client not caught: overlaps %+v, violations %q", r.Overlaps, r.Violations)
+	}
+}
+
+// The proxies cut what the partition table says: an isolated leader loses
+// its followers, who elect another leader, and the old one rejoins after
+// the heal. Also kill -9 and SIGSTOP of a node, as the nemeses do them.
+func TestClusterPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes: skipped with -short")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin, err := buildBinary(ctx, dir)
+	if err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("cannot build lockd: %v", err)
+		}
+		t.Fatal(err)
+	}
+	c, err := newCluster(bin, dir, 3, defaultTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.down()
+	if err := c.up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		old := c.leader(ctx)
+		if old == nil {
+			t.Fatal("no leader")
+		}
+		var others []*node
+		for _, n := range c.nodes {
+			if n != old {
+				others = append(others, n)
+			}
+		}
+		c.partition([]*node{old}, others, true)
+		var seen string
+		err := poll(ctx, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+			st, err := status(ctx, others[0].url())
+			seen = st.GetLeader()
+			return err == nil && seen != "" && seen != old.id, nil
+		})
+		c.heal()
+		if err != nil {
+			t.Fatalf("round %d: %s isolated, the others still see leader %q: %v", round, old.id, seen, err)
+		}
+		t.Logf("round %d: %s isolated; the others elected %s", round, old.id, seen)
+		if err := c.waitStable(ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -26,49 +26,81 @@ type checkParams struct {
 
 // Report is the JSON report of one run.
 type Report struct {
-	Seed      uint64         `json:"seed"`
-	Profile   string         `json:"profile,omitempty"`
-	Nodes     int            `json:"nodes,omitempty"`
-	Clients   int            `json:"clients,omitempty"`
-	Broken    string         `json:"broken,omitempty"`
-	Duration  string         `json:"duration,omitempty"`
-	History   string         `json:"history,omitempty"`
-	Ops       Ops            `json:"operations"`
-	Faults    map[string]int `json:"faults"`
-	Overlaps  Overlaps       `json:"overlaps"`
-	LostAcks  int            `json:"lostAcks"`
-	Shared    int            `json:"sharedTokens"`
-	Backwards int            `json:"tokensBackwards"`
-	Linear    string         `json:"linearizable"` // ok, illegal, unknown, none
-	Missed    int            `json:"missedWakeups"`
-	Latency   Latency        `json:"acquireLatencyMs"`
+	// Seed replays the run's schedule and choices (--seed).
+	Seed uint64 `json:"seed"`
+	// Profile is short or long.
+	Profile string `json:"profile,omitempty"`
+	// Nodes is the cluster size.
+	Nodes int `json:"nodes,omitempty"`
+	// Clients is the number of client slots.
+	Clients int `json:"clients,omitempty"`
+	// Broken names the deliberate bug of the run, if any.
+	Broken string `json:"broken,omitempty"`
+	// Duration is the run's wall time.
+	Duration string `json:"duration,omitempty"`
+	// History is the path of the raw history (JSON lines).
+	History string `json:"history,omitempty"`
+	// Ops counts the operations.
+	Ops Ops `json:"operations"`
+	// Faults counts the injected faults by kind.
+	Faults map[string]int `json:"faults"`
+	// Overlaps counts holders acting at once on one lock.
+	Overlaps Overlaps `json:"overlaps"`
+	// LostAcks counts grants whose token is not above a grant
+	// acknowledged before they were asked for.
+	LostAcks int `json:"lostAcks"`
+	// Shared counts tokens carried by two holders.
+	Shared int `json:"sharedTokens"`
+	// Linear is the porcupine verdict: ok, illegal, unknown, or none (no
+	// Go worker operations).
+	Linear string `json:"linearizable"`
+	// Missed counts missed wake-ups after the last fault healed.
+	Missed int `json:"missedWakeups"`
+	// Latency is the Go workers' acquire latency, queueing included.
+	Latency Latency `json:"acquireLatencyMs"`
 	// Unavail is the longest stretch without any successful grant
 	// overlapping a fault, per fault kind, in milliseconds.
-	Unavail    map[string]int64 `json:"unavailabilityMs"`
-	Violations []string         `json:"violations"`
-	Errors     []string         `json:"harnessErrors,omitempty"`
+	Unavail map[string]int64 `json:"unavailabilityMs"`
+	// Violations describes every violation found (at most 200).
+	Violations []string `json:"violations"`
+	// Errors describes harness failures (a node that did not restart, a
+	// client that crashed): the run proves nothing then.
+	Errors []string `json:"harnessErrors,omitempty"`
 }
 
 // Ops counts operations by outcome.
 type Ops struct {
-	Acquired    int `json:"acquired"`     // Go workers: Lock returned a grant
-	AcquireFail int `json:"acquireFails"` // Go workers: Lock returned an error
-	Released    int `json:"released"`
-	Runs        int `json:"runs"` // critical sections begun (accepted begin)
-	Writes      int `json:"writesAccepted"`
-	Rejected    int `json:"writesRejected"`
-	LeaseLost   int `json:"leasesLost"`
+	// Acquired counts the Go workers' Lock calls that returned a grant.
+	Acquired int `json:"acquired"`
+	// AcquireFail counts the Go workers' Lock calls that returned an error.
+	AcquireFail int `json:"acquireFails"`
+	// Released counts the Go workers' acknowledged Unlock calls.
+	Released int `json:"released"`
+	// Runs counts critical sections begun (accepted begin messages).
+	Runs int `json:"runs"`
+	// Writes counts accepted write and end messages.
+	Writes int `json:"writesAccepted"`
+	// Rejected counts fenced messages the register rejected as stale.
+	Rejected int `json:"writesRejected"`
+	// LeaseLost counts lock operations ended by a lease loss (per lock the
+	// session used).
+	LeaseLost int `json:"leasesLost"`
 }
 
 // Overlaps counts pairs of holders that acted at once on one lock.
 type Overlaps struct {
-	Unsafe int `json:"unsafe"` // a violation
-	Fenced int `json:"fenced"` // the register rejected the stale side, explained by a client pause
+	// Unsafe overlaps are violations.
+	Unsafe int `json:"unsafe"`
+	// Fenced overlaps are stale holders the register rejected right after
+	// their client was paused: fencing working.
+	Fenced int `json:"fenced"`
 }
 
 // Latency is acquire latency percentiles in milliseconds.
 type Latency struct {
+	// P50 is the median.
 	P50 float64 `json:"p50"`
+	// P99 is the 99th percentile.
 	P99 float64 `json:"p99"`
 }
 
@@ -319,7 +351,6 @@ func (c *checker) tokens(ops []lockOp) {
 		}
 		if best.token != 0 && g.token <= best.token {
 			c.r.LostAcks++
-			c.r.Backwards++
 			c.violate("lost ack: %s got token %d on %q after token %d (%q, %s) was acknowledged: the cluster forgot a grant",
 				g.session, g.token, g.lock, best.token, best.lock, best.session)
 		}

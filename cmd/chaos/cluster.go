@@ -84,10 +84,10 @@ func (c *cluster) heal() {
 	c.mu.Unlock()
 }
 
-// owner returns the id of the node whose process has a TCP socket on the
-// local port, or "" (a connection from the tool or a client).
-func (c *cluster) owner(port int) string {
-	inode, err := socketInode(port)
+// owner returns the id of the node whose process has the TCP socket from
+// port to peer, or "" (a connection from the tool or a client).
+func (c *cluster) owner(port, peer int) string {
+	inode, err := socketInode(port, peer)
 	if err != nil {
 		return ""
 	}

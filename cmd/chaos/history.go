@@ -44,22 +44,40 @@ const (
 // are Unix nanoseconds from the one machine's wall clock (all processes of
 // a run share it, and the tool never jumps it).
 type Event struct {
-	Seq      int64  `json:"seq"`
-	At       int64  `json:"at"`
-	Kind     string `json:"kind"`
-	Slot     string `json:"slot,omitempty"`    // client process slot: w1 (Go worker), r2 (lockd run loop)
-	Client   string `json:"client,omitempty"`  // one holder identity: slot:session or slot:iteration
-	Session  string `json:"session,omitempty"` // lockd session id, when known
-	Lock     string `json:"lock,omitempty"`
-	Token    uint64 `json:"token,omitempty,string"`
-	Accepted bool   `json:"accepted,omitempty"`
-	Op       string `json:"op,omitempty"`
-	OpID     int64  `json:"opId,omitempty"`
-	Result   string `json:"result,omitempty"`
-	Sent     int64  `json:"sent,omitempty"` // sender's clock when the message left (or when a lease loss was seen)
-	Fault    string `json:"fault,omitempty"`
-	Target   string `json:"target,omitempty"` // node id or client slot
-	Detail   string `json:"detail,omitempty"`
+	// Seq is the register's arrival order, from 1.
+	Seq int64 `json:"seq"`
+	// At is the arrival time (Unix ns).
+	At int64 `json:"at"`
+	// Kind is one of the kinds above.
+	Kind string `json:"kind"`
+	// Slot is the client process slot: w1 (Go worker), r2 (lockd run loop).
+	Slot string `json:"slot,omitempty"`
+	// Client is one holder identity: slot:session or slot:iteration.
+	Client string `json:"client,omitempty"`
+	// Session is the lockd session id, when known.
+	Session string `json:"session,omitempty"`
+	// Lock is the lock name.
+	Lock string `json:"lock,omitempty"`
+	// Token is the fencing token of a fenced message or a grant.
+	Token uint64 `json:"token,omitempty,string"`
+	// Accepted tells whether the register accepted a fenced message.
+	Accepted bool `json:"accepted,omitempty"`
+	// Op is the operation of an invoke or return: acquire, release, close.
+	Op string `json:"op,omitempty"`
+	// OpID pairs an invoke with its return (per session), and a fault with
+	// its heal.
+	OpID int64 `json:"opId,omitempty"`
+	// Result is ok or unknown.
+	Result string `json:"result,omitempty"`
+	// Sent is the sender's clock when the message left, or when a lease
+	// loss was seen (Unix ns).
+	Sent int64 `json:"sent,omitempty"`
+	// Fault is the fault kind of a fault or heal event.
+	Fault string `json:"fault,omitempty"`
+	// Target is the faulted node id or client slot ("*": any client).
+	Target string `json:"target,omitempty"`
+	// Detail says what the tool did.
+	Detail string `json:"detail,omitempty"`
 }
 
 // fenced reports whether the event is one of the register's fenced
@@ -68,6 +86,7 @@ func (e *Event) fenced() bool {
 	return e.Kind == kindBegin || e.Kind == kindWrite || e.Kind == kindEnd
 }
 
+// String describes the event in one line, for violation messages.
 func (e *Event) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#%d %s", e.Seq, e.Kind)

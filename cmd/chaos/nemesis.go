@@ -124,6 +124,11 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 		m.c.heal()
 		m.record(kindHeal, kind, n.id, "healed; the others' leader was "+seen, id)
 		m.log("%s of %s healed; the others' leader was %s", kind, n.id, seen)
+		if kind != faultPartInbound && seen == n.id {
+			// The proxies did not cut it off: the run would prove less
+			// than it claims.
+			return true, fmt.Errorf("partition ineffective: %s isolated for %v, the others still follow it", n.id, d)
+		}
 	case faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn:
 		want := "go"
 		if strings.HasSuffix(kind, "-run") {

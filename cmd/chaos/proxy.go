@@ -21,13 +21,13 @@ type proxy struct {
 	target string
 	dst    string // node id behind the proxy
 	cut    func(src, dst string) bool
-	owner  func(port int) string // node id owning a local TCP port, "" if none
+	owner  func(port, peer int) string // node id owning the socket 127.0.0.1:port → 127.0.0.1:peer, "" if none
 	mu     sync.Mutex
 	conns  map[net.Conn]string // → source node id
 	closed bool
 }
 
-func newProxy(target, dst string, cut func(src, dst string) bool, owner func(int) string) (*proxy, error) {
+func newProxy(target, dst string, cut func(src, dst string) bool, owner func(port, peer int) string) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -70,8 +70,10 @@ func (p *proxy) untrack(c net.Conn) {
 
 func (p *proxy) pipe(in net.Conn) {
 	src := ""
-	if a, ok := in.RemoteAddr().(*net.TCPAddr); ok {
-		src = p.owner(a.Port)
+	ra, ok1 := in.RemoteAddr().(*net.TCPAddr)
+	la, ok2 := in.LocalAddr().(*net.TCPAddr)
+	if ok1 && ok2 {
+		src = p.owner(ra.Port, la.Port)
 	}
 	if !p.track(in, src) {
 		in.Close()
@@ -114,23 +116,24 @@ func (p *proxy) close() {
 	p.ln.Close()
 }
 
-// socketInode finds the inode of the IPv4 TCP socket whose local port is
-// port on 127.0.0.1, from /proc/net/tcp.
-func socketInode(port int) (string, error) {
+// socketInode finds the inode of the IPv4 TCP socket from 127.0.0.1:port
+// to 127.0.0.1:peer, from /proc/net/tcp. Both ends are needed: Linux
+// reuses a local port for connections to different peers.
+func socketInode(port, peer int) (string, error) {
 	f, err := os.Open("/proc/net/tcp")
 	if err != nil {
 		return "", err
 	}
 	defer f.Close()
-	want := fmt.Sprintf("0100007F:%04X", port)
+	local, remote := fmt.Sprintf("0100007F:%04X", port), fmt.Sprintf("0100007F:%04X", peer)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
-		if len(fs) > 9 && fs[1] == want {
+		if len(fs) > 9 && fs[1] == local && fs[2] == remote {
 			return fs[9], nil
 		}
 	}
-	return "", fmt.Errorf("no socket on 127.0.0.1:%d", port)
+	return "", fmt.Errorf("no socket 127.0.0.1:%d → 127.0.0.1:%d", port, peer)
 }
 
 // ownsSocket reports whether process pid has the socket inode open.
