@@ -67,7 +67,7 @@ func TestShortProfile(t *testing.T) {
 	if len(r.Violations) != 0 {
 		t.Errorf("violations on a correct lockd:\n%s", strings.Join(r.Violations, "\n"))
 	}
-	for _, kind := range allFaults {
+	for _, kind := range faultsFor(3) {
 		if r.Faults[kind] != 1 {
 			t.Errorf("fault %s injected %d times, want 1 (faults %v)", kind, r.Faults[kind], r.Faults)
 		}

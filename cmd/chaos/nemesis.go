@@ -25,6 +25,7 @@ const (
 	faultPartLeader    = "node-partition-leader"  // the leader isolated: a minority leader
 	faultPartRandom    = "node-partition-random"  // a random node isolated, both ways
 	faultPartInbound   = "node-partition-inbound" // no peer can reach a random node: one-way
+	faultPartBridge    = "node-partition-bridge"  // five nodes only: two halves joined by one node
 	faultClientPauseGo = "client-pause-go"
 	faultClientPauseRn = "client-pause-run"
 	faultClientKill    = "client-kill" // prefix of the two below
@@ -33,11 +34,32 @@ const (
 	faultRevoke        = "admin-revoke"
 )
 
-// allFaults is every kind the tool injects, each once in the short profile.
+// allFaults is every kind the tool injects, each once in the short
+// profile.
 var allFaults = []string{
 	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode,
-	faultPartLeader, faultPartRandom, faultPartInbound,
+	faultPartLeader, faultPartRandom, faultPartInbound, faultPartBridge,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
+}
+
+// faultsFor lists the kinds that apply to a cluster of n nodes.
+func faultsFor(n int) []string {
+	var out []string
+	for _, k := range allFaults {
+		if k != faultPartBridge || n == 5 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ids joins the nodes' ids with "+".
+func ids(nodes []*node) string {
+	var s []string
+	for _, n := range nodes {
+		s = append(s, n.id)
+	}
+	return strings.Join(s, "+")
 }
 
 // nemesis injects faults into the cluster and the clients and records each
@@ -100,9 +122,18 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 				return false, nil
 			}
 		}
+		minority := []*node{n}
+		if len(m.c.nodes) == 5 && kind == faultPartLeader {
+			// Five nodes: the leader and one follower, a minority of two.
+			for len(minority) < 2 {
+				if f := m.c.nodes[m.rng.IntN(5)]; f != n {
+					minority = append(minority, f)
+				}
+			}
+		}
 		var others []*node
 		for _, o := range m.c.nodes {
-			if o != n {
+			if !slices.Contains(minority, o) {
 				others = append(others, o)
 			}
 		}
@@ -113,8 +144,8 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 			m.record(kindFault, kind, n.id, "peers cannot reach it for "+d.String(), id)
 			m.c.partition(others, []*node{n}, false)
 		} else {
-			m.record(kindFault, kind, n.id, "isolated from its peers for "+d.String(), id)
-			m.c.partition([]*node{n}, others, true)
+			m.record(kindFault, kind, ids(minority), "isolated from the others for "+d.String(), id)
+			m.c.partition(minority, others, true)
 		}
 		sleep(ctx, d)
 		seen := "none"
@@ -122,13 +153,31 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 			seen = st.GetLeader()
 		}
 		m.c.heal()
-		m.record(kindHeal, kind, n.id, "healed; the others' leader was "+seen, id)
+		target := ids(minority)
+		if kind == faultPartInbound {
+			target = n.id
+		}
+		m.record(kindHeal, kind, target, "healed; the others' leader was "+seen, id)
 		m.log("%s of %s healed; the others' leader was %s", kind, n.id, seen)
 		if kind != faultPartInbound && seen == n.id {
 			// The proxies did not cut it off: the run would prove less
 			// than it claims.
 			return true, fmt.Errorf("partition ineffective: %s isolated for %v, the others still follow it", n.id, d)
 		}
+	case faultPartBridge:
+		// Five nodes as A B | C | D E: C talks to both sides, the sides
+		// not to each other. Raft keeps a leader that C follows.
+		order := m.rng.Perm(len(m.c.nodes))
+		p := make([]*node, len(order))
+		for i, k := range order {
+			p[i] = m.c.nodes[k]
+		}
+		d := t.TTL + time.Second
+		m.record(kindFault, kind, p[2].id, fmt.Sprintf("bridge %s %s | %s | %s %s for %v", p[0].id, p[1].id, p[2].id, p[3].id, p[4].id, d), id)
+		m.c.partition(p[:2], p[3:], true)
+		sleep(ctx, d)
+		m.c.heal()
+		m.record(kindHeal, kind, p[2].id, "healed", id)
 	case faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn:
 		want := "go"
 		if strings.HasSuffix(kind, "-run") {

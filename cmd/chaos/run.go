@@ -132,7 +132,8 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		case i < len(plan):
 			kind = plan[i]
 		case cfg.Profile == "long" && time.Since(runStart) < cfg.Duration:
-			kind = allFaults[rng.IntN(len(allFaults))]
+			kinds := faultsFor(cfg.Nodes)
+			kind = kinds[rng.IntN(len(kinds))]
 		}
 		if kind == "" {
 			break
@@ -211,7 +212,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 // schedule is the seeded order of the profile's planned faults: the short
 // profile injects every kind once.
 func schedule(cfg *config, rng *rand.Rand) []string {
-	plan := append([]string(nil), allFaults...)
+	plan := faultsFor(cfg.Nodes)
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	return plan
 }
