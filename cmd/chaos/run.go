@@ -98,8 +98,8 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		stopped = true
 		stopClients()
 		for _, s := range slots {
+			s.signal(syscall.SIGCONT) // a pause cut short by an interrupt
 			if s.kind == "go" {
-				s.signal(syscall.SIGCONT)
 				s.signal(syscall.SIGTERM)
 			}
 		}
