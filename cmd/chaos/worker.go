@@ -228,6 +228,10 @@ func (c *workerConfig) critical(ctx context.Context, rep *reporter, s *lockd.Ses
 		case i > 0:
 			ev.Kind = kindWrite
 		}
+		// Stamped before the lease check: the checker tells a message
+		// delayed between check and arrival (a starved process) from a
+		// holder acting late.
+		ev.Sent = time.Now().UnixNano()
 		if c.broken == brokenIgnoreLease {
 			if overtime.IsZero() && m.Err() != nil {
 				overtime = time.Now().Add(2 * c.ttl)
@@ -238,7 +242,6 @@ func (c *workerConfig) critical(ctx context.Context, rep *reporter, s *lockd.Ses
 		} else if m.Err() != nil {
 			return
 		}
-		ev.Sent = 0
 		if err := rep.send(ctx, ev); err != nil && c.broken != brokenIgnoreLease {
 			return
 		}
