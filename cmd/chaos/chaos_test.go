@@ -45,7 +45,19 @@ func shortRun(t *testing.T, broken string) *Report {
 	if testing.Short() {
 		t.Skip("real-process chaos run: skipped with -short")
 	}
-	cfg := &config{Seed: 1, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: t.TempDir()}
+	// The report and history stay for a look when the test fails.
+	out, err := os.MkdirTemp("", "lockd-chaos-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("report and history kept in %s", out)
+			return
+		}
+		_ = os.RemoveAll(out)
+	})
+	cfg := &config{Seed: 1, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var log io.Writer = &syncWriter{t: t}
