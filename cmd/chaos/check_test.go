@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -255,5 +257,50 @@ func TestRegisterFences(t *testing.T) {
 	events := reg.close()
 	if len(events) != 6 || events[3].Accepted || !events[4].Accepted || events[5].Seq != 6 {
 		t.Errorf("events %+v", events)
+	}
+}
+
+// The command line: usage errors exit 64; `chaos check` re-checks a
+// recorded history and exits 1 on a violation, 0 on a clean one.
+func TestMainCheckAndUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{{"--nodes", "4"}, {"--profile", "medium"}, {"--clients", "1"}, {"--broken", "nope"}, {"extra"}, {"check"}} {
+		var out, errOut strings.Builder
+		if code := Main(ctx, args, &out, &errOut); code != exitUsage {
+			t.Errorf("chaos %q: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut.String())
+		}
+	}
+	dir := t.TempDir()
+	write := func(name string, p *planted) string {
+		t.Helper()
+		reg := newRegister()
+		for _, pe := range p.events {
+			if _, err := reg.recordAt(pe.e, (base+pe.ms)*1e6); err != nil {
+				t.Fatal(err)
+			}
+		}
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := writeHistory(f, reg.close()); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	clean, bad := newPlanted(t), newPlanted(t)
+	clean.cs("r1", "r1:0", "x", 10, 0, 10, 20)
+	bad.cs("r1", "r1:0", "x", 10, 0, 10, 20)
+	bad.cs("r2", "r2:0", "x", 10, 30, 40, 50)
+	for _, tt := range []struct {
+		path string
+		want int
+	}{{write("clean.jsonl", clean), exitOK}, {write("bad.jsonl", bad), exitViolation}, {filepath.Join(dir, "missing"), exitHarness}} {
+		var out, errOut strings.Builder
+		if code := Main(ctx, []string{"check", tt.path}, &out, &errOut); code != tt.want {
+			t.Errorf("chaos check %s: exit %d, want %d: %s%s", tt.path, code, tt.want, out.String(), errOut.String())
+		}
 	}
 }
