@@ -6,7 +6,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -100,7 +99,6 @@ func collectOps(events []Event, windows []window) []lockOp {
 			}
 		}
 	}
-	capUnknown(ops, sessionEnds)
 	var out []lockOp
 	for _, o := range ops {
 		if o.op == opClose {
@@ -122,50 +120,6 @@ func collectOps(events []Event, windows []window) []lockOp {
 	}
 	slices.SortStableFunc(out, func(a, b lockOp) int { return cmp.Compare(a.call, b.call) })
 	return out
-}
-
-// expiryCap bounds how long after a session was lost (its worker saw
-// Done, or was killed) the server takes to expire it: TTL + grace after
-// the last leader took over, far less than this under the profiles'
-// faults. Without a bound, every unknown outcome stays open to the end of
-// the history and the search doubles with each one. The bound only lets
-// a dead session's effects happen earlier than they really did, which no
-// correct history can contradict: nothing after them needs the dead
-// session to hold a lock.
-const expiryCap = 30 * time.Second
-
-// capUnknown gives the operations of a session that ended an end: those
-// of a session closed with an acknowledged Close end at its return (the
-// server has then dropped the session and everything it asked for), those
-// of a lost session expiryCap after the loss.
-func capUnknown(ops, ends []lockOp) {
-	closed := map[string]int64{}
-	lost := map[string]int64{}
-	for _, o := range ops {
-		if o.op != opClose {
-			continue
-		}
-		if o.result == resOK {
-			closed[o.session] = o.ret
-		} else {
-			lost[o.session] = o.call
-		}
-	}
-	for i := range ends {
-		lost[ends[i].session] = ends[i].call
-		ends[i].ret = ends[i].call + expiryCap.Nanoseconds()
-	}
-	for i := range ops {
-		o := &ops[i]
-		if o.ret != never {
-			continue
-		}
-		if t, ok := closed[o.session]; ok && t >= o.call {
-			o.ret = t
-		} else if t, ok := lost[o.session]; ok {
-			o.ret = max(o.call, t) + expiryCap.Nanoseconds()
-		}
-	}
 }
 
 // lockState is the model's state of one lock: who holds it and the last
