@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -303,4 +304,31 @@ func TestMainCheckAndUsage(t *testing.T) {
 			t.Errorf("chaos check %s: exit %d, want %d: %s%s", tt.path, code, tt.want, out.String(), errOut.String())
 		}
 	}
+}
+
+// Many lost sessions in a row, each lock handed to the next session after
+// its holder's lease ran out, each leaving an acquire of unknown outcome
+// open to the end, then a double grant: still proved illegal, quickly
+// (unknown outcomes that change nothing do not multiply the search).
+func TestCheckManyLostSessions(t *testing.T) {
+	p := newPlanted(t)
+	const n = 40
+	var end int64
+	for i := range n {
+		s, slot := fmt.Sprintf("S%d", i), fmt.Sprintf("w%d", i%3)
+		t0 := int64(i) * 40_000 // ms
+		p.at(t0, Event{Kind: kindOpen, Slot: slot, Session: s})
+		p.op(t0+1, t0+5, slot, s, opAcquire, "x", resOK, uint64(10+i))
+		p.op(t0+6, -1, slot, s, opAcquire, "y", "", 0) // outcome unknown
+		p.at(t0+3000, Event{Kind: kindLost, Slot: slot, Session: s})
+		end = t0 + 40_000
+	}
+	p.op(end, end+5, "w0", "A", opAcquire, "x", resOK, 1000)
+	p.op(end+10, end+15, "w1", "B", opAcquire, "x", resOK, 1001)
+	start := time.Now()
+	r := p.check()
+	if r.Linear != "illegal" {
+		t.Fatalf("linearizable %s, violations %q; want illegal", r.Linear, r.Violations)
+	}
+	t.Logf("%d lost sessions and a double grant: illegal in %v", n, time.Since(start).Round(time.Millisecond))
 }
