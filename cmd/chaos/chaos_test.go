@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary stand in for the chaos binary: the tool
+// re-executes itself (os.Executable) as Go worker and as `lockd run`
+// child.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "write") {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// syncWriter serializes the tool's log lines into the test log.
+type syncWriter struct {
+	mu sync.Mutex
+	t  *testing.T
+}
+
+func (w *syncWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// shortRun runs the short profile against real processes and returns its
+// report. Without a Go toolchain to build lockd it skips, except in CI.
+func shortRun(t *testing.T, broken string) *Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real-process chaos run: skipped with -short")
+	}
+	// The report and history stay for a look when the test fails.
+	out, err := os.MkdirTemp("", "lockd-chaos-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("report and history kept in %s", out)
+			return
+		}
+		_ = os.RemoveAll(out)
+	})
+	cfg := &config{Seed: 1, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var log io.Writer = &syncWriter{t: t}
+	r, err := run(ctx, cfg, log)
+	if err != nil && r == nil && strings.Contains(err.Error(), "go build") && os.Getenv("CI") != "true" {
+		t.Skipf("cannot build lockd: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	t.Log(summary(r))
+	return r
+}
+
+// The short profile against a correct lockd: every fault kind once, no
+// violation.
+func TestShortProfile(t *testing.T) {
+	r := shortRun(t, "")
+	if len(r.Violations) != 0 {
+		t.Errorf("violations on a correct lockd:\n%s", strings.Join(r.Violations, "\n"))
+	}
+	for _, kind := range faultsFor(3) {
+		if r.Faults[kind] != 1 {
+			t.Errorf("fault %s injected %d times, want 1 (faults %v)", kind, r.Faults[kind], r.Faults)
+		}
+	}
+	if r.Ops.Acquired < 50 || r.Ops.Runs < 100 || r.Linear != "ok" {
+		t.Errorf("operations %+v, linearizable %s; want some load, checked", r.Ops, r.Linear)
+	}
+}
+
+// Acceptance 2: Go workers that ignore lease loss (and the register's
+// rejections) are caught as unsafe overlaps within the short profile.
+func TestShortProfileBrokenClient(t *testing.T) {
+	r := shortRun(t, brokenIgnoreLease)
+	if r.Overlaps.Unsafe == 0 || len(r.Violations) == 0 {
+		t.Errorf("broken client not caught: overlaps %+v, violations %q", r.Overlaps, r.Violations)
+	}
+}
+
+// The proxies cut what the partition table says: an isolated leader loses
+// its followers, who elect another leader, and the old one rejoins after
+// the heal. Also kill -9 and SIGSTOP of a node, as the nemeses do them.
+func TestClusterPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes: skipped with -short")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin, err := buildBinary(ctx, dir)
+	if err != nil {
+		if os.Getenv("CI") != "true" {
+			t.Skipf("cannot build lockd: %v", err)
+		}
+		t.Fatal(err)
+	}
+	c, err := newCluster(bin, dir, 3, defaultTiming)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.down()
+	if err := c.up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		old := c.leader(ctx)
+		if old == nil {
+			t.Fatal("no leader")
+		}
+		var others []*node
+		for _, n := range c.nodes {
+			if n != old {
+				others = append(others, n)
+			}
+		}
+		c.partition([]*node{old}, others, true)
+		var seen string
+		err := poll(ctx, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+			st, err := status(ctx, others[0].url())
+			seen = st.GetLeader()
+			return err == nil && seen != "" && seen != old.id, nil
+		})
+		c.heal()
+		if err != nil {
+			t.Fatalf("round %d: %s isolated, the others still see leader %q: %v", round, old.id, seen, err)
+		}
+		t.Logf("round %d: %s isolated; the others elected %s", round, old.id, seen)
+		if err := c.waitStable(ctx, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
