@@ -17,6 +17,10 @@ type Member struct {
 	API string
 	// Raft is the node's Raft address.
 	Raft string
+	// NonVoter is set for a node that joined as a non-voter on request: no
+	// leader promotes it. Any other member that is still a non-voter is
+	// promoted by the leader once it has caught up.
+	NonVoter bool
 }
 
 func (f *FSM) applySetMember(c *fsmv1.SetMember) *Result {
@@ -30,7 +34,7 @@ func (f *FSM) applySetMember(c *fsmv1.SetMember) *Result {
 	if _, ok := f.members[c.NodeId]; !ok && len(f.members) >= limits.members {
 		return fail(CodeTooMany, "%d members recorded already", limits.members)
 	}
-	f.members[c.NodeId] = Member{ID: c.NodeId, API: c.ApiUrl, Raft: c.RaftAddress}
+	f.members[c.NodeId] = Member{ID: c.NodeId, API: c.ApiUrl, Raft: c.RaftAddress, NonVoter: c.NonVoter}
 	return &Result{}
 }
 

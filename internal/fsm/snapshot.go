@@ -46,7 +46,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	}
 	slices.SortFunc(snap.Locks, func(a, b *fsmv1.Lock) int { return strings.Compare(a.Name, b.Name) })
 	for _, m := range f.members {
-		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft})
+		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
 	}
 	slices.SortFunc(snap.Members, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
 	return snap
@@ -347,7 +347,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if m.NodeId == "" {
 			return nil, fmt.Errorf("snapshot: member without id")
 		}
-		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress}
+		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress, NonVoter: m.NonVoter}
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
 		sessions: sessions, byRequest: byRequest, locks: locks, members: members, counts: cs}, nil

@@ -130,13 +130,31 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 		return nil, s.raftError(err)
 	}
 	s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
-	if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: m.NodeId, ApiUrl: m.ApiUrl, RaftAddress: m.RaftAddress}); err != nil {
+	if _, err := s.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: m.NodeId, ApiUrl: m.ApiUrl, RaftAddress: m.RaftAddress, NonVoter: m.NonVoter}); err != nil {
 		return nil, s.raftError(err)
 	}
 	if !m.NonVoter {
 		s.background(func() { s.promoteWhenCaughtUp(id, addr, m.ApiUrl) })
 	}
 	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.members()}), nil
+}
+
+// promotePending resumes the promotion of every member that joined as a
+// voter but is still a non-voter: the leader that added it may have lost
+// leadership before promoting it, and nobody else would.
+func (s *Server) promotePending() {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	for _, srv := range f.Configuration().Servers {
+		m, ok := s.fsm.Member(string(srv.ID))
+		if srv.Suffrage != raft.Nonvoter || !ok || m.NonVoter || m.API == "" {
+			continue
+		}
+		s.log.Info("resuming promotion of member", "id", srv.ID)
+		s.background(func() { s.promoteWhenCaughtUp(srv.ID, srv.Address, m.API) })
+	}
 }
 
 // promoteWhenCaughtUp polls the new member's Status until it has applied

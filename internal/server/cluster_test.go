@@ -12,7 +12,10 @@ import (
 	"connectrpc.com/connect"
 	"go.uber.org/goleak"
 
+	"github.com/hashicorp/raft"
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -500,5 +503,43 @@ func TestWaiterOnDeposedLeaderLearnsGrant(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("W was never told of its grant")
+	}
+}
+
+// TestNewLeaderPromotesPendingMember: a member that joined as a voter but was
+// left a non-voter (its leader lost leadership between AddNonvoter and the
+// promotion) is promoted by the next leader once it has caught up.
+func TestNewLeaderPromotesPendingMember(t *testing.T) {
+	leakCheck(t)
+	c := newTestCluster(t, 3, defaultClusterOpts())
+	li := c.leaderIndex()
+	ldr := c.server(li)
+	pending := c.nodes[(li+1)%3]
+	next := c.nodes[(li+2)%3]
+	// What Join leaves behind when its leader is deposed before promoting:
+	// the member recorded (as a voter-to-be) and a non-voter in the Raft
+	// configuration.
+	if _, err := ldr.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: pending.id, ApiUrl: pending.url, RaftAddress: pending.id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ldr.raft.DemoteVoter(raft.ServerID(pending.id), 0, time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ldr.raft.LeadershipTransferToServer(raft.ServerID(next.id), raft.ServerAddress(next.id)).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ni := c.leaderIndex()
+		if ni >= 0 && ni != li {
+			f := c.server(ni).raft.GetConfiguration()
+			if f.Error() == nil && slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+				return s.ID == raft.ServerID(pending.id) && s.Suffrage == raft.Voter
+			}) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still not a voter under the new leader", pending.id)
+		}
 	}
 }

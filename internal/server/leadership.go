@@ -149,13 +149,17 @@ func (s *Server) establish(gen uint64) {
 		}
 		if err == nil {
 			s.leaderMu.Lock()
-			if s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term {
+			established := s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+			if established {
 				s.promoteTimers(term)
 				s.promotedTerm.Store(term)
 				s.firstReadyOnce.Do(func() { close(s.firstReady) })
 				s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
 			}
 			s.leaderMu.Unlock()
+			if established {
+				s.background(s.promotePending)
+			}
 			return
 		}
 		s.log.Warn("leader barrier failed", "err", err, "attempt", attempt)

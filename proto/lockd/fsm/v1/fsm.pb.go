@@ -1455,11 +1455,14 @@ func (x *ClearMark) GetTerm() uint64 {
 // API (for forwarding) and list members with their URLs. It does not change
 // Raft membership.
 type SetMember struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
-	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
-	Remove        bool                   `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	ApiUrl      string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	Remove      bool                   `protobuf:"varint,4,opt,name=remove,proto3" json:"remove,omitempty"`
+	// non_voter: the node joined as a non-voter on request and is never
+	// promoted; otherwise a leader promotes it once it has caught up.
+	NonVoter      bool `protobuf:"varint,5,opt,name=non_voter,json=nonVoter,proto3" json:"non_voter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1522,11 +1525,19 @@ func (x *SetMember) GetRemove() bool {
 	return false
 }
 
+func (x *SetMember) GetNonVoter() bool {
+	if x != nil {
+		return x.NonVoter
+	}
+	return false
+}
+
 type MemberInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	ApiUrl        string                 `protobuf:"bytes,2,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
 	RaftAddress   string                 `protobuf:"bytes,3,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	NonVoter      bool                   `protobuf:"varint,4,opt,name=non_voter,json=nonVoter,proto3" json:"non_voter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1580,6 +1591,13 @@ func (x *MemberInfo) GetRaftAddress() string {
 		return x.RaftAddress
 	}
 	return ""
+}
+
+func (x *MemberInfo) GetNonVoter() bool {
+	if x != nil {
+		return x.NonVoter
+	}
+	return false
 }
 
 // Restore replaces the state of a new, empty cluster with a backup (a
@@ -1782,17 +1800,19 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\tClearMark\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"x\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\"\x95\x01\n" +
 	"\tSetMember\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x16\n" +
-	"\x06remove\x18\x04 \x01(\bR\x06remove\"a\n" +
+	"\x06remove\x18\x04 \x01(\bR\x06remove\x12\x1b\n" +
+	"\tnon_voter\x18\x05 \x01(\bR\bnonVoter\"~\n" +
 	"\n" +
 	"MemberInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x17\n" +
 	"\aapi_url\x18\x02 \x01(\tR\x06apiUrl\x12!\n" +
-	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\"Z\n" +
+	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x1b\n" +
+	"\tnon_voter\x18\x04 \x01(\bR\bnonVoter\"Z\n" +
 	"\aRestore\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x1d\n" +
 	"\n" +
