@@ -26,6 +26,7 @@ type Client struct {
 	cfg        config
 	ownsHTTP   bool
 	h1         *http.Client // unary calls while an endpoint has no stream
+	ka         *kaScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
 	rawCluster lockdv1connect.ClusterServiceClient
@@ -78,6 +79,7 @@ func New(opts ...Option) (*Client, error) {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
 	c := &Client{cfg: cfg, sessions: map[*Session]struct{}{}}
+	c.ka = newKAScheduler(c)
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
 		h2, h1 := newTransports()
@@ -155,6 +157,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.ka.close()
 	c.closeStreams()
 	if c.ownsHTTP {
 		c.cfg.httpClient.CloseIdleConnections()

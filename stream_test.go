@@ -215,3 +215,62 @@ func TestStreamFallsBackToUnaryBehindHTTP1Proxy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// 100 sessions of one client are kept alive by one batch per round (one
+// frame, one leadership check), not one call each.
+func TestStreamBatchesKeepAlives(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newClient(t, srv, lockd.WithStream(true))
+	const n = 100
+	var sessions []*lockd.Session
+	for range n {
+		sessions = append(sessions, newSession(t, c, lockd.WithTTL(time.Second)))
+	}
+	// Five rounds (TTL/3 each) of 100 keepalives.
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, srv.URL(), "lockd_session_keepalives_total") < 5*n {
+		if time.Now().After(deadline) {
+			t.Fatal("keepalives did not reach five rounds")
+		}
+	}
+	// The sessions were created over some time: the first rounds may take
+	// a few batches; after them, all renew in step, one frame per round.
+	k0, b0 := metric(t, srv.URL(), "lockd_session_keepalives_total"), frames(t, srv.URL(), "keep_alive")
+	for metric(t, srv.URL(), "lockd_session_keepalives_total") < k0+3*n {
+		if time.Now().After(deadline) {
+			t.Fatal("keepalives did not reach three more rounds")
+		}
+	}
+	k1, b1 := metric(t, srv.URL(), "lockd_session_keepalives_total"), frames(t, srv.URL(), "keep_alive")
+	if rounds := (k1 - k0) / n; b1-b0 > rounds+1 {
+		t.Errorf("%v keepalive frames for %v keepalives of %d sessions (%.1f rounds): not one batch per round", b1-b0, k1-k0, n, rounds)
+	}
+	t.Logf("steady state: %v keepalives in %v frames", k1-k0, b1-b0)
+	if u := unaryCalls(t, srv.URL(), "KeepAlive"); u != 0 {
+		t.Errorf("%v unary keepalives beside the stream", u)
+	}
+	for _, s := range sessions {
+		if s.Err() != nil {
+			t.Fatalf("session lost: %v", s.Err())
+		}
+	}
+}
+
+// Unary fallback keeps each session's own KeepAlive.
+func TestStreamOffKeepsUnaryKeepAlives(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newClient(t, srv, lockd.WithStream(false))
+	s := newSession(t, c, lockd.WithTTL(300*time.Millisecond))
+	deadline := time.Now().Add(10 * time.Second)
+	for unaryCalls(t, srv.URL(), "KeepAlive") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("no unary keepalives")
+		}
+	}
+	if f := frames(t, srv.URL(), "keep_alive") + frames(t, srv.URL(), "create_session"); f != 0 {
+		t.Errorf("%v frames with the stream off", f)
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}

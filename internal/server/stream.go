@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -71,31 +72,62 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		}
 		writerDone <- err
 	}()
+	// Frames are read in their own goroutine, so that a shutdown of this
+	// node ends the stream at once (the client goes elsewhere) instead of
+	// keeping it served until the HTTP server's shutdown times out.
+	frames := make(chan *lockdv1.StreamRequest)
+	readErr := make(chan error, 1)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		for {
+			req, err := st.Receive()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case frames <- req:
+			case <-quit:
+				return
+			}
+		}
+	}()
 	var calls sync.WaitGroup
 	var rerr error
+loop:
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
+			break loop
+		case <-s.done:
+			rerr = s.raftError(raft.ErrRaftShutdown)
+			break loop
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		req, err := st.Receive()
-		if err != nil {
+		select {
+		case req := <-frames:
+			received := time.Now()
+			calls.Go(func() { out <- h.serve(ctx, req, received) })
+		case err := <-readErr:
 			<-slots
 			if !errors.Is(err, io.EOF) {
 				rerr = err
 			}
-			break
+			break loop
+		case <-ctx.Done():
+			<-slots
+			break loop
+		case <-s.done:
+			<-slots
+			rerr = s.raftError(raft.ErrRaftShutdown)
+			break loop
 		}
-		received := time.Now()
-		calls.Go(func() { out <- h.serve(ctx, req, received) })
 	}
 	calls.Wait()
 	close(out)
 	werr := <-writerDone
-	if rerr != nil && ctx.Err() == nil {
+	if rerr != nil {
 		return rerr
 	}
 	return werr
