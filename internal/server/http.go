@@ -99,7 +99,7 @@ type healthChecker struct{ s *Server }
 // Check implements grpchealth.Checker.
 func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
-	case "", lockdv1connect.LockServiceName, lockdv1connect.ClusterServiceName:
+	case "", lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}
