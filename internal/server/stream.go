@@ -139,7 +139,16 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 	resp := &lockdv1.StreamResponse{CallId: req.GetCallId()}
 	kind := "invalid"
 	var err error
+	if req.GetCallId() == 0 {
+		// Not served: its answer could not be told from the open frame.
+		s.metrics.streamFrames.WithLabelValues(kind).Inc()
+		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(s.invalid("call_id 0 is reserved"))}
+		resp.ClusterId = a.clusterID()
+		return resp
+	}
 	switch b := req.GetBody().(type) {
+	case nil:
+		err = s.invalid("stream request without a body")
 	case *lockdv1.StreamRequest_CreateSession:
 		kind = "create_session"
 		var r *lockdv1.CreateSessionResponse
@@ -184,9 +193,6 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 		}
 	default:
 		err = s.invalid("stream request without a known body")
-	}
-	if err == nil && req.GetCallId() == 0 {
-		err = s.invalid("call_id 0 is reserved")
 	}
 	s.metrics.streamFrames.WithLabelValues(kind).Inc()
 	if err != nil {
