@@ -176,7 +176,9 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 		r := kaResult{sent: sent, err: err, unary: unary}
 		if err == nil && !unary {
 			res := resp.GetResults()[i]
-			if e := res.GetError(); e != nil {
+			if res.GetSessionId() != s.id {
+				r.err = connect.NewError(connect.CodeInternal, errors.New("keepalive batch: answer names another session"))
+			} else if e := res.GetError(); e != nil {
 				r.err = mapError(fromStreamError(e), "")
 			} else {
 				r.ttl = res.GetTtl().AsDuration()
