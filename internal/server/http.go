@@ -39,7 +39,10 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
-	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes))
+	// Frames are small: compressing each (Connect compresses every message
+	// of a stream whose client accepts gzip, by default) costs more CPU than
+	// it saves on the wire.
+	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(streamPath, streamHandler(stream))
 	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
