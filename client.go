@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ const maxEndpoints = 32
 type Client struct {
 	cfg        config
 	ownsHTTP   bool
+	h1         *http.Client // unary calls while an endpoint has no stream
+	ka         *kaScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
 	rawCluster lockdv1connect.ClusterServiceClient
@@ -45,11 +48,14 @@ const silentFor = 10 * time.Second
 // node is one server (endpoint) the client may call. Its mutable fields are
 // guarded by Client.mu.
 type node struct {
-	url     string
-	svc     lockdv1connect.LockServiceClient
-	cluster lockdv1connect.ClusterServiceClient
-	refused bool      // answered another cluster's id
-	silent  time.Time // did not answer; passed over until then
+	url      string
+	svc      lockdv1connect.LockServiceClient // HTTP/1.1 (or WithHTTPClient's)
+	svc2     lockdv1connect.LockServiceClient // h2c, once a stream is open; nil without streams
+	sessions lockdv1connect.SessionServiceClient
+	cluster  lockdv1connect.ClusterServiceClient
+	stream   streamSlot
+	refused  bool      // answered another cluster's id
+	silent   time.Time // did not answer; passed over until then
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -59,6 +65,7 @@ func New(opts ...Option) (*Client, error) {
 	cfg := config{
 		requestTimeout: DefaultRequestTimeout,
 		retryTimeout:   DefaultRetryTimeout,
+		stream:         streamEnabled(os.Getenv("LOCKD_STREAM")),
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -72,11 +79,15 @@ func New(opts ...Option) (*Client, error) {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
 	c := &Client{cfg: cfg, sessions: map[*Session]struct{}{}}
+	c.ka = newKAScheduler(c)
+	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// Each queued Lock holds a connection for its long poll.
-		tr.MaxIdleConnsPerHost = 256
-		c.cfg.httpClient = &http.Client{Transport: tr}
+		h2, h1 := newTransports()
+		c.h1 = &http.Client{Transport: h1}
+		c.cfg.httpClient = &http.Client{Transport: h2}
+		if !cfg.stream {
+			c.cfg.httpClient = c.h1
+		}
 		c.ownsHTTP = true
 	}
 	c.logger = cfg.logger
@@ -95,11 +106,25 @@ func New(opts ...Option) (*Client, error) {
 }
 
 func (c *Client) newEndpoint(url string) *node {
-	return &node{
+	ep := &node{
 		url:     url,
-		svc:     lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url),
-		cluster: lockdv1connect.NewClusterServiceClient(c.cfg.httpClient, url),
+		svc:     lockdv1connect.NewLockServiceClient(c.h1, url),
+		cluster: lockdv1connect.NewClusterServiceClient(c.h1, url),
 	}
+	if c.cfg.stream {
+		ep.svc2 = lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url)
+		ep.sessions = lockdv1connect.NewSessionServiceClient(c.cfg.httpClient, url)
+	}
+	return ep
+}
+
+// unary returns the client for ep's unary calls: over the stream's
+// connection once a stream is open there (HTTP/2 passes), else HTTP/1.1.
+func (ep *node) unary() lockdv1connect.LockServiceClient {
+	if ep.svc2 != nil && ep.stream.open.Load() {
+		return ep.svc2
+	}
+	return ep.svc
 }
 
 // Close closes every session of the client (releasing their locks, best
@@ -132,8 +157,11 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.ka.close()
+	c.closeStreams()
 	if c.ownsHTTP {
 		c.cfg.httpClient.CloseIdleConnections()
+		c.h1.CloseIdleConnections()
 	}
 	return errors.Join(errs...)
 }

@@ -154,7 +154,8 @@ func newTestClient(t testing.TB, ts []*transport, opts ...Option) *Client {
 	for i := range ts {
 		urls[i] = "ep" + string(rune('0'+i))
 	}
-	c, err := New(append([]Option{WithEndpoints(urls...)}, opts...)...)
+	// The fakes replace the unary clients: no stream.
+	c, err := New(append([]Option{WithEndpoints(urls...), WithStream(false)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,18 +62,12 @@ func (s *Session) keepalive() {
 	next := s.lease.sent.Add(retry.RenewInterval(s.ttl))
 	s.mu.Unlock()
 	for s.ctx.Err() == nil {
-		t := time.NewTimer(time.Until(next))
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
+		sent, ttl, err := s.renew(p, next)
+		if s.ctx.Err() != nil {
 			continue
-		case <-t.C:
 		}
-		sent := time.Now()
-		resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id}, nil)
 		switch {
 		case err == nil:
-			ttl := resp.Msg.GetTtl().AsDuration()
 			if ttl <= 0 {
 				ttl = s.ttl
 			}
@@ -89,6 +83,7 @@ func (s *Session) keepalive() {
 			next = time.Now().Add(retry.JeopardyInterval(s.ttl))
 		}
 	}
+	s.c.ka.unschedule(s)
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
@@ -103,4 +98,37 @@ func (s *Session) keepalive() {
 		s.c.logger.Debug("close of lost session failed", "session", s.id, "err", err)
 	}
 	s.c.removeSession(s)
+}
+
+// renew renews the lease at next: in the client's next keepalive batch
+// over the session stream, else (no stream, or none on the endpoint) with
+// a unary KeepAlive. It returns the send time to confirm from and the TTL
+// granted; it returns early when the session ends.
+func (s *Session) renew(p policy, next time.Time) (time.Time, time.Duration, error) {
+	if s.c.cfg.stream {
+		s.c.ka.schedule(s, next)
+		select {
+		case <-s.ctx.Done():
+			s.c.ka.unschedule(s)
+			return time.Time{}, 0, s.ctx.Err()
+		case r := <-s.ka:
+			if !r.unary {
+				return r.sent, r.ttl, r.err
+			}
+		}
+	} else {
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return time.Time{}, 0, s.ctx.Err()
+		case <-t.C:
+		}
+	}
+	sent := time.Now()
+	resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id}, nil)
+	if err != nil {
+		return sent, 0, err
+	}
+	return sent, resp.Msg.GetTtl().AsDuration(), nil
 }

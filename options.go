@@ -38,6 +38,7 @@ type config struct {
 	retryTimeout   time.Duration
 	connectTimeout time.Duration // 0: none
 	logger         *slog.Logger
+	stream         bool // session stream (WithStream)
 }
 
 // Option configures a Client in New.
@@ -74,15 +75,34 @@ func WithEndpoints(urls ...string) Option {
 // WithHTTPClient sets the HTTP client used for every call. Its Timeout
 // should be zero: Lock blocks in long polls, and every call already has its
 // own timeout (WithRequestTimeout). By default the Client uses its own
-// transport (HTTP/1.1 for http:// endpoints, HTTP/2 for https://) and closes
-// its idle connections in Close; a transport with unencrypted HTTP/2
-// (http.Protocols) also works, as lockd serves h2c.
+// transports (h2c or HTTP/2 over TLS for the session stream and the calls
+// to endpoints where it is open, HTTP/1.1 for the others) and closes their
+// idle connections in Close. A client given here is used for every call;
+// the session stream needs it to speak HTTP/2 (for http:// endpoints,
+// unencrypted HTTP/2 only in its http.Protocols), else the Client falls
+// back to unary calls.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) error {
 		if hc == nil {
 			return fmt.Errorf("%w: nil http client", ErrInvalidArgument)
 		}
 		c.httpClient = hc
+		return nil
+	}
+}
+
+// WithStream turns the session stream on or off. On (the default), the
+// Client carries every session-scoped call (create, keepalive, acquire,
+// release, cancel, complete, close) as frames of one long-lived HTTP/2
+// stream per endpoint, and the keepalives of all its sessions as one batch
+// per round; an endpoint where no stream can be opened (a proxy that does
+// not pass HTTP/2 cleartext) is called unary over HTTP/1.1 instead. Off,
+// every call is a unary HTTP/1.1 request. The environment variable
+// LOCKD_STREAM=off (or on) sets the default: the escape hatch when a proxy
+// breaks streams in a way the fallback does not detect.
+func WithStream(on bool) Option {
+	return func(c *config) error {
+		c.stream = on
 		return nil
 	}
 }

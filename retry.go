@@ -66,8 +66,9 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		defer r.Stop()
 	}
 	start := time.Now()
-	answered := false // some endpoint answered this call
-	followed := false // the previous attempt went straight to a named leader
+	answered := false    // some endpoint answered this call
+	followed := false    // the previous attempt went straight to a named leader
+	brokeBefore := false // the previous attempt's stream broke
 	for r.Next() {
 		connectLeft := time.Duration(-1)
 		if !answered && c.cfg.connectTimeout > 0 {
@@ -107,6 +108,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			c.answered(ep)
 		}
 		ok, hint := retryable(err, p.idempotent, timedOut)
+		broken := errors.Is(err, errStreamBroken)
 		err = mapError(err, name)
 		immediate := false
 		if hint != "" {
@@ -125,6 +127,12 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		if errors.Is(err, ErrClusterMismatch) {
 			immediate = true
 		}
+		if broken && !brokeBefore && hint == "" {
+			// The node or its connection is gone: try the next endpoint
+			// now, once (a stream that breaks again waits its turn).
+			immediate = true
+		}
+		brokeBefore = broken
 		followed = hint != "" && immediate
 		if p.once && !(immediate && r.Attempt() == 0) {
 			return err

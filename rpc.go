@@ -34,13 +34,15 @@ type rpc[Req, Res any] struct {
 	// (Acquire with wait); an attempt's time is its request time plus the
 	// poll.
 	maxPoll time.Duration
+	// stream, when set, carries the request as a session stream frame.
+	stream *viaStream[Req, Res]
 }
 
 // onLock and onCluster adapt a method of the generated clients to a row.
 
 func onLock[Req, Res any](m func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
 	return func(ep *node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
-		return m(ep.svc, ctx, r)
+		return m(ep.unary(), ctx, r)
 	}
 }
 
@@ -69,12 +71,14 @@ var (
 		call:       onLock(lockdv1connect.LockServiceClient.CreateSession),
 		idempotent: func(m *lockdv1.CreateSessionRequest) bool { return m.GetRequestId() != "" },
 		name:       noName[lockdv1.CreateSessionRequest],
+		stream:     streamCreateSession,
 	}
 	rpcKeepAlive = rpc[lockdv1.KeepAliveRequest, lockdv1.KeepAliveResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.KeepAlive), idempotent: always[lockdv1.KeepAliveRequest], name: noName[lockdv1.KeepAliveRequest],
 	}
 	rpcCloseSession = rpc[lockdv1.CloseSessionRequest, lockdv1.CloseSessionResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.CloseSession), idempotent: bySeq[lockdv1.CloseSessionRequest], name: noName[lockdv1.CloseSessionRequest],
+		stream: streamCloseSession,
 	}
 	rpcListSessions = rpc[lockdv1.ListSessionsRequest, lockdv1.ListSessionsResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.ListSessions), idempotent: always[lockdv1.ListSessionsRequest], name: noName[lockdv1.ListSessionsRequest],
@@ -82,15 +86,19 @@ var (
 	rpcAcquire = rpc[lockdv1.AcquireRequest, lockdv1.AcquireResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Acquire), idempotent: bySeq[lockdv1.AcquireRequest], name: lockName[lockdv1.AcquireRequest],
 		maxPoll: maxLongPoll,
+		stream:  streamAcquire,
 	}
 	rpcRelease = rpc[lockdv1.ReleaseRequest, lockdv1.ReleaseResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Release), idempotent: bySeq[lockdv1.ReleaseRequest], name: lockName[lockdv1.ReleaseRequest],
+		stream: streamRelease,
 	}
 	rpcCancel = rpc[lockdv1.CancelRequest, lockdv1.CancelResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Cancel), idempotent: bySeq[lockdv1.CancelRequest], name: lockName[lockdv1.CancelRequest],
+		stream: streamCancel,
 	}
 	rpcComplete = rpc[lockdv1.CompleteRequest, lockdv1.CompleteResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.Complete), idempotent: bySeq[lockdv1.CompleteRequest], name: lockName[lockdv1.CompleteRequest],
+		stream: streamComplete,
 	}
 	rpcCheckToken = rpc[lockdv1.CheckTokenRequest, lockdv1.CheckTokenResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.CheckToken), idempotent: always[lockdv1.CheckTokenRequest], name: lockName[lockdv1.CheckTokenRequest],
@@ -137,7 +145,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 		for k, v := range hdr {
 			req.Header()[k] = v
 		}
-		res, err := r.call(ep, ctx, req)
+		res, err := r.send(ctx, c, ep, req)
 		if err != nil {
 			id := ""
 			if d := errorDetail(err); d != nil {
@@ -163,4 +171,17 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 		return nil
 	})
 	return resp, err
+}
+
+// send makes one attempt: over ep's session stream when the row has a
+// stream form and the stream is on (and no extra headers are to be sent),
+// else unary.
+func (r rpc[Req, Res]) send(ctx context.Context, c *Client, ep *node, req *connect.Request[Req]) (*connect.Response[Res], error) {
+	if r.stream != nil && c.cfg.stream && len(req.Header()) == 0 {
+		res, err := callStream(ctx, c, ep, r.stream, req.Msg)
+		if !errors.Is(err, errNoStream) {
+			return res, err
+		}
+	}
+	return r.call(ep, ctx, req)
 }

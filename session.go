@@ -40,6 +40,7 @@ type Session struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
+	ka       chan kaResult // outcomes of batched keepalive rounds
 	seqs     seqTracker
 	bg       sync.WaitGroup
 
@@ -135,6 +136,7 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 	s := &Session{
 		c: c, id: id, ttl: ttl, owner: owner, deadlineFn: deadlineFn,
 		loopDone: make(chan struct{}),
+		ka:       make(chan kaResult, 1),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.lease.sent, s.lease.deadline = sent, retry.LeaseDeadline(sent, ttl)

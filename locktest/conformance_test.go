@@ -2,6 +2,10 @@ package locktest_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +50,7 @@ func openLockd(t *testing.T) func(t *testing.T) lockd.Backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	t.Cleanup(func() { checkStream(t, srv.URL()) })
 	return func(t *testing.T) lockd.Backend {
 		s, err := c.NewSession(ctx(t), lockd.WithTTL(5*time.Second))
 		if err != nil {
@@ -83,5 +88,25 @@ func openRedlock(t *testing.T) func(t *testing.T) lockd.Backend {
 		}
 		t.Cleanup(func() { _ = r.Close(context.Background()) })
 		return r.Backend()
+	}
+}
+
+// checkStream checks that the suite's calls went over the session stream
+// (the client's default), or unary with LOCKD_STREAM=off.
+func checkStream(t *testing.T, url string) {
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	none := strings.Contains(string(b), "lockd_api_stream_frames_total{kind=\"acquire\"} 0\n")
+	if off := os.Getenv("LOCKD_STREAM") == "off"; none != off {
+		t.Errorf("acquires went over the stream: %v, with LOCKD_STREAM=%q", !none, os.Getenv("LOCKD_STREAM"))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,13 +40,20 @@ func (d *benchDriver) System() string { return "lockd" }
 func (d *benchDriver) ConnsOpened() int64 { return d.dials.Load() }
 
 // benchTransport is a copy of the transport lockd.New makes when it is not
-// given an HTTP client (client.go: a clone of http.DefaultTransport with
-// 256 idle connections per host, as every queued Lock holds one), with a
-// dialer that counts. Keep the two in step, or the counts describe another
-// client than the one users run.
+// given an HTTP client (stream.go, newTransports: with the session stream,
+// the h2c one that carries the stream and the unary calls beside it; with
+// LOCKD_STREAM=off, the HTTP/1.1 one with 256 idle connections per host,
+// as every queued Lock holds one), with a dialer that counts. Keep them in
+// step, or the counts describe another client than the one users run.
 func (d *benchDriver) benchTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
+	if benchStream() {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP2(true)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second}
+	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		d.dials.Add(1)
@@ -54,9 +62,19 @@ func (d *benchDriver) benchTransport() *http.Transport {
 	return tr
 }
 
+// benchStream reports whether the clients use the session stream: the
+// client's default, LOCKD_STREAM (see lockd.WithStream).
+func benchStream() bool {
+	switch os.Getenv("LOCKD_STREAM") {
+	case "off", "0", "false":
+		return false
+	}
+	return true
+}
+
 func (d *benchDriver) newLockdClient() (*benchClient, error) {
 	hc := &http.Client{Transport: d.benchTransport()}
-	c, err := lockd.New(lockd.WithEndpoints(d.endpoints...), lockd.WithHTTPClient(hc))
+	c, err := lockd.New(lockd.WithEndpoints(d.endpoints...), lockd.WithHTTPClient(hc), lockd.WithStream(benchStream()))
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
 	}

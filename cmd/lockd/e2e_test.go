@@ -11,6 +11,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -287,6 +288,39 @@ func TestRunMutualExclusion(t *testing.T) {
 	}
 	t.Logf("%d runs in %v", n, time.Since(start))
 	checkLog(t, logFile, n)
+	// lockd run's calls go over the session stream, unless LOCKD_STREAM=off.
+	frames := scrapeMetric(t, s.url, `lockd_api_stream_frames_total{kind="acquire"}`)
+	unary := scrapeMetric(t, s.url, `lockd_api_requests_total{code="ok",method="/lockd.v1.LockService/Acquire"}`)
+	if os.Getenv("LOCKD_STREAM") == "off" {
+		frames, unary = unary, frames
+	}
+	if frames < n || unary != 0 {
+		t.Errorf("acquires: %v on the expected path, %v on the other (LOCKD_STREAM=%q)", frames, unary, os.Getenv("LOCKD_STREAM"))
+	}
+}
+
+// scrapeMetric returns one sample of a server's /metrics (0 when absent).
+func scrapeMetric(t *testing.T, url, sample string) float64 {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return 0
 }
 
 // checkLog verifies a log of "start TOKEN SESSION" / "end TOKEN SESSION"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // This file is a harness for in-process lockd clusters with faults: 3 or 5
@@ -46,6 +48,7 @@ var (
 // chaosNet is the state of the links between nodes and from clients to
 // nodes.
 type chaosNet struct {
+	streams  atomic.Int64 // session streams the clients opened
 	mu       sync.Mutex
 	group    map[string]int             // node id -> partition group
 	down     map[string]bool            // stopped or crashed nodes
@@ -174,6 +177,9 @@ func (t *chaosTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 		}
 		r.resp.Body = &chaosBody{rc: r.resp.Body, fl: fl, net: t.net, cancel: cancel}
+		if req.URL.Path == "/"+lockdv1connect.SessionServiceName+"/Stream" && r.resp.StatusCode == http.StatusOK {
+			t.net.streams.Add(1)
+		}
 		return r.resp, nil
 	case <-fl.cut:
 		go func() {
@@ -265,7 +271,7 @@ func newTestCluster(t testing.TB, n int, opts clusterOpts) *tcluster {
 	c := &tcluster{t: t, opts: opts, net: newChaosNet()}
 	for i := range n {
 		nd := &tnode{idx: i, id: fmt.Sprintf("n%d", i+1), dir: t.TempDir(), listen: "127.0.0.1:0"}
-		nd.hc = &http.Client{Transport: &chaosTransport{net: c.net, from: nd.id, base: c.newBase()}}
+		nd.hc = &http.Client{Transport: &chaosTransport{net: c.net, from: nd.id, base: c.newBase(false)}}
 		c.nodes = append(c.nodes, nd)
 		c.boot = append(c.boot, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(nd.id), Address: raft.ServerAddress(nd.id)})
 	}
@@ -281,12 +287,16 @@ func newTestCluster(t testing.TB, n int, opts clusterOpts) *tcluster {
 	return c
 }
 
-func (c *tcluster) newBase() *http.Transport {
+func (c *tcluster) newBase(h2c bool) *http.Transport {
 	b := &http.Transport{
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+	}
+	if h2c {
+		b.Protocols = new(http.Protocols)
+		b.Protocols.SetUnencryptedHTTP2(true)
 	}
 	c.mu.Lock()
 	c.bases = append(c.bases, b)
@@ -526,6 +536,16 @@ func (c *tcluster) urls() []string {
 	return out
 }
 
+// streamOn reports whether clients use the session stream (the client's
+// default; LOCKD_STREAM=off runs the suite unary only).
+func streamOn() bool {
+	switch os.Getenv("LOCKD_STREAM") {
+	case "off", "0", "false":
+		return false
+	}
+	return true
+}
+
 // newClient returns a Go client named name (for restrictClient) that knows
 // every node; the cluster closes it at the end of the test.
 func (c *tcluster) newClient(name string, opts ...lockd.Option) *lockd.Client {
@@ -535,7 +555,9 @@ func (c *tcluster) newClient(name string, opts ...lockd.Option) *lockd.Client {
 			c.net.clients[name] = nil
 		}
 	})
-	hc := &http.Client{Transport: &chaosTransport{net: c.net, from: name, base: c.newBase()}}
+	// Clients speak h2c like lockd.New's own transport, so their session
+	// calls go over the stream (unless LOCKD_STREAM=off).
+	hc := &http.Client{Transport: &chaosTransport{net: c.net, from: name, base: c.newBase(streamOn())}}
 	all := append([]lockd.Option{
 		lockd.WithEndpoints(c.urls()...), lockd.WithHTTPClient(hc),
 		lockd.WithRequestTimeout(c.opts.request), lockd.WithRetryTimeout(5 * time.Second),

@@ -39,9 +39,14 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
+	// Frames are small: compressing each (Connect compresses every message
+	// of a stream whose client accepts gzip, by default) costs more CPU than
+	// it saves on the wire.
+	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
+	handle(streamPath, streamHandler(stream))
 	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
-	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.ClusterServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName, grpchealth.HealthV1ServiceName)
 	handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
 	handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
 	if g != nil {
@@ -97,7 +102,7 @@ type healthChecker struct{ s *Server }
 // Check implements grpchealth.Checker.
 func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
-	case "", lockdv1connect.LockServiceName, lockdv1connect.ClusterServiceName:
+	case "", lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}

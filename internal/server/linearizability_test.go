@@ -675,6 +675,11 @@ func runLinearizability(t *testing.T, nodes, rounds, nworkers int, seed uint64) 
 	}
 	r.recoveryCheck(rounds)
 	t.Logf("nemesis: %s", strings.Join(log, "; "))
+	if n := c.net.streams.Load(); streamOn() && n == 0 {
+		t.Errorf("the clients opened no session stream: the test ran unary only")
+	} else {
+		t.Logf("%d session streams opened", n)
+	}
 
 	// End every session; its end bounds its holds.
 	var cwg sync.WaitGroup

@@ -23,6 +23,8 @@ type metrics struct {
 	waitersWoken    prometheus.Counter
 	forwarded       prometheus.Counter
 	watchdogTrips   prometheus.Counter
+	streamsOpen     prometheus.Gauge
+	streamFrames    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -50,7 +52,16 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.watchdogTrips = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_raft_watchdog_trips_total", Help: "Times the leader watchdog found a stalled proposal.",
 	})
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips)
+	m.streamsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_api_streams_open", Help: "Session streams open on this node.",
+	})
+	m.streamFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_api_stream_frames_total", Help: "Calls received on session streams, by kind (a keep_alive frame is a batch).",
+	}, []string{"kind"})
+	for _, k := range streamKinds {
+		m.streamFrames.WithLabelValues(k)
+	}
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -2672,6 +2672,601 @@ func (x *TransferLeadershipResponse) GetLeader() string {
 	return ""
 }
 
+// KeepAliveBatch renews many sessions of one client in one frame. The
+// server verifies its leadership once for the batch, after receiving it.
+type KeepAliveBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*KeepAliveRequest    `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveBatch) Reset() {
+	*x = KeepAliveBatch{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveBatch) ProtoMessage() {}
+
+func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveBatch.ProtoReflect.Descriptor instead.
+func (*KeepAliveBatch) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *KeepAliveBatch) GetSessions() []*KeepAliveRequest {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+// KeepAliveResult is the answer for one session of a KeepAliveBatch.
+type KeepAliveResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The TTL granted, from when the batch was received; absent on error.
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// Set when this session's lease was not renewed.
+	Error         *StreamError `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveResult) Reset() {
+	*x = KeepAliveResult{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveResult) ProtoMessage() {}
+
+func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
+func (*KeepAliveResult) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *KeepAliveResult) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *KeepAliveResult) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *KeepAliveResult) GetError() *StreamError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// KeepAliveBatchResponse holds one result per session of the batch, in
+// the batch's order.
+type KeepAliveBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*KeepAliveResult     `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepAliveBatchResponse) Reset() {
+	*x = KeepAliveBatchResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepAliveBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepAliveBatchResponse) ProtoMessage() {}
+
+func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepAliveBatchResponse.ProtoReflect.Descriptor instead.
+func (*KeepAliveBatchResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *KeepAliveBatchResponse) GetResults() []*KeepAliveResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *KeepAliveBatchResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+// StreamError is a call's error on a stream: the Connect code (as its
+// number, see connectrpc.com/connect Code), the message and the same
+// ErrorDetail a unary call's error carries.
+type StreamError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Detail        *ErrorDetail           `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamError) Reset() {
+	*x = StreamError{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamError) ProtoMessage() {}
+
+func (x *StreamError) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
+func (*StreamError) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *StreamError) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *StreamError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *StreamError) GetDetail() *ErrorDetail {
+	if x != nil {
+		return x.Detail
+	}
+	return nil
+}
+
+// StreamRequest is one call on a session stream.
+type StreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Chosen by the client, unique among its calls in flight on the stream;
+	// the answer carries it. 0 is reserved.
+	CallId uint64 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*StreamRequest_CreateSession
+	//	*StreamRequest_KeepAlive
+	//	*StreamRequest_Acquire
+	//	*StreamRequest_Release
+	//	*StreamRequest_Cancel
+	//	*StreamRequest_Complete
+	//	*StreamRequest_CloseSession
+	Body          isStreamRequest_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *StreamRequest) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *StreamRequest) GetBody() isStreamRequest_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetCreateSession() *CreateSessionRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_CreateSession); ok {
+			return x.CreateSession
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetKeepAlive() *KeepAliveBatch {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetCancel() *CancelRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetComplete() *CompleteRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *StreamRequest) GetCloseSession() *CloseSessionRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_CloseSession); ok {
+			return x.CloseSession
+		}
+	}
+	return nil
+}
+
+type isStreamRequest_Body interface {
+	isStreamRequest_Body()
+}
+
+type StreamRequest_CreateSession struct {
+	CreateSession *CreateSessionRequest `protobuf:"bytes,2,opt,name=create_session,json=createSession,proto3,oneof"`
+}
+
+type StreamRequest_KeepAlive struct {
+	KeepAlive *KeepAliveBatch `protobuf:"bytes,3,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type StreamRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,4,opt,name=acquire,proto3,oneof"`
+}
+
+type StreamRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,5,opt,name=release,proto3,oneof"`
+}
+
+type StreamRequest_Cancel struct {
+	Cancel *CancelRequest `protobuf:"bytes,6,opt,name=cancel,proto3,oneof"`
+}
+
+type StreamRequest_Complete struct {
+	Complete *CompleteRequest `protobuf:"bytes,7,opt,name=complete,proto3,oneof"`
+}
+
+type StreamRequest_CloseSession struct {
+	CloseSession *CloseSessionRequest `protobuf:"bytes,8,opt,name=close_session,json=closeSession,proto3,oneof"`
+}
+
+func (*StreamRequest_CreateSession) isStreamRequest_Body() {}
+
+func (*StreamRequest_KeepAlive) isStreamRequest_Body() {}
+
+func (*StreamRequest_Acquire) isStreamRequest_Body() {}
+
+func (*StreamRequest_Release) isStreamRequest_Body() {}
+
+func (*StreamRequest_Cancel) isStreamRequest_Body() {}
+
+func (*StreamRequest_Complete) isStreamRequest_Body() {}
+
+func (*StreamRequest_CloseSession) isStreamRequest_Body() {}
+
+// StreamResponse answers the StreamRequest with the same call_id.
+type StreamResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	CallId uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The cluster this node belongs to (clients refuse another cluster).
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*StreamResponse_CreateSession
+	//	*StreamResponse_KeepAlive
+	//	*StreamResponse_Acquire
+	//	*StreamResponse_Release
+	//	*StreamResponse_Cancel
+	//	*StreamResponse_Complete
+	//	*StreamResponse_CloseSession
+	//	*StreamResponse_Error
+	Body          isStreamResponse_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *StreamResponse) GetCallId() uint64 {
+	if x != nil {
+		return x.CallId
+	}
+	return 0
+}
+
+func (x *StreamResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *StreamResponse) GetBody() isStreamResponse_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetCreateSession() *CreateSessionResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_CreateSession); ok {
+			return x.CreateSession
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetKeepAlive() *KeepAliveBatchResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_KeepAlive); ok {
+			return x.KeepAlive
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetCancel() *CancelResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetComplete() *CompleteResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_Complete); ok {
+			return x.Complete
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetCloseSession() *CloseSessionResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_CloseSession); ok {
+			return x.CloseSession
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetError() *StreamError {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isStreamResponse_Body interface {
+	isStreamResponse_Body()
+}
+
+type StreamResponse_CreateSession struct {
+	CreateSession *CreateSessionResponse `protobuf:"bytes,3,opt,name=create_session,json=createSession,proto3,oneof"`
+}
+
+type StreamResponse_KeepAlive struct {
+	KeepAlive *KeepAliveBatchResponse `protobuf:"bytes,4,opt,name=keep_alive,json=keepAlive,proto3,oneof"`
+}
+
+type StreamResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,5,opt,name=acquire,proto3,oneof"`
+}
+
+type StreamResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,6,opt,name=release,proto3,oneof"`
+}
+
+type StreamResponse_Cancel struct {
+	Cancel *CancelResponse `protobuf:"bytes,7,opt,name=cancel,proto3,oneof"`
+}
+
+type StreamResponse_Complete struct {
+	Complete *CompleteResponse `protobuf:"bytes,8,opt,name=complete,proto3,oneof"`
+}
+
+type StreamResponse_CloseSession struct {
+	CloseSession *CloseSessionResponse `protobuf:"bytes,9,opt,name=close_session,json=closeSession,proto3,oneof"`
+}
+
+type StreamResponse_Error struct {
+	Error *StreamError `protobuf:"bytes,10,opt,name=error,proto3,oneof"`
+}
+
+func (*StreamResponse_CreateSession) isStreamResponse_Body() {}
+
+func (*StreamResponse_KeepAlive) isStreamResponse_Body() {}
+
+func (*StreamResponse_Acquire) isStreamResponse_Body() {}
+
+func (*StreamResponse_Release) isStreamResponse_Body() {}
+
+func (*StreamResponse_Cancel) isStreamResponse_Body() {}
+
+func (*StreamResponse_Complete) isStreamResponse_Body() {}
+
+func (*StreamResponse_CloseSession) isStreamResponse_Body() {}
+
+func (*StreamResponse_Error) isStreamResponse_Body() {}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -2868,7 +3463,48 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"4\n" +
 	"\x1aTransferLeadershipResponse\x12\x16\n" +
-	"\x06leader\x18\x01 \x01(\tR\x06leader*A\n" +
+	"\x06leader\x18\x01 \x01(\tR\x06leader\"H\n" +
+	"\x0eKeepAliveBatch\x126\n" +
+	"\bsessions\x18\x01 \x03(\v2\x1a.lockd.v1.KeepAliveRequestR\bsessions\"\x8a\x01\n" +
+	"\x0fKeepAliveResult\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12+\n" +
+	"\x05error\x18\x03 \x01(\v2\x15.lockd.v1.StreamErrorR\x05error\"l\n" +
+	"\x16KeepAliveBatchResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.lockd.v1.KeepAliveResultR\aresults\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"j\n" +
+	"\vStreamError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12-\n" +
+	"\x06detail\x18\x03 \x01(\v2\x15.lockd.v1.ErrorDetailR\x06detail\"\xd2\x03\n" +
+	"\rStreamRequest\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12G\n" +
+	"\x0ecreate_session\x18\x02 \x01(\v2\x1e.lockd.v1.CreateSessionRequestH\x00R\rcreateSession\x129\n" +
+	"\n" +
+	"keep_alive\x18\x03 \x01(\v2\x18.lockd.v1.KeepAliveBatchH\x00R\tkeepAlive\x124\n" +
+	"\aacquire\x18\x04 \x01(\v2\x18.lockd.v1.AcquireRequestH\x00R\aacquire\x124\n" +
+	"\arelease\x18\x05 \x01(\v2\x18.lockd.v1.ReleaseRequestH\x00R\arelease\x121\n" +
+	"\x06cancel\x18\x06 \x01(\v2\x17.lockd.v1.CancelRequestH\x00R\x06cancel\x127\n" +
+	"\bcomplete\x18\a \x01(\v2\x19.lockd.v1.CompleteRequestH\x00R\bcomplete\x12D\n" +
+	"\rclose_session\x18\b \x01(\v2\x1d.lockd.v1.CloseSessionRequestH\x00R\fcloseSessionB\x06\n" +
+	"\x04body\"\xaf\x04\n" +
+	"\x0eStreamResponse\x12\x17\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12H\n" +
+	"\x0ecreate_session\x18\x03 \x01(\v2\x1f.lockd.v1.CreateSessionResponseH\x00R\rcreateSession\x12A\n" +
+	"\n" +
+	"keep_alive\x18\x04 \x01(\v2 .lockd.v1.KeepAliveBatchResponseH\x00R\tkeepAlive\x125\n" +
+	"\aacquire\x18\x05 \x01(\v2\x19.lockd.v1.AcquireResponseH\x00R\aacquire\x125\n" +
+	"\arelease\x18\x06 \x01(\v2\x19.lockd.v1.ReleaseResponseH\x00R\arelease\x122\n" +
+	"\x06cancel\x18\a \x01(\v2\x18.lockd.v1.CancelResponseH\x00R\x06cancel\x128\n" +
+	"\bcomplete\x18\b \x01(\v2\x1a.lockd.v1.CompleteResponseH\x00R\bcomplete\x12E\n" +
+	"\rclose_session\x18\t \x01(\v2\x1e.lockd.v1.CloseSessionResponseH\x00R\fcloseSession\x12-\n" +
+	"\x05error\x18\n" +
+	" \x01(\v2\x15.lockd.v1.StreamErrorH\x00R\x05errorB\x06\n" +
+	"\x04body*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -2915,7 +3551,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
-	"\x12TransferLeadership\x12#.lockd.v1.TransferLeadershipRequest\x1a$.lockd.v1.TransferLeadershipResponse\"\x00B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\x12TransferLeadership\x12#.lockd.v1.TransferLeadershipRequest\x1a$.lockd.v1.TransferLeadershipResponse\"\x002S\n" +
+	"\x0eSessionService\x12A\n" +
+	"\x06Stream\x12\x17.lockd.v1.StreamRequest\x1a\x18.lockd.v1.StreamResponse\"\x00(\x010\x01B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -2930,7 +3568,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -2975,79 +3613,107 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*RemoveMemberResponse)(nil),       // 40: lockd.v1.RemoveMemberResponse
 	(*TransferLeadershipRequest)(nil),  // 41: lockd.v1.TransferLeadershipRequest
 	(*TransferLeadershipResponse)(nil), // 42: lockd.v1.TransferLeadershipResponse
-	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 44: google.protobuf.Duration
+	(*KeepAliveBatch)(nil),             // 43: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 44: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 45: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 46: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 47: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 48: lockd.v1.StreamResponse
+	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 50: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	24, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	5,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	43, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	44, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	44, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	44, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	44, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	49, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	50, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	50, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	50, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	50, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	44, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	43, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	50, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	49, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
 	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	44, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	44, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	50, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	50, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
 	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	43, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	49, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
 	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	43, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	49, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	24, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	25, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	5,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	44, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	50, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	26, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	26, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	44, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	50, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
 	35, // 30: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
 	35, // 31: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	6,  // 32: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 33: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 34: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 35: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 36: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 37: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 38: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 39: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 40: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 41: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 42: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	34, // 43: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 44: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	37, // 45: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	39, // 46: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	41, // 47: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	7,  // 48: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 49: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 50: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 51: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 52: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 53: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 54: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 55: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 56: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 57: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 58: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	36, // 59: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 60: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	38, // 61: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	40, // 62: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	42, // 63: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	48, // [48:64] is the sub-list for method output_type
-	32, // [32:48] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	8,  // 32: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	50, // 33: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	46, // 34: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	44, // 35: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	4,  // 36: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	6,  // 37: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	43, // 38: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	15, // 39: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	17, // 40: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	19, // 41: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	32, // 42: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	10, // 43: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	7,  // 44: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	45, // 45: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	16, // 46: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	18, // 47: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	20, // 48: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	33, // 49: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	11, // 50: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	46, // 51: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	6,  // 52: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 53: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 54: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 55: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 56: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 57: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 58: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 59: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 60: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 61: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 62: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	34, // 63: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 64: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	37, // 65: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	39, // 66: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	41, // 67: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	47, // 68: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	7,  // 69: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 70: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 71: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 72: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 73: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 74: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 75: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 76: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 77: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 78: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 79: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	36, // 80: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 81: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	38, // 82: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	40, // 83: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	42, // 84: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	48, // 85: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	69, // [69:86] is the sub-list for method output_type
+	52, // [52:69] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3056,15 +3722,34 @@ func file_lockd_v1_lockd_proto_init() {
 		return
 	}
 	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
+	file_lockd_v1_lockd_proto_msgTypes[43].OneofWrappers = []any{
+		(*StreamRequest_CreateSession)(nil),
+		(*StreamRequest_KeepAlive)(nil),
+		(*StreamRequest_Acquire)(nil),
+		(*StreamRequest_Release)(nil),
+		(*StreamRequest_Cancel)(nil),
+		(*StreamRequest_Complete)(nil),
+		(*StreamRequest_CloseSession)(nil),
+	}
+	file_lockd_v1_lockd_proto_msgTypes[44].OneofWrappers = []any{
+		(*StreamResponse_CreateSession)(nil),
+		(*StreamResponse_KeepAlive)(nil),
+		(*StreamResponse_Acquire)(nil),
+		(*StreamResponse_Release)(nil),
+		(*StreamResponse_Cancel)(nil),
+		(*StreamResponse_Complete)(nil),
+		(*StreamResponse_CloseSession)(nil),
+		(*StreamResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   39,
+			NumMessages:   45,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_lockd_v1_lockd_proto_goTypes,
 		DependencyIndexes: file_lockd_v1_lockd_proto_depIdxs,

@@ -28,6 +28,8 @@ const (
 	LockServiceName = "lockd.v1.LockService"
 	// ClusterServiceName is the fully-qualified name of the ClusterService service.
 	ClusterServiceName = "lockd.v1.ClusterService"
+	// SessionServiceName is the fully-qualified name of the SessionService service.
+	SessionServiceName = "lockd.v1.SessionService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -77,6 +79,8 @@ const (
 	// ClusterServiceTransferLeadershipProcedure is the fully-qualified name of the ClusterService's
 	// TransferLeadership RPC.
 	ClusterServiceTransferLeadershipProcedure = "/lockd.v1.ClusterService/TransferLeadership"
+	// SessionServiceStreamProcedure is the fully-qualified name of the SessionService's Stream RPC.
+	SessionServiceStreamProcedure = "/lockd.v1.SessionService/Stream"
 )
 
 // LockServiceClient is a client for the lockd.v1.LockService service.
@@ -633,4 +637,84 @@ func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect
 
 func (UnimplementedClusterServiceHandler) TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.ClusterService.TransferLeadership is not implemented"))
+}
+
+// SessionServiceClient is a client for the lockd.v1.SessionService service.
+type SessionServiceClient interface {
+	// Stream carries calls (StreamRequest) and their answers
+	// (StreamResponse), matched by call_id; answers may come in any order.
+	// The server first sends a frame with call_id 0 and no body (the stream
+	// is open). A queued Acquire is answered when granted, or QUEUED at its
+	// poll timeout like the unary call.
+	Stream(context.Context) *connect.BidiStreamForClient[v1.StreamRequest, v1.StreamResponse]
+}
+
+// NewSessionServiceClient constructs a client for the lockd.v1.SessionService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SessionServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	sessionServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("SessionService").Methods()
+	return &sessionServiceClient{
+		stream: connect.NewClient[v1.StreamRequest, v1.StreamResponse](
+			httpClient,
+			baseURL+SessionServiceStreamProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("Stream")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// sessionServiceClient implements SessionServiceClient.
+type sessionServiceClient struct {
+	stream *connect.Client[v1.StreamRequest, v1.StreamResponse]
+}
+
+// Stream calls lockd.v1.SessionService.Stream.
+func (c *sessionServiceClient) Stream(ctx context.Context) *connect.BidiStreamForClient[v1.StreamRequest, v1.StreamResponse] {
+	return c.stream.CallBidiStream(ctx)
+}
+
+// SessionServiceHandler is an implementation of the lockd.v1.SessionService service.
+type SessionServiceHandler interface {
+	// Stream carries calls (StreamRequest) and their answers
+	// (StreamResponse), matched by call_id; answers may come in any order.
+	// The server first sends a frame with call_id 0 and no body (the stream
+	// is open). A queued Acquire is answered when granted, or QUEUED at its
+	// poll timeout like the unary call.
+	Stream(context.Context, *connect.BidiStream[v1.StreamRequest, v1.StreamResponse]) error
+}
+
+// NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	sessionServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("SessionService").Methods()
+	sessionServiceStreamHandler := connect.NewBidiStreamHandler(
+		SessionServiceStreamProcedure,
+		svc.Stream,
+		connect.WithSchema(sessionServiceMethods.ByName("Stream")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/lockd.v1.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SessionServiceStreamProcedure:
+			sessionServiceStreamHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSessionServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSessionServiceHandler struct{}
+
+func (UnimplementedSessionServiceHandler) Stream(context.Context, *connect.BidiStream[v1.StreamRequest, v1.StreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.SessionService.Stream is not implemented"))
 }

@@ -1,0 +1,310 @@
+package lockd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/endpoint"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// The session stream: one HTTP/2 stream per (Client, endpoint) carrying
+// every session-scoped call as a frame (SessionService.Stream), instead of
+// one HTTP exchange per call. It is transport only: the retry loop (do)
+// runs above it unchanged, a broken stream fails its pending calls with an
+// "outcome unknown" error that do retries with the same seq, and an
+// endpoint where no stream can be opened (a proxy that does not pass
+// HTTP/2) is used over unary HTTP/1.1 instead.
+
+// unaryFor is how long an endpoint where no stream could be opened is used
+// unary only before a stream is tried again.
+const unaryFor = time.Minute
+
+// errNoStream says a call cannot go over a stream on this endpoint now;
+// the caller sends it unary.
+var errNoStream = errors.New("no session stream")
+
+// errStreamBroken marks the error of a call cut by a broken stream.
+var errStreamBroken = errors.New("session stream broke; outcome unknown")
+
+// streamEnabled is the default of WithStream: on, unless LOCKD_STREAM=off.
+func streamEnabled(env string) bool { return env != "off" && env != "0" && env != "false" }
+
+// newTransports returns the client's own transports: h2c (and HTTP/2 over
+// TLS) for the stream and for unary calls to endpoints whose stream is
+// open, so one connection carries everything, and HTTP/1.1 for the others.
+func newTransports() (h2, h1 *http.Transport) {
+	h1 = http.DefaultTransport.(*http.Transport).Clone()
+	// Each queued Lock holds a connection for its long poll.
+	h1.MaxIdleConnsPerHost = 256
+	h2 = http.DefaultTransport.(*http.Transport).Clone()
+	h2.Protocols = new(http.Protocols)
+	h2.Protocols.SetHTTP2(true)
+	h2.Protocols.SetUnencryptedHTTP2(true)
+	// Pings find a dead connection (a frozen or unplugged node) while the
+	// stream is idle, so its calls fail over instead of waiting for their
+	// timeouts.
+	h2.HTTP2 = &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second}
+	return h2, h1
+}
+
+// streamSlot is an endpoint's stream state.
+type streamSlot struct {
+	mu        sync.Mutex
+	cur       *stream
+	unaryTill time.Time // no stream could be opened: unary until then
+	open      atomic.Bool
+}
+
+// stream is one open session stream.
+type stream struct {
+	ep     *node
+	st     *connect.BidiStreamForClient[lockdv1.StreamRequest, lockdv1.StreamResponse]
+	cancel context.CancelFunc
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]chan *lockdv1.StreamResponse
+	err     error
+	done    chan struct{}
+}
+
+// streamCall sends req on the endpoint's stream (opening it if needed)
+// and waits for its answer. It returns errNoStream when the endpoint is
+// to be called unary; an answer's StreamError comes back as the
+// *connect.Error (with its ErrorDetail) the unary call would have given.
+func (c *Client) streamCall(ctx context.Context, ep *node, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
+	s, err := c.openStream(ctx, ep)
+	if err != nil {
+		return nil, err
+	}
+	return s.call(ctx, req)
+}
+
+// openStream returns the endpoint's open stream, or opens one.
+func (c *Client) openStream(ctx context.Context, ep *node) (*stream, error) {
+	slot := &ep.stream
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.cur != nil {
+		return slot.cur, nil
+	}
+	if ep.sessions == nil || time.Now().Before(slot.unaryTill) || c.isClosed() {
+		return nil, errNoStream
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	st := ep.sessions.Stream(sctx)
+	stop := context.AfterFunc(ctx, cancel) // opening is bounded by the call
+	err := st.Send(nil)                    // sends the headers
+	var hello *lockdv1.StreamResponse
+	if err == nil {
+		hello, err = st.Receive()
+	}
+	if !stop() || ctx.Err() != nil {
+		cancel()
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+	}
+	if err != nil {
+		cancel()
+		if notSent(err) {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
+		}
+		// The server answered, but not with a stream: HTTP/2 did not
+		// pass (a proxy), or an old server. Use this endpoint unary.
+		slot.unaryTill = time.Now().Add(unaryFor)
+		c.logger.Info("session stream unavailable, using unary calls", "endpoint", ep.url, "err", err)
+		return nil, errNoStream
+	}
+	if err := c.checkCluster(ep, hello.GetClusterId()); err != nil {
+		cancel()
+		return nil, err
+	}
+	s := &stream{ep: ep, st: st, cancel: cancel, pending: map[uint64]chan *lockdv1.StreamResponse{}, done: make(chan struct{})}
+	slot.cur = s
+	slot.open.Store(true)
+	go s.read()
+	return s, nil
+}
+
+// read delivers answers to their calls until the stream breaks.
+func (s *stream) read() {
+	for {
+		r, err := s.st.Receive()
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		s.mu.Lock()
+		ch := s.pending[r.GetCallId()]
+		delete(s.pending, r.GetCallId())
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- r // buffered; an answer to an abandoned call is dropped
+		}
+	}
+}
+
+// fail ends the stream: every pending call fails with an "outcome unknown"
+// error (the retry loop re-sends each with its seq), and the endpoint's
+// next call opens a new stream.
+func (s *stream) fail(cause error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s: %w", errStreamBroken, s.ep.url, cause))
+		close(s.done)
+	}
+	s.mu.Unlock()
+	s.cancel()
+	slot := &s.ep.stream
+	slot.mu.Lock()
+	if slot.cur == s {
+		slot.cur = nil
+		slot.open.Store(false)
+	}
+	slot.mu.Unlock()
+}
+
+// call sends one request and waits for its answer, the stream's end or
+// ctx.
+func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
+	ch := make(chan *lockdv1.StreamResponse, 1)
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.nextID++
+	id := s.nextID
+	s.pending[id] = ch
+	s.mu.Unlock()
+	req.CallId = id
+	s.sendMu.Lock()
+	err := s.st.Send(req)
+	s.sendMu.Unlock()
+	if err != nil {
+		s.fail(err)
+	}
+	select {
+	case r := <-ch:
+		if e := r.GetError(); e != nil {
+			return nil, fromStreamError(e)
+		}
+		return r, nil
+	case <-s.done:
+		return nil, s.err
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, id)
+		s.mu.Unlock()
+		code := connect.CodeCanceled
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded
+		}
+		return nil, connect.NewError(code, ctx.Err())
+	}
+}
+
+// fromStreamError rebuilds the *connect.Error a unary call would have
+// returned.
+func fromStreamError(e *lockdv1.StreamError) error {
+	ce := connect.NewError(connect.Code(e.GetCode()), errors.New(e.GetMessage()))
+	if e.GetDetail() != nil {
+		if d, err := connect.NewErrorDetail(e.GetDetail()); err == nil {
+			ce.AddDetail(d)
+		}
+	}
+	return ce
+}
+
+// closeStreams ends the client's streams (Close).
+func (c *Client) closeStreams() {
+	c.mu.Lock()
+	eps := append([]*node(nil), c.eps...)
+	c.mu.Unlock()
+	for _, ep := range eps {
+		ep.stream.mu.Lock()
+		s := ep.stream.cur
+		ep.stream.mu.Unlock()
+		if s != nil {
+			s.sendMu.Lock()
+			_ = s.st.CloseRequest()
+			s.sendMu.Unlock()
+			s.fail(ErrClosed)
+		}
+	}
+}
+
+// viaStream is how a table row's request goes over a stream: wrap puts it
+// in a frame, unwrap takes the answer out (nil when the frame holds
+// another kind of answer).
+type viaStream[Req, Res any] struct {
+	wrap   func(*Req) *lockdv1.StreamRequest
+	unwrap func(*lockdv1.StreamResponse) *Res
+}
+
+// callStream sends a row's request over ep's stream, returning
+// errNoStream when it must go unary.
+func callStream[Req, Res any](ctx context.Context, c *Client, ep *node, v *viaStream[Req, Res], msg *Req) (*connect.Response[Res], error) {
+	r, err := c.streamCall(ctx, ep, v.wrap(msg))
+	if err != nil {
+		return nil, err
+	}
+	m := v.unwrap(r)
+	if m == nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
+	}
+	res := connect.NewResponse(m)
+	if id := r.GetClusterId(); id != "" {
+		res.Header().Set(endpoint.ClusterIDHeader, id)
+	}
+	return res, nil
+}
+
+// The rows' stream forms.
+var (
+	streamCreateSession = &viaStream[lockdv1.CreateSessionRequest, lockdv1.CreateSessionResponse]{
+		wrap: func(m *lockdv1.CreateSessionRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CreateSession{CreateSession: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetCreateSession,
+	}
+	streamCloseSession = &viaStream[lockdv1.CloseSessionRequest, lockdv1.CloseSessionResponse]{
+		wrap: func(m *lockdv1.CloseSessionRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CloseSession{CloseSession: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetCloseSession,
+	}
+	streamAcquire = &viaStream[lockdv1.AcquireRequest, lockdv1.AcquireResponse]{
+		wrap: func(m *lockdv1.AcquireRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Acquire{Acquire: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetAcquire,
+	}
+	streamRelease = &viaStream[lockdv1.ReleaseRequest, lockdv1.ReleaseResponse]{
+		wrap: func(m *lockdv1.ReleaseRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Release{Release: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetRelease,
+	}
+	streamCancel = &viaStream[lockdv1.CancelRequest, lockdv1.CancelResponse]{
+		wrap: func(m *lockdv1.CancelRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Cancel{Cancel: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetCancel,
+	}
+	streamComplete = &viaStream[lockdv1.CompleteRequest, lockdv1.CompleteResponse]{
+		wrap: func(m *lockdv1.CompleteRequest) *lockdv1.StreamRequest {
+			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Complete{Complete: m}}
+		},
+		unwrap: (*lockdv1.StreamResponse).GetComplete,
+	}
+)
