@@ -108,8 +108,9 @@ type Server struct {
 	closing       bool          // Close has begun: start no background task
 	promotedTerm  atomic.Uint64
 
-	watch *watchdog
-	fatal func(error)
+	watch  *watchdog
+	verify verifier // shares VerifyLeader among concurrent requests
+	fatal  func(error)
 
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
