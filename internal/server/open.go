@@ -138,7 +138,11 @@ func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft
 	rc.LocalID = raft.ServerID(s.nodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/2, 5*time.Millisecond)
+	// Raft's leader lease only decides when a leader that hears no quorum
+	// steps down; lockd's reads and KeepAlives rely on VerifyLeader, not on
+	// it. The longest lease Raft allows keeps a busy leader from stepping
+	// down for a stall of a few heartbeats.
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout
 	rc.CommitTimeout = min(50*time.Millisecond, cfg.HeartbeatTimeout/4)
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold

@@ -42,7 +42,8 @@ func TestBigRestart(t *testing.T) {
 	}
 	const sessions = 64
 	cfg := testConfig(t.TempDir())
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = time.Second, time.Second
+	def := DefaultConfig() // the defaults' timing: a restart waits out one election
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = def.HeartbeatTimeout, def.ElectionTimeout
 	cfg.WatchdogTimeout = time.Hour // a long replay holds up the first Barrier
 	if v := os.Getenv("LOCKD_BIG_LOG_BYTES"); v != "" {
 		// 0 measures the restart as it was before snapshots by log size.
