@@ -308,7 +308,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 				return nil, fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
 			}
 			tokens[ph.Token] = true
-			h := &hold{session: ph.SessionId, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
+			// The session's own id string, not the decoded copy: a million
+			// holds then keep 64 strings alive, not a million.
+			h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
 			l.holders = append(l.holders, h)
 			s.holds[l.name] = h
 		}
@@ -320,7 +322,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			if !validMode(pw.Mode) {
 				return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 			}
-			w := &wait{session: pw.SessionId, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
+			w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
 			l.queue = append(l.queue, w)
 			s.waits[l.name] = w
 		}
