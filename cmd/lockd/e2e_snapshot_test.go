@@ -77,7 +77,7 @@ func TestClusterWipedMemberCatchesUpFromSnapshot(t *testing.T) {
 	victim.id, victim.join = victim.id+"-b", all
 	// Its own threshold is out of reach: a snapshot in its data dir can
 	// only be the leader's, installed over Raft.
-	victim.extra = []string{"--snapshot-threshold", "1000000", "--snapshot-interval", "1h"}
+	victim.extra = []string{"--snapshot-threshold", "1000000", "--snapshot-interval", "1h", "--snapshot-log-bytes", "0"}
 	start := time.Now()
 	victim.start(t)
 	c.waitStable(t, c.nodes, 30*time.Second)

@@ -231,9 +231,11 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
 		return nil, fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
 	}
-	tokens := map[uint64]bool{}
-	sessions := map[string]*session{}
-	byRequest := map[string]string{}
+	// Maps sized up front: a restart of a node with 1 000 000 locks
+	// otherwise spends much of its restore growing them.
+	tokens := make(map[uint64]bool, len(snap.Locks))
+	sessions := make(map[string]*session, len(snap.Sessions))
+	byRequest := make(map[string]string, len(snap.Sessions))
 	if len(snap.Sessions) > limits.sessions {
 		return nil, fmt.Errorf("snapshot: %d sessions, more than %d", len(snap.Sessions), limits.sessions)
 	}
@@ -259,10 +261,29 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			byRequest[s.requestID] = s.id
 		}
 	}
-	locks := map[string]*lock{}
-	cs := newCounts()
+	// Each session's holds map sized up front too: growing 64 maps to
+	// 15 000 entries each rehashes them over and over.
+	holds := make(map[string]int, len(sessions))
 	for _, pl := range snap.Locks {
-		if locks[pl.Name] != nil {
+		for _, ph := range pl.Holders {
+			holds[ph.SessionId]++
+		}
+	}
+	for id, n := range holds {
+		if s := sessions[id]; s != nil {
+			s.holds = make(map[string]*hold, n)
+		}
+	}
+	locks := make(map[string]*lock, len(snap.Locks))
+	cs := newCounts()
+	// State writes locks sorted by name: while the names rise strictly,
+	// none repeats, and the check needs no lookup in a map of a million.
+	sorted := true
+	for i, pl := range snap.Locks {
+		if sorted && i > 0 && pl.Name <= snap.Locks[i-1].Name {
+			sorted = false
+		}
+		if !sorted && locks[pl.Name] != nil {
 			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
 		if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && (pl.LockDelayMs == 0 || pl.DelayToken == 0) || !pl.Delayed && pl.DelayToken != 0 {
@@ -271,7 +292,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed, delayToken: pl.DelayToken}
 		for i, ph := range pl.Holders {
 			s := sessions[ph.SessionId]
-			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
+			if s == nil || l.has(s, ph.SessionId) {
 				return nil, fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
 			}
 			switch {
@@ -287,19 +308,21 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 				return nil, fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
 			}
 			tokens[ph.Token] = true
-			h := &hold{session: ph.SessionId, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
+			// The session's own id string, not the decoded copy: a million
+			// holds then keep 64 strings alive, not a million.
+			h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
 			l.holders = append(l.holders, h)
 			s.holds[l.name] = h
 		}
 		for _, pw := range pl.Queue {
 			s := sessions[pw.SessionId]
-			if s == nil || s.holds[pl.Name] != nil || s.waits[pl.Name] != nil {
+			if s == nil || l.has(s, pw.SessionId) {
 				return nil, fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
 			}
 			if !validMode(pw.Mode) {
 				return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 			}
-			w := &wait{session: pw.SessionId, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
+			w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
 			l.queue = append(l.queue, w)
 			s.waits[l.name] = w
 		}
@@ -351,4 +374,25 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
 		sessions: sessions, byRequest: byRequest, locks: locks, members: members, counts: cs}, nil
+}
+
+// has reports whether session s (id) already holds or waits for l, while
+// l is being decoded. Lock names are unique by then, so only l's own
+// holders and waiters can clash: a short lock is scanned instead of
+// looking its name up in the session's maps.
+func (l *lock) has(s *session, id string) bool {
+	if len(l.holders)+len(l.queue) > 8 {
+		return s.holds[l.name] != nil || s.waits[l.name] != nil
+	}
+	for _, h := range l.holders {
+		if h.session == id {
+			return true
+		}
+	}
+	for _, w := range l.queue {
+		if w.session == id {
+			return true
+		}
+	}
+	return false
 }

@@ -9,9 +9,16 @@
 // manager is inactive (answers no KeepAlive and ends nothing) until Promote
 // is called after the new leader's Barrier; Promote restarts every deadline
 // in full, so a leader change can only make an entry last longer, never
-// shorter. Demote clears every timer. A decision to end an entry is final
+// shorter. Demote clears every deadline. A decision to end an entry is final
 // for the term: a KeepAlive never revives it, also while a failed proposal
 // is retried.
+//
+// A manager keeps one min-heap of entries ordered by when they are next
+// looked at, and one timer for the earliest of them, so 100 000 sessions
+// cost no goroutine and no timer each. A KeepAlive only moves the entry's
+// deadline (no heap operation, no allocation); an entry whose turn comes
+// with a deadline in the future goes back into the heap at that deadline,
+// so each live entry costs at most one heap operation per TTL.
 package lease
 
 import (
@@ -45,11 +52,13 @@ type Entry struct {
 }
 
 type entry struct {
+	id       string
 	ttl      time.Duration
 	deadline time.Time
-	timer    *time.Timer
+	when     time.Time // when the heap next looks at the entry
+	index    int       // position in the heap, -1 when not in it
 	revoked  bool
-	expiring bool
+	expiring bool // decided: when is a retry time, not a deadline
 }
 
 // Manager holds the deadlines. Its methods are safe for concurrent use.
@@ -60,8 +69,10 @@ type Manager struct {
 	mu      sync.Mutex
 	active  bool
 	term    uint64 // the leadership term Promote was called for
-	gen     uint64 // bumped by Promote and Demote; stale timers check it
 	entries map[string]*entry
+	heap    []*entry
+	timer   *time.Timer // fires at armed, the earliest when in the heap
+	armed   time.Time   // zero when the timer is stopped
 }
 
 // New returns an inactive manager. expire is called (in its own goroutine)
@@ -82,14 +93,26 @@ func (m *Manager) Promote(term uint64, entries []Entry) {
 	m.clearLocked()
 	m.active = true
 	m.term = term
-	for _, s := range entries {
-		e := &entry{ttl: s.TTL, revoked: s.Revoked}
-		m.entries[s.ID] = e
-		m.armLocked(s.ID, e, now.Add(s.TTL+m.grace))
+	if cap(m.heap) < len(entries) {
+		m.heap = make([]*entry, 0, len(entries))
 	}
+	// One allocation for every entry: a new leader of 100 000 sessions
+	// starts its leases in milliseconds.
+	es := make([]entry, len(entries))
+	for i, s := range entries {
+		e := &es[i]
+		d := now.Add(s.TTL + m.grace)
+		*e = entry{id: s.ID, ttl: s.TTL, revoked: s.Revoked, deadline: d, when: d, index: len(m.heap)}
+		m.entries[s.ID] = e
+		m.heap = append(m.heap, e)
+	}
+	for i := len(m.heap)/2 - 1; i >= 0; i-- {
+		m.down(i)
+	}
+	m.rearmLocked()
 }
 
-// Demote deactivates the manager and stops every timer.
+// Demote deactivates the manager and stops its timer.
 func (m *Manager) Demote() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -98,51 +121,64 @@ func (m *Manager) Demote() {
 }
 
 func (m *Manager) clearLocked() {
-	m.gen++
-	for _, e := range m.entries {
-		e.timer.Stop()
-	}
 	clear(m.entries)
+	clear(m.heap) // let the entries be collected
+	m.heap = m.heap[:0]
+	m.rearmLocked()
 }
 
-func (m *Manager) armLocked(id string, e *entry, deadline time.Time) {
-	e.deadline = deadline
-	gen := m.gen
-	if e.timer != nil {
-		e.timer.Stop()
+// rearmLocked sets the timer to the earliest when in the heap. A timer that
+// fires early (its entry was removed) finds nothing due and rearms.
+func (m *Manager) rearmLocked() {
+	if len(m.heap) == 0 {
+		if m.timer != nil && !m.armed.IsZero() {
+			m.timer.Stop()
+		}
+		m.armed = time.Time{}
+		return
 	}
-	e.timer = time.AfterFunc(time.Until(deadline), func() { m.fire(id, e, gen) })
+	next := m.heap[0].when
+	if m.armed.Equal(next) {
+		return
+	}
+	m.armed = next
+	if m.timer == nil {
+		m.timer = time.AfterFunc(time.Until(next), m.fire)
+		return
+	}
+	m.timer.Reset(time.Until(next))
 }
 
-func (m *Manager) fire(id string, e *entry, gen uint64) {
+// fire looks at every entry that is due: one whose deadline a KeepAlive
+// moved goes back into the heap at its new deadline; one whose deadline
+// passed is decided (expiring) and handed to expire; one already decided is
+// a Retry, handed to expire again without looking at its deadline.
+func (m *Manager) fire() {
+	var due []string
 	m.mu.Lock()
-	if m.gen != gen || m.entries[id] != e || e.expiring {
-		m.mu.Unlock()
-		return
+	now := time.Now()
+	m.armed = time.Time{}
+	for len(m.heap) > 0 && !m.heap[0].when.After(now) {
+		e := m.heap[0]
+		switch {
+		case e.expiring:
+			m.removeAt(0)
+		case now.Before(e.deadline):
+			e.when = e.deadline
+			m.down(0)
+			continue
+		default:
+			e.expiring = true
+			m.removeAt(0)
+		}
+		due = append(due, e.id)
 	}
-	if now := time.Now(); now.Before(e.deadline) {
-		// A KeepAlive moved the deadline after the timer was set.
-		m.armLocked(id, e, e.deadline)
-		m.mu.Unlock()
-		return
-	}
-	e.expiring = true
+	m.rearmLocked()
 	term := m.term
 	m.mu.Unlock()
-	m.expire(id, term)
-}
-
-// refire calls expire again for an entry whose expiry was already decided
-// (Retry): the decision stands, so the deadline is not looked at again.
-func (m *Manager) refire(id string, e *entry, gen uint64) {
-	m.mu.Lock()
-	if m.gen != gen || m.entries[id] != e || !e.expiring {
-		m.mu.Unlock()
-		return
+	for _, id := range due {
+		go m.expire(id, term)
 	}
-	term := m.term
-	m.mu.Unlock()
-	m.expire(id, term)
 }
 
 // Retry calls expire again after delay for an entry whose expiry proposal
@@ -151,14 +187,16 @@ func (m *Manager) refire(id string, e *entry, gen uint64) {
 // or a KeepAlive arriving between a failed proposal and its retry could
 // extend a lease the leader already gave up on.
 func (m *Manager) Retry(id string, delay time.Duration) {
+	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[id]
-	if !m.active || e == nil || !e.expiring {
+	if !m.active || e == nil || !e.expiring || e.index >= 0 {
 		return
 	}
-	gen := m.gen
-	e.timer = time.AfterFunc(delay, func() { m.refire(id, e, gen) })
+	e.when = now.Add(delay)
+	m.push(e)
+	m.rearmLocked()
 }
 
 // Created starts the deadline of a new entry (now + TTL + grace). It is a
@@ -170,9 +208,11 @@ func (m *Manager) Created(id string, ttl time.Duration) {
 	if !m.active || m.entries[id] != nil {
 		return
 	}
-	e := &entry{ttl: ttl}
+	d := now.Add(ttl + m.grace)
+	e := &entry{id: id, ttl: ttl, deadline: d, when: d}
 	m.entries[id] = e
-	m.armLocked(id, e, now.Add(ttl+m.grace))
+	m.push(e)
+	m.rearmLocked()
 }
 
 // Removed forgets an entry that ended (a session closed or expired, a mark
@@ -181,7 +221,9 @@ func (m *Manager) Removed(id string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.entries[id]; e != nil {
-		e.timer.Stop()
+		if e.index >= 0 {
+			m.removeAt(e.index)
+		}
 		delete(m.entries, id)
 	}
 }
@@ -215,7 +257,8 @@ func (m *Manager) KeepAlive(id string, received time.Time) (time.Duration, error
 		return 0, ErrRevoked
 	}
 	if d := received.Add(e.ttl + m.grace); d.After(e.deadline) {
-		e.deadline = d // the armed timer re-arms itself when it fires early
+		// The entry stays in the heap at its older when; fire moves it.
+		e.deadline = d
 	}
 	return e.ttl, nil
 }
@@ -229,4 +272,11 @@ func (m *Manager) Deadline(id string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return e.deadline, true
+}
+
+// Len returns the number of entries the manager holds.
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.entries)
 }

@@ -318,6 +318,7 @@ func (c *tcluster) config(nd *tnode) Config {
 	cfg.MaxPollTimeout = 5 * time.Second
 	// Keep the whole log, so the test can replay it.
 	cfg.SnapshotThreshold = 1 << 30
+	cfg.SnapshotLogBytes = 0
 	cfg.SnapshotInterval = time.Hour
 	return cfg
 }

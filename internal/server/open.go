@@ -126,7 +126,9 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	if o.logStore != nil {
 		ls = o.logStore(ls)
 	}
-	return raftStores{logs: newCountingLogStore(ls, reg), snaps: snaps}, nil
+	size := newLogSize(cfg.SnapshotLogBytes)
+	s.logSize = size
+	return raftStores{logs: newCountingLogStore(ls, reg, size), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size}}, nil
 }
 
 // raftConfig is Raft's configuration for this node; leadership changes are
@@ -136,7 +138,11 @@ func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft
 	rc.LocalID = raft.ServerID(s.nodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = max(cfg.HeartbeatTimeout/2, 5*time.Millisecond)
+	// Raft's leader lease only decides when a leader that hears no quorum
+	// steps down; lockd's reads and KeepAlives rely on VerifyLeader, not on
+	// it. The longest lease Raft allows keeps a busy leader from stepping
+	// down for a stall of a few heartbeats.
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout
 	rc.CommitTimeout = min(50*time.Millisecond, cfg.HeartbeatTimeout/4)
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
@@ -175,11 +181,13 @@ func openTransport(cfg Config, o *options, hl hclog.Logger) (raft.Transport, err
 type countingLogStore struct {
 	raft.LogStore
 	batches, entries prometheus.Counter
+	size             *logSize
 }
 
-func newCountingLogStore(ls raft.LogStore, reg prometheus.Registerer) *countingLogStore {
+func newCountingLogStore(ls raft.LogStore, reg prometheus.Registerer, size *logSize) *countingLogStore {
 	c := &countingLogStore{
 		LogStore: ls,
+		size:     size,
 		batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "lockd_raft_log_batches_total", Help: "Batches written (and fsynced) to the Raft log."}),
 		entries:  prometheus.NewCounter(prometheus.CounterOpts{Name: "lockd_raft_log_entries_total", Help: "Entries written to the Raft log."}),
 	}
@@ -199,6 +207,11 @@ func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	c.batches.Inc()
 	c.entries.Add(float64(len(logs)))
+	var n uint64
+	for _, l := range logs {
+		n += uint64(len(l.Data))
+	}
+	c.size.wrote(n)
 	return nil
 }
 

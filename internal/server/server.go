@@ -108,8 +108,10 @@ type Server struct {
 	closing       bool          // Close has begun: start no background task
 	promotedTerm  atomic.Uint64
 
-	watch *watchdog
-	fatal func(error)
+	watch   *watchdog
+	verify  verifier // shares VerifyLeader among concurrent requests
+	logSize *logSize // log bytes since the last snapshot (snapshots.go)
+	fatal   func(error)
 
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
@@ -256,9 +258,10 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.watchLeadership(notify)
 	go s.runWatchdog()
+	go s.snapshotByLogSize(s.logSize)
 	s.serveHTTP(gatherer)
 	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", string(s.trans.LocalAddr()), "data_dir", cfg.DataDir)
 	return s, nil

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,28 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 	t.Logf("follower applied %d, leader %d; follower sessions %d, leader %d", srv[f].raft.AppliedIndex(), target, srv[f].fsm.Info().Sessions, srv[l].fsm.Info().Sessions)
 	if !ok {
 		t.Fatalf("follower n%d stuck at %d < %d", f+1, srv[f].raft.AppliedIndex(), target)
+	}
+}
+
+// TestSnapshotByLogSize: with Raft's own triggers out of reach (an hour's
+// interval, a huge entry threshold), a node that writes SnapshotLogBytes to
+// its log takes a snapshot at once, so a restart replays a bounded log.
+func TestSnapshotByLogSize(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SnapshotInterval, cfg.SnapshotThreshold = time.Hour, 1<<40
+	cfg.SnapshotLogBytes = 16 << 10
+	s := startServer(t, cfg)
+	defer s.Close()
+	propose(t, s, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "a", TtlMs: 60000})
+	for i := 0; s.logSize.total.Load() < 2*cfg.SnapshotLogBytes; i++ {
+		propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: uint64(i + 1), Ack: uint64(i), Name: fmt.Sprint("lock/", i), Mode: fsm.ModeExclusive})
+	}
+	select {
+	case <-s.logSize.taken:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no snapshot after %d log bytes (limit %d)", s.logSize.total.Load(), cfg.SnapshotLogBytes)
+	}
+	if idx, _ := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64); idx == 0 {
+		t.Fatal("raft reports no snapshot")
 	}
 }
