@@ -46,8 +46,13 @@ var (
 // whether it was revoked), or, in the managers the server keeps for them, a
 // completion mark or a lock-delay (its retention or delay as TTL).
 type Entry struct {
-	ID      string
-	TTL     time.Duration
+	// ID names the item: a session id, or a mark's or delay's key.
+	ID string
+	// TTL is how long the item lives after Promote (or its last KeepAlive)
+	// before the grace is added.
+	TTL time.Duration
+	// Revoked marks a session an operator force-released: it accepts no
+	// KeepAlive and expires at its deadline.
 	Revoked bool
 }
 

@@ -19,6 +19,7 @@ import (
 // fields[Token] (when Token ≥ 1) is the decimal fencing token. An end line
 // must repeat its begin line's fields.
 type Format struct {
+	// Begin and End are the keywords of a section's first and last line.
 	Begin, End string
 	Fields     int // words per line, the keyword included
 	Token      int // index of the token word, or 0 for none
