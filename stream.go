@@ -59,7 +59,8 @@ func newTransports() (h2, h1 *http.Transport) {
 type streamSlot struct {
 	mu        sync.Mutex
 	cur       *stream
-	unaryTill time.Time // no stream could be opened: unary until then
+	opening   chan struct{} // closed when the open in progress ends; nil if none
+	unaryTill time.Time     // no stream could be opened: unary until then
 	open      atomic.Bool
 }
 
@@ -75,7 +76,14 @@ type stream struct {
 	pending map[uint64]chan *lockdv1.StreamResponse
 	err     error
 	done    chan struct{}
+
+	acquires chan struct{} // Acquires in flight, at most maxStreamAcquires
 }
+
+// maxStreamAcquires bounds the Acquires one stream has in flight: half of
+// what the server serves at once per stream (256), so that parked long
+// polls never fill the server's pool and hold up other calls.
+const maxStreamAcquires = 128
 
 // streamCall sends req on the endpoint's stream (opening it if needed)
 // and waits for its answer. It returns errNoStream when the endpoint is
@@ -89,49 +97,112 @@ func (c *Client) streamCall(ctx context.Context, ep *node, req *lockdv1.StreamRe
 	return s.call(ctx, req)
 }
 
-// openStream returns the endpoint's open stream, or opens one.
+// openStream returns the endpoint's open stream, or opens one. The slot's
+// lock is never held over the network: one caller opens while the others
+// wait for it as long as their own ctx allows (a keepalive must not wait
+// out an Acquire's long-poll budget behind a hung dial).
 func (c *Client) openStream(ctx context.Context, ep *node) (*stream, error) {
 	slot := &ep.stream
-	slot.mu.Lock()
-	defer slot.mu.Unlock()
-	if slot.cur != nil {
-		return slot.cur, nil
+	for {
+		slot.mu.Lock()
+		if s := slot.cur; s != nil {
+			slot.mu.Unlock()
+			return s, nil
+		}
+		if ep.sessions == nil || time.Now().Before(slot.unaryTill) || c.isClosed() {
+			slot.mu.Unlock()
+			return nil, errNoStream
+		}
+		if w := slot.opening; w != nil {
+			slot.mu.Unlock()
+			select {
+			case <-w:
+				continue // opened, or failed: look again
+			case <-ctx.Done():
+				return nil, openAborted(ep, ctx)
+			}
+		}
+		w := make(chan struct{})
+		slot.opening = w
+		slot.mu.Unlock()
+
+		s, unary, err := c.dialStream(ctx, ep)
+		slot.mu.Lock()
+		slot.opening = nil
+		close(w)
+		if s != nil && c.isClosed() {
+			s.cancel()
+			s, err = nil, errNoStream
+		}
+		if s != nil {
+			slot.cur = s
+			slot.open.Store(true)
+		}
+		if unary {
+			slot.unaryTill = time.Now().Add(unaryFor)
+		}
+		slot.mu.Unlock()
+		if s == nil {
+			return nil, err
+		}
+		go s.read()
+		return s, nil
 	}
-	if ep.sessions == nil || time.Now().Before(slot.unaryTill) || c.isClosed() {
-		return nil, errNoStream
+}
+
+// ctxError is the error of a call whose ctx ended: DeadlineExceeded or
+// Canceled, as a unary call would report it.
+func ctxError(ctx context.Context) error {
+	code := connect.CodeCanceled
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = connect.CodeDeadlineExceeded
 	}
+	return connect.NewError(code, ctx.Err())
+}
+
+// openAborted is the error of a call whose ctx ended while it waited for
+// a stream to open.
+func openAborted(ep *node, ctx context.Context) error {
+	err := ctxError(ctx).(*connect.Error)
+	return connect.NewError(err.Code(), fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+}
+
+// dialStream opens a stream to ep, bounded by ctx and by the request
+// timeout (not by a long poll's budget). unary reports that the server
+// answered but not with a stream: HTTP/2 did not pass (a proxy), or an
+// old server; the endpoint is then used unary for a while.
+func (c *Client) dialStream(ctx context.Context, ep *node) (s *stream, unary bool, err error) {
+	octx, ocancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	defer ocancel()
 	sctx, cancel := context.WithCancel(context.Background())
 	st := ep.sessions.Stream(sctx)
-	stop := context.AfterFunc(ctx, cancel) // opening is bounded by the call
-	err := st.Send(nil)                    // sends the headers
+	stop := context.AfterFunc(octx, cancel) // opening is bounded by octx
+	err = st.Send(nil)                      // sends the headers
 	var hello *lockdv1.StreamResponse
 	if err == nil {
 		hello, err = st.Receive()
 	}
-	if !stop() || ctx.Err() != nil {
+	if !stop() || octx.Err() != nil {
 		cancel()
-		return nil, connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+		if ctx.Err() != nil {
+			return nil, false, openAborted(ep, ctx)
+		}
+		return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: no answer within %v", ep.url, c.cfg.requestTimeout))
 	}
 	if err != nil {
 		cancel()
 		if notSent(err) {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
+			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
 		}
-		// The server answered, but not with a stream: HTTP/2 did not
-		// pass (a proxy), or an old server. Use this endpoint unary.
-		slot.unaryTill = time.Now().Add(unaryFor)
 		c.logger.Info("session stream unavailable, using unary calls", "endpoint", ep.url, "err", err)
-		return nil, errNoStream
+		return nil, true, errNoStream
 	}
 	if err := c.checkCluster(ep, hello.GetClusterId()); err != nil {
 		cancel()
-		return nil, err
+		return nil, false, err
 	}
-	s := &stream{ep: ep, st: st, cancel: cancel, pending: map[uint64]chan *lockdv1.StreamResponse{}, done: make(chan struct{})}
-	slot.cur = s
-	slot.open.Store(true)
-	go s.read()
-	return s, nil
+	return &stream{ep: ep, st: st, cancel: cancel, pending: map[uint64]chan *lockdv1.StreamResponse{}, done: make(chan struct{}),
+		acquires: make(chan struct{}, maxStreamAcquires)}, false, nil
 }
 
 // read delivers answers to their calls until the stream breaks.
@@ -175,6 +246,19 @@ func (s *stream) fail(cause error) {
 // call sends one request and waits for its answer, the stream's end or
 // ctx.
 func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
+	if _, ok := req.GetBody().(*lockdv1.StreamRequest_Acquire); ok {
+		// At most maxStreamAcquires Acquires (each may park for a long
+		// poll) in flight, fewer than the server serves at once, so a
+		// KeepAlive, Release or Cancel never waits behind them.
+		select {
+		case s.acquires <- struct{}{}:
+			defer func() { <-s.acquires }()
+		case <-s.done:
+			return nil, s.err
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
+		}
+	}
 	ch := make(chan *lockdv1.StreamResponse, 1)
 	s.mu.Lock()
 	if s.err != nil {
@@ -205,11 +289,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		s.mu.Lock()
 		delete(s.pending, id)
 		s.mu.Unlock()
-		code := connect.CodeCanceled
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			code = connect.CodeDeadlineExceeded
-		}
-		return nil, connect.NewError(code, ctx.Err())
+		return nil, ctxError(ctx)
 	}
 }
 

@@ -274,3 +274,44 @@ func TestStreamOffKeepsUnaryKeepAlives(t *testing.T) {
 		t.Fatal(s.Err())
 	}
 }
+
+// Many Locks parked on one stream (each a long poll on the server) must not
+// hold up the other calls of that stream: the holder's Release, on the same
+// client, goes through at once and the next waiter is granted.
+func TestStreamParkedAcquiresDoNotBlockRelease(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newClient(t, srv, lockd.WithStream(true))
+	holder := newSession(t, c).NewMutex("busy")
+	if err := holder.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 300 // more than the server serves at once per stream
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	granted := make(chan *lockd.Mutex, waiters)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	for range waiters {
+		m := newSession(t, c).NewMutex("busy")
+		wg.Go(func() {
+			if m.Lock(ctx) == nil {
+				granted <- m
+			}
+		})
+	}
+	waitQueue(t, c, "busy", 128)
+	rctx, rcancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer rcancel()
+	if err := holder.Unlock(rctx); err != nil {
+		t.Fatalf("release behind parked acquires: %v", err)
+	}
+	select {
+	case m := <-granted:
+		if err := m.Unlock(rctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-rctx.Done():
+		t.Fatal("no waiter granted after the release")
+	}
+}

@@ -22,11 +22,21 @@ import (
 // blocking wait); only KeepAlive has its own batched form. A stream is
 // transport: its end ends no session and releases nothing.
 
-// streamInFlight bounds the calls of one stream being served at once: the
-// reader stops reading frames while that many are unanswered, so a client
-// cannot make the server hold unbounded memory (HTTP/2 flow control then
-// holds the client back).
+// streamInFlight bounds the calls of one stream being served at once, in
+// each of two pools: Acquires (which may park for a long poll) and every
+// other call (short: one proposal or one leadership check). The reader
+// stops reading frames while the pool of the next frame is full, so a
+// client cannot make the server hold unbounded memory (HTTP/2 flow control
+// then holds the client back); and parked Acquires never hold up a
+// KeepAlive, Release or Cancel, as long as the client keeps fewer Acquires
+// in flight than this (the Go client keeps at most half).
 const streamInFlight = 256
+
+// answer is a call's answer and the pool slot it frees once written.
+type answer struct {
+	resp  *lockdv1.StreamResponse
+	slots chan struct{}
+}
 
 // maxKeepAliveBatch bounds the sessions of one KeepAliveBatch (the client
 // splits larger rounds; a frame stays under maxRequestBytes).
@@ -55,8 +65,9 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	if err := st.Send(&lockdv1.StreamResponse{ClusterId: h.a.clusterID()}); err != nil {
 		return err
 	}
-	out := make(chan *lockdv1.StreamResponse, streamInFlight)
-	slots := make(chan struct{}, streamInFlight)
+	out := make(chan answer, 2*streamInFlight)
+	waitSlots := make(chan struct{}, streamInFlight)
+	shortSlots := make(chan struct{}, streamInFlight)
 	writerDone := make(chan error, 1)
 	go func() {
 		// The single writer. A slot is freed only once its answer is
@@ -64,11 +75,11 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		var err error
 		for r := range out {
 			if err == nil {
-				if err = st.Send(r); err != nil {
+				if err = st.Send(r.resp); err != nil {
 					cancel() // the client is gone: stop the calls in flight
 				}
 			}
-			<-slots
+			<-r.slots
 		}
 		writerDone <- err
 	}()
@@ -97,6 +108,24 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	var rerr error
 loop:
 	for {
+		var req *lockdv1.StreamRequest
+		select {
+		case req = <-frames:
+		case err := <-readErr:
+			if !errors.Is(err, io.EOF) {
+				rerr = err
+			}
+			break loop
+		case <-ctx.Done():
+			break loop
+		case <-s.done:
+			rerr = s.raftError(raft.ErrRaftShutdown)
+			break loop
+		}
+		slots := shortSlots
+		if _, ok := req.GetBody().(*lockdv1.StreamRequest_Acquire); ok {
+			slots = waitSlots
+		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
@@ -105,24 +134,8 @@ loop:
 			rerr = s.raftError(raft.ErrRaftShutdown)
 			break loop
 		}
-		select {
-		case req := <-frames:
-			received := time.Now()
-			calls.Go(func() { out <- h.serve(ctx, req, received) })
-		case err := <-readErr:
-			<-slots
-			if !errors.Is(err, io.EOF) {
-				rerr = err
-			}
-			break loop
-		case <-ctx.Done():
-			<-slots
-			break loop
-		case <-s.done:
-			<-slots
-			rerr = s.raftError(raft.ErrRaftShutdown)
-			break loop
-		}
+		received := time.Now()
+		calls.Go(func() { out <- answer{h.serve(ctx, req, received), slots} })
 	}
 	calls.Wait()
 	close(out)
