@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -169,7 +170,20 @@ func (s *Server) promoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, 
 		cancel()
 		if err == nil && resp.Msg.AppliedIndex >= target {
 			s.membershipMu.Lock()
-			err := s.raft.AddVoter(id, addr, 0, s.cfg.ApplyTimeout).Error()
+			// Promote only the member as it still is: an operator may have
+			// removed it meanwhile, and AddVoter would add it back.
+			f := s.raft.GetConfiguration()
+			err := f.Error()
+			if err == nil {
+				if !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool {
+					return srv.ID == id && srv.Address == addr && srv.Suffrage == raft.Nonvoter
+				}) {
+					s.membershipMu.Unlock()
+					s.log.Info("member no longer waits for promotion", "id", id)
+					return
+				}
+				err = s.raft.AddVoter(id, addr, f.Index(), s.cfg.ApplyTimeout).Error()
+			}
 			s.membershipMu.Unlock()
 			if err == nil {
 				s.log.Info("member promoted to voter", "id", id)
