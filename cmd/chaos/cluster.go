@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,9 +104,36 @@ func (c *cluster) owner(port, peer int) string {
 	return ""
 }
 
-// freeAddr returns a free 127.0.0.1 port (closed again: a small race with
-// other processes that the caller accepts).
+// freeAddr returns a free 127.0.0.1 port (closed again, for the node to
+// listen on).
+//
+// The port is taken below the kernel's ephemeral range: a node keeps its
+// ports across restarts, and a port from that range could meanwhile be
+// handed to any other process's listener or outgoing connection (seen in
+// CI: "bind: address already in use" while other test packages ran).
 func freeAddr() (string, error) {
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const floor = 10000
+	for range 200 {
+		if low <= floor+1000 {
+			break
+		}
+		port := floor + rand.IntN(low-floor)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr, nil
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
