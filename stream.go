@@ -150,21 +150,20 @@ func (c *Client) openStream(ctx context.Context, ep *node) (*stream, error) {
 	}
 }
 
-// ctxError is the error of a call whose ctx ended: DeadlineExceeded or
-// Canceled, as a unary call would report it.
-func ctxError(ctx context.Context) error {
+// ctxError is err (which wraps ctx.Err()) as a unary call whose ctx ended
+// would report it: DeadlineExceeded or Canceled.
+func ctxError(ctx context.Context, err error) error {
 	code := connect.CodeCanceled
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		code = connect.CodeDeadlineExceeded
 	}
-	return connect.NewError(code, ctx.Err())
+	return connect.NewError(code, err)
 }
 
 // openAborted is the error of a call whose ctx ended while it waited for
 // a stream to open.
 func openAborted(ep *node, ctx context.Context) error {
-	err := ctxError(ctx).(*connect.Error)
-	return connect.NewError(err.Code(), fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+	return ctxError(ctx, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
 }
 
 // dialStream opens a stream to ep, bounded by ctx and by the request
@@ -256,7 +255,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		case <-s.done:
 			return nil, s.err
 		case <-ctx.Done():
-			return nil, ctxError(ctx)
+			return nil, ctxError(ctx, ctx.Err())
 		}
 	}
 	ch := make(chan *lockdv1.StreamResponse, 1)
@@ -289,7 +288,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		s.mu.Lock()
 		delete(s.pending, id)
 		s.mu.Unlock()
-		return nil, ctxError(ctx)
+		return nil, ctxError(ctx, ctx.Err())
 	}
 }
 
