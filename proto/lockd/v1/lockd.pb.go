@@ -2138,6 +2138,105 @@ func (*CompleteResponse) Descriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
+type ClearMarkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, clear the mark only if it was made with this token, so that
+	// a resend cannot clear a newer mark; 0 clears whatever mark there is.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearMarkRequest) Reset() {
+	*x = ClearMarkRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearMarkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearMarkRequest) ProtoMessage() {}
+
+func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearMarkRequest.ProtoReflect.Descriptor instead.
+func (*ClearMarkRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ClearMarkRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClearMarkRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type ClearMarkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mark that was cleared; absent when the lock had no (matching) mark.
+	Mark          *Mark `protobuf:"bytes,1,opt,name=mark,proto3" json:"mark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearMarkResponse) Reset() {
+	*x = ClearMarkResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearMarkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearMarkResponse) ProtoMessage() {}
+
+func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearMarkResponse.ProtoReflect.Descriptor instead.
+func (*ClearMarkResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ClearMarkResponse) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2146,7 +2245,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2257,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2270,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 type Member struct {
@@ -2187,7 +2286,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2298,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2311,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -2270,7 +2369,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2282,7 +2381,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2295,7 +2394,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2395,7 +2494,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2506,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2519,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -2461,7 +2560,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2473,7 +2572,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2486,7 +2585,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2512,7 +2611,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2623,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +2636,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -2555,7 +2654,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2666,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2679,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 type TransferLeadershipRequest struct {
@@ -2593,7 +2692,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2704,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2717,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -2637,7 +2736,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2748,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2761,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -2683,7 +2782,7 @@ type KeepAliveBatch struct {
 
 func (x *KeepAliveBatch) Reset() {
 	*x = KeepAliveBatch{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2794,7 @@ func (x *KeepAliveBatch) String() string {
 func (*KeepAliveBatch) ProtoMessage() {}
 
 func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2807,7 @@ func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatch.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatch) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeepAliveBatch) GetSessions() []*KeepAliveRequest {
@@ -2732,7 +2831,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2843,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2856,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KeepAliveResult) GetSessionId() string {
@@ -2793,7 +2892,7 @@ type KeepAliveBatchResponse struct {
 
 func (x *KeepAliveBatchResponse) Reset() {
 	*x = KeepAliveBatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2805,7 +2904,7 @@ func (x *KeepAliveBatchResponse) String() string {
 func (*KeepAliveBatchResponse) ProtoMessage() {}
 
 func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2818,7 +2917,7 @@ func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatchResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeepAliveBatchResponse) GetResults() []*KeepAliveResult {
@@ -2849,7 +2948,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2960,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2973,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -2920,7 +3019,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3031,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3044,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StreamRequest) GetCallId() uint64 {
@@ -3094,7 +3193,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3205,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3218,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StreamResponse) GetCallId() uint64 {
@@ -3424,7 +3523,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x127\n" +
 	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\x12\n" +
-	"\x10CompleteResponse\"\x0f\n" +
+	"\x10CompleteResponse\"<\n" +
+	"\x10ClearMarkRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"7\n" +
+	"\x11ClearMarkResponse\x12\"\n" +
+	"\x04mark\x18\x01 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\"\x0f\n" +
 	"\rStatusRequest\"h\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -3532,7 +3636,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\xc7\a\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\x8f\b\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -3547,7 +3651,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\tListLocks\x12\x1a.lockd.v1.ListLocksRequest\x1a\x1b.lockd.v1.ListLocksResponse\"\x00\x12O\n" +
 	"\fForceRelease\x12\x1d.lockd.v1.ForceReleaseRequest\x1a\x1e.lockd.v1.ForceReleaseResponse\"\x00\x12=\n" +
 	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
-	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x002\xfd\x01\n" +
+	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
+	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -3568,7 +3673,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -3604,116 +3709,121 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*ForceReleaseResponse)(nil),       // 31: lockd.v1.ForceReleaseResponse
 	(*CompleteRequest)(nil),            // 32: lockd.v1.CompleteRequest
 	(*CompleteResponse)(nil),           // 33: lockd.v1.CompleteResponse
-	(*StatusRequest)(nil),              // 34: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 35: lockd.v1.Member
-	(*StatusResponse)(nil),             // 36: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 37: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 38: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 39: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 40: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 41: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 42: lockd.v1.TransferLeadershipResponse
-	(*KeepAliveBatch)(nil),             // 43: lockd.v1.KeepAliveBatch
-	(*KeepAliveResult)(nil),            // 44: lockd.v1.KeepAliveResult
-	(*KeepAliveBatchResponse)(nil),     // 45: lockd.v1.KeepAliveBatchResponse
-	(*StreamError)(nil),                // 46: lockd.v1.StreamError
-	(*StreamRequest)(nil),              // 47: lockd.v1.StreamRequest
-	(*StreamResponse)(nil),             // 48: lockd.v1.StreamResponse
-	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 50: google.protobuf.Duration
+	(*ClearMarkRequest)(nil),           // 34: lockd.v1.ClearMarkRequest
+	(*ClearMarkResponse)(nil),          // 35: lockd.v1.ClearMarkResponse
+	(*StatusRequest)(nil),              // 36: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 37: lockd.v1.Member
+	(*StatusResponse)(nil),             // 38: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 39: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 40: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 41: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 42: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 43: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 44: lockd.v1.TransferLeadershipResponse
+	(*KeepAliveBatch)(nil),             // 45: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 46: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 47: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 48: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 49: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 50: lockd.v1.StreamResponse
+	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 52: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	24, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	5,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	49, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	50, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	50, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	50, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	50, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	51, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	52, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	52, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	52, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	50, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	49, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	52, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	51, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
 	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	50, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	50, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	52, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	52, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
 	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	49, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	51, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
 	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	49, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	51, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	24, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	25, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	5,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	50, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	52, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	26, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	26, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	50, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	35, // 30: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	35, // 31: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	8,  // 32: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	50, // 33: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	46, // 34: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	44, // 35: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	4,  // 36: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	6,  // 37: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	43, // 38: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	15, // 39: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	17, // 40: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	19, // 41: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	32, // 42: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	10, // 43: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	7,  // 44: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	45, // 45: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	16, // 46: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	18, // 47: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	20, // 48: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	33, // 49: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	11, // 50: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	46, // 51: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	6,  // 52: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 53: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 54: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 55: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 56: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 57: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 58: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 59: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 60: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 61: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 62: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	34, // 63: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 64: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	37, // 65: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	39, // 66: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	41, // 67: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	47, // 68: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	7,  // 69: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 70: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 71: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 72: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 73: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 74: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 75: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 76: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 77: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 78: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 79: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	36, // 80: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 81: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	38, // 82: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	40, // 83: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	42, // 84: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	48, // 85: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	69, // [69:86] is the sub-list for method output_type
-	52, // [52:69] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	52, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	5,  // 30: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	37, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	37, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	8,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	52, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	48, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	46, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	4,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	6,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	45, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	15, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	17, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	19, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	32, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	10, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	7,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	47, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	16, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	18, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	20, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	33, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	11, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	48, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	6,  // 53: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 54: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 55: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 56: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 57: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 58: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 59: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 60: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 61: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 62: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 63: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	36, // 64: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 65: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	34, // 66: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	39, // 67: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	41, // 68: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	43, // 69: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	49, // 70: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	7,  // 71: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 72: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 73: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 74: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 75: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 76: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 77: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 78: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 79: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 80: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 81: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	38, // 82: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 83: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	35, // 84: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	40, // 85: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	42, // 86: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	44, // 87: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	50, // 88: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	71, // [71:89] is the sub-list for method output_type
+	53, // [53:71] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3722,7 +3832,7 @@ func file_lockd_v1_lockd_proto_init() {
 		return
 	}
 	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
-	file_lockd_v1_lockd_proto_msgTypes[43].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[45].OneofWrappers = []any{
 		(*StreamRequest_CreateSession)(nil),
 		(*StreamRequest_KeepAlive)(nil),
 		(*StreamRequest_Acquire)(nil),
@@ -3731,7 +3841,7 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamRequest_Complete)(nil),
 		(*StreamRequest_CloseSession)(nil),
 	}
-	file_lockd_v1_lockd_proto_msgTypes[44].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[46].OneofWrappers = []any{
 		(*StreamResponse_CreateSession)(nil),
 		(*StreamResponse_KeepAlive)(nil),
 		(*StreamResponse_Acquire)(nil),
@@ -3747,7 +3857,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
