@@ -74,7 +74,7 @@ type stream struct {
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]chan *lockdv1.StreamResponse
-	err     error
+	err     error // why the stream ended; each caller gets its own connect.Error (failure)
 	done    chan struct{}
 
 	acquires chan struct{} // Acquires in flight, at most maxStreamAcquires
@@ -228,7 +228,7 @@ func (s *stream) read() {
 func (s *stream) fail(cause error) {
 	s.mu.Lock()
 	if s.err == nil {
-		s.err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s: %w", errStreamBroken, s.ep.url, cause))
+		s.err = fmt.Errorf("%w: %s: %w", errStreamBroken, s.ep.url, cause)
 		close(s.done)
 	}
 	s.mu.Unlock()
@@ -242,6 +242,15 @@ func (s *stream) fail(cause error) {
 	slot.mu.Unlock()
 }
 
+// failure is the error a call sees once the stream has ended: a new
+// connect.Error per call, since callers read (and connect.Error.Meta
+// lazily writes) its metadata concurrently.
+func (s *stream) failure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return connect.NewError(connect.CodeUnavailable, s.err)
+}
+
 // call sends one request and waits for its answer, the stream's end or
 // ctx.
 func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
@@ -253,7 +262,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		case s.acquires <- struct{}{}:
 			defer func() { <-s.acquires }()
 		case <-s.done:
-			return nil, s.err
+			return nil, s.failure()
 		case <-ctx.Done():
 			return nil, ctxError(ctx, ctx.Err())
 		}
@@ -261,9 +270,8 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 	ch := make(chan *lockdv1.StreamResponse, 1)
 	s.mu.Lock()
 	if s.err != nil {
-		err := s.err
 		s.mu.Unlock()
-		return nil, err
+		return nil, s.failure()
 	}
 	s.nextID++
 	id := s.nextID
@@ -283,7 +291,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		}
 		return r, nil
 	case <-s.done:
-		return nil, s.err
+		return nil, s.failure()
 	case <-ctx.Done():
 		s.mu.Lock()
 		delete(s.pending, id)
