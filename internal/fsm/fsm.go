@@ -154,9 +154,9 @@ type FSM struct {
 	stats     Stats
 	obs       Observer
 	sink      EventSink
-	pending   []Event // events of the entry being applied
-	inLog     bool    // applying a Raft log entry (events have a position)
-	restored  bool    // the state was replaced: tell the sink at the next entry
+	pending   []Event                // events of the entry being applied
+	inLog     bool                   // applying a Raft log entry (events have a position)
+	restored  bool                   // the state was replaced: tell the sink at the next entry
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 }
 
