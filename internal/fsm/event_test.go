@@ -57,7 +57,7 @@ func TestEvents(t *testing.T) {
 		&fsmv1.Complete{SessionId: "b", Seq: 3, Name: "x", Token: tok + 2, RetentionMs: 1000},         // 10
 		&fsmv1.ClearMark{Name: "x", Token: tok + 2},                                                   // 11
 		newSession("c"), newSession("d"), // 12, 13
-		acq("c", 1, "y", fsm.ModeShared, false),                 // 14
+		acq("c", 1, "y", fsm.ModeShared, false),         // 14
 		acqLimit("d", 1, "y", excl, true, 1),            // 15 (limit 1 = the lock's)
 		&fsmv1.CloseSession{SessionId: "d"},             // 16
 		&fsmv1.RevokeSession{SessionIds: []string{"c"}}, // 17
