@@ -12,6 +12,7 @@
 //	lockd leader transfer [ID]         hand leadership to another voter
 //	lockd snapshot save FILE           save a backup (restore: lockd serve --restore FILE)
 //	lockd bench [--workload own|one|handoff|sessions]  load a cluster, report throughput and latency
+//	lockd watch [PREFIX] [--from POS]  print lock events as they happen
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -113,6 +114,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&SnapshotCommand{env: env}).Run(ctx, args)
 	case "bench":
 		return (&BenchCommand{env: env}).Run(ctx, args)
+	case "watch":
+		return (&WatchCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -148,6 +151,7 @@ Commands:
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
 	bench      load a cluster and report throughput, latency and errors
+	watch      print lock events as they happen ("watch [PREFIX] [--json] [--from POS]")
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
