@@ -43,6 +43,11 @@ const (
 	EventValueChanged EventKind = 11
 	// EventReset: not a lock event; events were lost (see ErrWatchReset).
 	EventReset EventKind = 100
+	// EventHeld: not a change; a hold as it is at the event's position
+	// (WatchState).
+	EventHeld EventKind = 101
+	// EventSynced: not a change; the end of the state (WatchState).
+	EventSynced EventKind = 102
 )
 
 // String returns the kind's name, as `lockd watch` prints it.
@@ -75,12 +80,28 @@ type Event struct {
 	Limit uint32
 	// Value is the hold's or wait's value (granted, queued, value changed).
 	Value []byte
+	// EntryEnd is set on the last event of its log entry: one entry can
+	// change many locks, or one lock twice (a release and the grant to the
+	// next waiter). Show a state only at an EntryEnd, so as never to show
+	// one that was never there.
+	EntryEnd bool
 }
 
 // WatchOption configures Watch.
 type WatchOption func(*watchConfig)
 
-type watchConfig struct{ from string }
+type watchConfig struct {
+	from  string
+	state bool
+}
+
+// WatchState starts the watch with the state: an EventHeld for each hold
+// of the matching locks, then an EventSynced, all at one position, then
+// the events after it; and sends the state again after every reset, so
+// the caller never has to list the locks itself. With WatchFrom, the state
+// comes only after a reset. The server scans the locks under the prefix
+// for it: keep the prefix narrow.
+func WatchState() WatchOption { return func(w *watchConfig) { w.state = true } }
 
 // WatchFrom resumes a watch after position (an Event's Position): every
 // later event is delivered exactly once, in order, or a reset says some
@@ -112,7 +133,7 @@ func (c *Client) Watch(ctx context.Context, prefix string, opts ...WatchOption) 
 		o(&wc)
 	}
 	return func(yield func(Event, error) bool) {
-		w := &watcher{c: c, prefix: prefix, cursor: wc.from, yield: yield}
+		w := &watcher{c: c, prefix: prefix, cursor: wc.from, state: wc.state, yield: yield}
 		err := w.run(ctx)
 		if err != nil && !w.stopped {
 			yield(Event{}, err)
@@ -124,6 +145,7 @@ type watcher struct {
 	c       *Client
 	prefix  string
 	cursor  string
+	state   bool
 	yield   func(Event, error) bool
 	stopped bool // yield returned false
 }
@@ -163,7 +185,7 @@ func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) 
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
 	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, url)
-	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor}))
+	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor, State: w.state}))
 	if err != nil {
 		return false, err
 	}
@@ -180,7 +202,7 @@ func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) 
 		}
 		w.cursor = m.Position
 		ev := Event{Position: m.Position, Kind: EventKind(m.Kind), Name: m.Name, Session: m.Session, Owner: m.Owner,
-			Token: m.Token, Shared: m.Mode == lockdv1.Mode_MODE_SHARED, Limit: m.Limit, Value: m.Value}
+			Token: m.Token, Shared: m.Mode == lockdv1.Mode_MODE_SHARED, Limit: m.Limit, Value: m.Value, EntryEnd: m.EntryEnd}
 		var everr error
 		if ev.Kind == EventReset {
 			everr = fmt.Errorf("watch %q: %w (continue after %s)", w.prefix, ErrWatchReset, ev.Position)

@@ -105,7 +105,7 @@ func printEventJSON(env commandEnv, ev lockd.Event) error {
 		mode = lockdv1.Mode_MODE_UNSPECIFIED
 	}
 	m := &lockdv1.WatchResponse{Position: ev.Position, Kind: lockdv1.EventKind(ev.Kind), Name: ev.Name, Session: ev.Session,
-		Owner: ev.Owner, Token: ev.Token, Mode: mode, Limit: ev.Limit, Value: ev.Value}
+		Owner: ev.Owner, Token: ev.Token, Mode: mode, Limit: ev.Limit, Value: ev.Value, EntryEnd: ev.EntryEnd}
 	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(m)
 	if err != nil {
 		return err

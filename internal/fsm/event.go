@@ -1,5 +1,10 @@
 package fsm
 
+import (
+	"slices"
+	"strings"
+)
+
 // Events: what Apply did to the locks, in apply order, for the watch stream.
 // They are derived from the applied log only, so every replica produces the
 // same events with the same positions; nothing here reads a clock.
@@ -21,6 +26,8 @@ const (
 	EventDelayEnded    EventKind = 9  // the lock-delay ended (or was replaced)
 	EventForceReleased EventKind = 10 // its holder's force-released session ended
 	EventValueChanged  EventKind = 11 // its holder changed the hold's value (Proclaim)
+	// EventHeld is not a change: a hold as it is (Holding).
+	EventHeld EventKind = 101
 )
 
 // Event is one change of a lock, as the watch stream reports it.
@@ -57,6 +64,32 @@ type EventSink interface {
 	// events will follow, or 0 when not known yet; a Reset(0) is followed by
 	// a Reset with the index before the next entry's events.
 	Reset(from uint64)
+}
+
+// Holding calls fn, while no command can be applied, with one EventHeld
+// (without a position) for each hold of the locks whose names start with
+// prefix, by name, then in token order. Events published while fn runs
+// cannot exist, so fn may read where the event stream stands and know the
+// holds are exactly those at that point.
+func (f *FSM) Holding(prefix string, fn func([]Event)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var names []string
+	for name := range f.locks {
+		if strings.HasPrefix(name, prefix) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var evs []Event
+	for _, name := range names {
+		l := f.locks[name]
+		for _, h := range l.holders {
+			evs = append(evs, Event{Kind: EventHeld, Name: name, Session: h.session, Owner: f.ownerOf(h.session),
+				Token: h.token, Mode: h.mode, Limit: l.limit, Value: h.value})
+		}
+	}
+	fn(evs)
 }
 
 // SetEventSink sets the sink of the events. Call it before Apply is first

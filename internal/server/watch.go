@@ -34,7 +34,7 @@ var errServerClosing = errors.New("node shutting down")
 // prefix until ctx ends, calling send for each (it blocks on the consumer)
 // and idle with the cursor at the start and then every s.keepalive while
 // nothing is sent. After a reset it goes on from the reset's position.
-func (s *Server) streamEvents(ctx context.Context, prefix, from string, send func(*lockdv1.WatchResponse) error, idle func(cursor pos) error) error {
+func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor pos) error) error {
 	cursor := s.hub.now()
 	if from != "" {
 		p, err := parsePos(from)
@@ -42,6 +42,12 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, send fun
 			return err
 		}
 		cursor = p
+	} else if state {
+		at, err := s.sendState(prefix, nil, send)
+		if err != nil {
+			return err
+		}
+		cursor = at
 	}
 	s.metrics.watchStreams.Inc()
 	defer s.metrics.watchStreams.Dec()
@@ -58,12 +64,25 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, send fun
 		r := s.hub.read(cursor, prefix, buf)
 		if r.reset {
 			s.metrics.watchResets.Inc()
-			if err := send(&lockdv1.WatchResponse{Position: r.next.String(), Kind: lockdv1.EventKind_EVENT_KIND_RESET}); err != nil {
+			reset := &lockdv1.WatchResponse{Position: r.next.String(), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
+			if !state {
+				if err := send(reset); err != nil {
+					return err
+				}
+				cursor = r.next
+				continue
+			}
+			at, err := s.sendState(prefix, reset, send)
+			if err != nil {
 				return err
 			}
+			cursor = at
+			continue
 		}
 		for i := range r.events {
-			if err := send(eventPB(&r.events[i])); err != nil {
+			m := eventPB(&r.events[i])
+			m.EntryEnd = i == len(r.events)-1 || r.events[i+1].Index != r.events[i].Index
+			if err := send(m); err != nil {
 				return err
 			}
 		}
@@ -84,6 +103,34 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, send fun
 			return errServerClosing
 		}
 	}
+}
+
+// sendState sends the holds under prefix as they are, at a position read
+// with them: first (when not nil) the reset, moved to that position, then
+// one HELD event per hold and a SYNCED event. It returns the position.
+func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (pos, error) {
+	var evs []fsm.Event
+	var at pos
+	s.fsm.Holding(prefix, func(held []fsm.Event) {
+		// Apply publishes events with the FSM's lock held, so none can
+		// come between these holds and this position.
+		evs, at = held, s.hub.now()
+	})
+	p := at.String()
+	if reset != nil {
+		reset.Position = p
+		if err := send(reset); err != nil {
+			return at, err
+		}
+	}
+	for i := range evs {
+		m := eventPB(&evs[i])
+		m.Position = p
+		if err := send(m); err != nil {
+			return at, err
+		}
+	}
+	return at, send(&lockdv1.WatchResponse{Position: p, Kind: lockdv1.EventKind_EVENT_KIND_SYNCED})
 }
 
 func eventPB(e *fsm.Event) *lockdv1.WatchResponse {
@@ -108,7 +155,7 @@ var _ lockdv1connect.WatchServiceHandler = (*watchAPI)(nil)
 // Watch implements lockdv1connect.WatchServiceHandler. An idle stream gets
 // an event without a kind whose position is the stream's cursor.
 func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
-	err := w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, stream.Send, func(cursor pos) error {
+	err := w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor pos) error {
 		return stream.Send(&lockdv1.WatchResponse{Position: cursor.String()})
 	})
 	switch {
@@ -122,8 +169,8 @@ func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.Watch
 
 var sseJSON = protojson.MarshalOptions{EmitUnpopulated: true}
 
-// serveWatchSSE serves GET /v1/watch?prefix=P&from=POS as Server-Sent
-// Events: each event is an "id: POS" line (so a browser's EventSource
+// serveWatchSSE serves GET /v1/watch?prefix=P&from=POS[&state=1] as
+// Server-Sent Events: each event is an "id: POS" line (so a browser's EventSource
 // resumes by itself with Last-Event-ID) and a "data: JSON" line (protojson
 // of WatchResponse); a reset is "event: reset" with data {"position":…};
 // ": keepalive" comments keep an idle stream open.
@@ -152,9 +199,12 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 	}
 	send := func(ev *lockdv1.WatchResponse) error {
 		var err error
-		if ev.Kind == lockdv1.EventKind_EVENT_KIND_RESET {
+		switch ev.Kind {
+		case lockdv1.EventKind_EVENT_KIND_RESET:
 			_, err = fmt.Fprintf(w, "event: reset\ndata: {\"position\":%q}\n\n", ev.Position)
-		} else {
+		case lockdv1.EventKind_EVENT_KIND_SYNCED:
+			_, err = fmt.Fprintf(w, "event: synced\ndata: {\"position\":%q}\n\n", ev.Position)
+		default:
 			var b []byte
 			if b, err = sseJSON.Marshal(ev); err == nil {
 				// protojson varies its spacing on purpose; a stream for
@@ -170,7 +220,7 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 		}
 		return rc.Flush()
 	}
-	err := s.streamEvents(r.Context(), q.Get("prefix"), from, send, func(pos) error {
+	err := s.streamEvents(r.Context(), q.Get("prefix"), from, q.Get("state") == "1" || q.Get("state") == "true", send, func(pos) error {
 		if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
 			return err
 		}

@@ -145,7 +145,7 @@ func (h *hub) stored() int {
 
 // readResult is what one read found.
 type readResult struct {
-	events []fsm.Event // events after the cursor matching the prefix
+	events []fsm.Event // events after the cursor matching the prefix, whole entries
 	next   pos         // the cursor after them (past filtered events too)
 	reset  bool        // the cursor is below the floor: reset to next
 	wait   <-chan struct{}
@@ -179,8 +179,14 @@ func (h *hub) read(cursor pos, prefix string, buf []fsm.Event) readResult {
 		}
 	}
 	out := readResult{events: buf[:0], next: cursor}
-	for i := lo; i < h.n && i-lo < maxScan && len(out.events) < cap(buf); i++ {
+	for i := lo; i < h.n; i++ {
 		e := &h.ring[(h.start+i)%len(h.ring)]
+		// Whole entries only (an entry is published at once, so it is
+		// whole in the ring): the batch may pass its size by the rest of
+		// one entry, which Apply bounds (a session's locks at most).
+		if e.Index != out.next.index && (i-lo >= maxScan || len(out.events) >= cap(buf)) {
+			break
+		}
 		out.next = eventPos(e)
 		if strings.HasPrefix(e.Name, prefix) {
 			out.events = append(out.events, *e)

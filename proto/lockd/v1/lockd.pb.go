@@ -292,6 +292,10 @@ const (
 	// snapshot restore, or the consumer fell behind). Re-list the locks, then
 	// watch again from this event's position.
 	EventKind_EVENT_KIND_RESET EventKind = 100
+	// Not a change: a hold that exists at this position (WatchRequest.state).
+	EventKind_EVENT_KIND_HELD EventKind = 101
+	// Not a change: the end of the state sent for WatchRequest.state.
+	EventKind_EVENT_KIND_SYNCED EventKind = 102
 )
 
 // Enum value maps for EventKind.
@@ -310,6 +314,8 @@ var (
 		10:  "EVENT_KIND_FORCE_RELEASED",
 		11:  "EVENT_KIND_VALUE_CHANGED",
 		100: "EVENT_KIND_RESET",
+		101: "EVENT_KIND_HELD",
+		102: "EVENT_KIND_SYNCED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":    0,
@@ -325,6 +331,8 @@ var (
 		"EVENT_KIND_FORCE_RELEASED": 10,
 		"EVENT_KIND_VALUE_CHANGED":  11,
 		"EVENT_KIND_RESET":          100,
+		"EVENT_KIND_HELD":           101,
+		"EVENT_KIND_SYNCED":         102,
 	}
 )
 
@@ -3489,7 +3497,14 @@ type WatchRequest struct {
 	// Only locks whose names start with prefix ("" for all).
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Send events after this position ("" for events from now on).
-	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// Start with the current state: one EVENT_KIND_HELD per hold of the
+	// matching locks, then EVENT_KIND_SYNCED, all at the position the state
+	// was read at, then the events after it. Sent when from is "" and again
+	// after every reset (whose position is then the state's), so a client
+	// never has to list the locks itself. It scans the locks under prefix
+	// while no command applies: use a narrow prefix.
+	State         bool `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3538,6 +3553,13 @@ func (x *WatchRequest) GetFrom() string {
 	return ""
 }
 
+func (x *WatchRequest) GetState() bool {
+	if x != nil {
+		return x.State
+	}
+	return false
+}
+
 // WatchResponse is one event: a change of one lock, or a reset.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3560,7 +3582,13 @@ type WatchResponse struct {
 	// The lock's limit: 1 for a mutex, more for a semaphore.
 	Limit uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The hold's or wait's value (granted, queued, value changed).
-	Value         []byte `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	// Set on the last event of its log entry that the stream sends: one
+	// entry can change many locks, or one lock twice (a release and the
+	// grant to the next waiter). A client that shows the state applies events
+	// up to one with entry_end before showing it, so it never shows a state
+	// that was never there (a lock without its next holder).
+	EntryEnd      bool `protobuf:"varint,10,opt,name=entry_end,json=entryEnd,proto3" json:"entry_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3656,6 +3684,13 @@ func (x *WatchResponse) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *WatchResponse) GetEntryEnd() bool {
+	if x != nil {
+		return x.EntryEnd
+	}
+	return false
 }
 
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
@@ -3904,10 +3939,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\fR\x05value\"\x12\n" +
-	"\x10SetValueResponse\":\n" +
+	"\x10SetValueResponse\"P\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
-	"\x04from\x18\x02 \x01(\tR\x04from\"\xfe\x01\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\bR\x05state\"\x9b\x02\n" +
 	"\rWatchResponse\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\tR\bposition\x12'\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x13.lockd.v1.EventKindR\x04kind\x12\x12\n" +
@@ -3917,7 +3953,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05token\x18\x06 \x01(\x04R\x05token\x12\"\n" +
 	"\x04mode\x18\a \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x12\x14\n" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x14\n" +
-	"\x05value\x18\t \x01(\fR\x05value*A\n" +
+	"\x05value\x18\t \x01(\fR\x05value\x12\x1b\n" +
+	"\tentry_end\x18\n" +
+	" \x01(\bR\bentryEnd*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -3945,7 +3983,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\xe4\x02\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\x90\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_GRANTED\x10\x01\x12\x17\n" +
@@ -3960,7 +3998,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19EVENT_KIND_FORCE_RELEASED\x10\n" +
 	"\x12\x1c\n" +
 	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x14\n" +
-	"\x10EVENT_KIND_RESET\x10d2\x8c\b\n" +
+	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
+	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\x8c\b\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
