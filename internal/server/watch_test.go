@@ -23,7 +23,7 @@ import (
 // released), and returns the tokens in order.
 func churn(t *testing.T, ctx context.Context, cl *lockd.Client, name string, n int) []uint64 {
 	t.Helper()
-	s, err := cl.NewSession(ctx, lockd.WithTTL(5*time.Second))
+	s, err := cl.NewSession(ctx, lockd.WithTTL(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,9 @@ func TestWatchResumeExactlyOnce(t *testing.T) {
 	f1, f2 := (l+1)%3, (l+2)%3
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	writer := c.newClient("writer")
+	// The writer talks to the leader only: stopping a follower must not
+	// cost it its session on a loaded machine.
+	writer := c.newClient("writer", lockd.WithEndpoints(c.nodes[l].url))
 	watcher := c.newClient("watcher", lockd.WithEndpoints(c.nodes[f1].url, c.nodes[f2].url))
 
 	// The first 400 events, read as they come, then the caller stops.
