@@ -121,3 +121,42 @@ func TestEventsAfterRestore(t *testing.T) {
 		t.Fatalf("events:\n%s\nwant:\n%s", join(rec.lines), join(want))
 	}
 }
+
+// SetValue changes only the value of the session's own hold named by its
+// token, is answered once per seq, and the value survives a snapshot.
+func TestSetValue(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("a"))
+	mustOK(t, f, newSession("b"))
+	g := mustOK(t, f, acq("a", 1, "x", excl, false))
+	for _, tt := range []struct {
+		m    *fsmv1.SetValue
+		want fsm.Code
+	}{
+		{&fsmv1.SetValue{SessionId: "b", Seq: 1, Name: "x", Token: g.Token, Value: []byte("b")}, fsm.CodeNotHeld},
+		{&fsmv1.SetValue{SessionId: "a", Seq: 2, Name: "x", Token: g.Token + 1, Value: []byte("a")}, fsm.CodeNotHeld},
+		{&fsmv1.SetValue{SessionId: "a", Seq: 3, Name: "x", Token: g.Token, Value: make([]byte, fsm.MaxValueBytes+1)}, fsm.CodeInvalid},
+		{&fsmv1.SetValue{SessionId: "a", Seq: 4, Name: "x", Token: g.Token, Value: []byte("new")}, fsm.OK},
+		// The same seq for another value is another request: refused.
+		{&fsmv1.SetValue{SessionId: "a", Seq: 4, Name: "x", Token: g.Token, Value: []byte("other")}, fsm.CodeInvalid},
+	} {
+		if r := apply(t, f, tt.m); r.Code != tt.want {
+			t.Errorf("%v: code %d (%s), want %d", tt.m, r.Code, r.Msg, tt.want)
+		}
+	}
+	if r := apply(t, f, &fsmv1.SetValue{SessionId: "a", Seq: 4, Name: "x", Token: g.Token, Value: []byte("new")}); r.Code != fsm.OK || !r.Duplicate {
+		t.Fatalf("repeat: %+v, want OK from the duplicate table", r)
+	}
+	b, err := fsm.EncodeSnapshot(f.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := fsm.New(nil)
+	if err := g2.RestoreBytes(b); err != nil {
+		t.Fatal(err)
+	}
+	l, ok := g2.Describe("x")
+	if !ok || len(l.Holders) != 1 || string(l.Holders[0].Value) != "new" || l.Holders[0].Token != g.Token {
+		t.Fatalf("after restore: %+v", l)
+	}
+}
