@@ -76,6 +76,12 @@ var (
 
 	// ErrNoLeader means an election has no leader now.
 	ErrNoLeader = errors.New("lockd: election has no leader")
+
+	// ErrWatchReset means a watch lost events: its position was older than
+	// the server keeps, the server restored a snapshot, or the consumer fell
+	// too far behind. Re-read the state (ListLocks, Election.Leader); the
+	// watch goes on after the reset's position.
+	ErrWatchReset = errors.New("lockd: watch reset, events were lost")
 )
 
 // Holder describes one current holder of a lock, as reported in a

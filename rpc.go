@@ -100,6 +100,9 @@ var (
 		call: onLock(lockdv1connect.LockServiceClient.Complete), idempotent: bySeq[lockdv1.CompleteRequest], name: lockName[lockdv1.CompleteRequest],
 		stream: streamComplete,
 	}
+	rpcSetValue = rpc[lockdv1.SetValueRequest, lockdv1.SetValueResponse]{
+		call: onLock(lockdv1connect.LockServiceClient.SetValue), idempotent: bySeq[lockdv1.SetValueRequest], name: lockName[lockdv1.SetValueRequest],
+	}
 	rpcCheckToken = rpc[lockdv1.CheckTokenRequest, lockdv1.CheckTokenResponse]{
 		call: onLock(lockdv1connect.LockServiceClient.CheckToken), idempotent: always[lockdv1.CheckTokenRequest], name: lockName[lockdv1.CheckTokenRequest],
 	}

@@ -106,3 +106,7 @@ func (s *clusterService) RemoveMember(ctx context.Context, req *connect.Request[
 func (s *clusterService) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 	return raw(ctx, s.c, rpcTransferLeadership, req)
 }
+
+func (s *service) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValueRequest]) (*connect.Response[lockdv1.SetValueResponse], error) {
+	return raw(ctx, s.c, rpcSetValue, req)
+}

@@ -14,6 +14,9 @@
 //	lockd leader transfer [ID]         hand leadership to another voter
 //	lockd snapshot save FILE           save a backup (restore: lockd serve --restore FILE)
 //	lockd bench [--workload own|one|handoff|sessions]  load a cluster, report throughput and latency
+//	lockd watch [PREFIX] [--from POS]  print lock events as they happen
+//	lockd elect NAME VALUE -- CMD      run CMD only while leader of election NAME
+//	lockd observe NAME                 print the leader of election NAME at each change
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -80,8 +83,8 @@ type Main struct {
 }
 
 // Run runs the subcommand named by args[0] with the rest of args. Signals
-// SIGINT and SIGTERM cancel ctx for every subcommand but run, which forwards
-// them to its command instead.
+// SIGINT and SIGTERM cancel ctx for every subcommand but run and elect,
+// which forward them to their command instead.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		m.usage()
@@ -90,6 +93,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	cmd, args := args[0], args[1:]
 	if cmd == "run" {
 		return (&RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
+	}
+	if cmd == "elect" {
+		return (&ElectCommand{run: RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}}).Run(ctx, args)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -119,6 +125,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&SnapshotCommand{env: env}).Run(ctx, args)
 	case "bench":
 		return (&BenchCommand{env: env}).Run(ctx, args)
+	case "watch":
+		return (&WatchCommand{env: env}).Run(ctx, args)
+	case "observe":
+		return (&ObserveCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -156,6 +166,9 @@ Commands:
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
 	bench      load a cluster and report throughput, latency and errors
+	watch      print lock events as they happen ("watch [PREFIX] [--json] [--from POS]")
+	elect      run a command only while leader of an election ("elect NAME VALUE -- CMD")
+	observe    print the leader of an election at each change ("observe NAME")
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to

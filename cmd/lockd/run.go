@@ -40,6 +40,8 @@ type RunCommand struct {
 	Stderr io.Writer
 	// Getenv reads the environment (LOCKD_ENDPOINTS).
 	Getenv func(string) string
+
+	elect bool // lockd elect: campaign with a value (elect.go)
 }
 
 // heldLock is the lock taken, whichever its kind.
@@ -135,7 +137,9 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 		}
 		return l, l.RLock(ctx)
 	default:
-		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay))
+		// An election's leader is the holder of its exclusive lock, its
+		// value what the leader announces (lockd elect, Election.Campaign).
+		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay), lockd.WithValue(f.value))
 		if try {
 			return l, l.TryLock(ctx)
 		}

@@ -27,6 +27,7 @@ type runFlags struct {
 	once             time.Duration // --once: complete instead of release after exit 0
 	lockDelay        time.Duration
 	name             string
+	value            []byte // lockd elect: the value announced while leader
 	command          []string
 }
 
@@ -84,6 +85,12 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 	defer func() {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(c.Stderr)
+			if c.elect {
+				fmt.Fprint(c.Stderr, electHelpHead)
+				fs.PrintDefaults()
+				fmt.Fprint(c.Stderr, runHelpTail)
+				return
+			}
 			printRunHelp(c.Stderr, fs)
 		}
 	}()
@@ -148,6 +155,14 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 			command = append([]string{pos[1]}, flagArgs...)
 			pos = pos[:1]
 		}
+	}
+	if c.elect {
+		// lockd elect NAME VALUE -- CMD: the "--" is required, since
+		// VALUE could look like a command.
+		if len(pos) != 2 || len(command) == 0 || f.limitSet || f.shared || f.once > 0 {
+			return nil, usageError{fmt.Errorf("usage: %s", electUsage)}
+		}
+		pos, f.value = pos[:1], []byte(pos[1])
 	}
 	if len(pos) != 1 || len(command) == 0 {
 		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}

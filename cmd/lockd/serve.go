@@ -66,6 +66,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot for followers that are slightly behind")
 	fs.IntVar(&cfg.WALSegmentSize, "wal-segment-size", cfg.WALSegmentSize, "bytes per Raft log segment file (the log is truncated by whole segments)")
 	fs.IntVar(&cfg.SnapshotRetain, "snapshot-retain", cfg.SnapshotRetain, "snapshots kept on disk")
+	fs.IntVar(&cfg.WatchHistory, "watch-history", cfg.WatchHistory, "recent lock events kept in memory for watchers to resume from (older positions get a reset)")
+	fs.IntVar(&cfg.WatchBuffer, "watch-buffer", cfg.WatchBuffer, "events one watch stream copies from the history at a time")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {

@@ -30,6 +30,7 @@ const (
 	CmdComplete      CmdType = 11
 	CmdClearMark     CmdType = 12
 	CmdUndelay       CmdType = 13
+	CmdSetValue      CmdType = 14
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -119,6 +120,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.ClearMark{}
 	case CmdUndelay:
 		m = &fsmv1.Undelay{}
+	case CmdSetValue:
+		m = &fsmv1.SetValue{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

@@ -153,6 +153,10 @@ type FSM struct {
 	counts    counts // derived from locks, for the caps
 	stats     Stats
 	obs       Observer
+	sink      EventSink
+	pending   []Event                // events of the entry being applied
+	inLog     bool                   // applying a Raft log entry (events have a position)
+	restored  bool                   // the state was replaced: tell the sink at the next entry
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 }
 
@@ -186,7 +190,14 @@ func (f *FSM) applyLog(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return f.apply(l.Data, l.Term)
+	if f.sink == nil {
+		return f.apply(l.Data, l.Term)
+	}
+	f.inLog = true
+	r := f.apply(l.Data, l.Term)
+	f.inLog = false
+	f.flushEvents(l.Index)
+	return r
 }
 
 // ApplyCommand applies one encoded command outside Raft, for tests and
@@ -231,6 +242,8 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applyClearMark(m.(*fsmv1.ClearMark), term)
 	case CmdRestore:
 		return f.applyRestore(m.(*fsmv1.Restore))
+	case CmdSetValue:
+		return f.applySetValue(m.(*fsmv1.SetValue))
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

@@ -68,6 +68,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdClearMark
 	case *fsmv1.Undelay:
 		return fsm.CmdUndelay
+	case *fsmv1.SetValue:
+		return fsm.CmdSetValue
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }

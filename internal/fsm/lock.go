@@ -155,6 +155,7 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}
 	l.queue = append(l.queue, w)
 	s.waits[c.Name] = w
+	f.event(EventQueued, l, s.id, 0, c.Mode, c.Value)
 	return f.remember(s, c.Seq, fp, &Result{Status: StatusQueued, Position: uint32(len(l.queue))})
 }
 
@@ -191,6 +192,7 @@ func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, n
 	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now}
 	l.holders = append(l.holders, h)
 	s.holds[l.name] = h
+	f.event(EventGranted, l, s.id, h.token, mode, value)
 	return h
 }
 
@@ -218,14 +220,17 @@ func (f *FSM) promote(l *lock, now int64) {
 	}
 }
 
-func (f *FSM) removeHold(l *lock, h *hold) {
+// removeHold ends hold h of l; kind says how, for the watch.
+func (f *FSM) removeHold(l *lock, h *hold, kind EventKind) {
 	l.holders = slices.DeleteFunc(l.holders, func(x *hold) bool { return x == h })
 	delete(f.sessions[h.session].holds, l.name)
+	f.event(kind, l, h.session, h.token, h.mode, nil)
 }
 
 func (f *FSM) removeWait(l *lock, w *wait) {
 	l.queue = slices.DeleteFunc(l.queue, func(x *wait) bool { return x == w })
 	delete(f.sessions[w.session].waits, l.name)
+	f.event(EventDequeued, l, w.session, 0, w.mode, nil)
 	if f.obs != nil {
 		f.obs.WaitDropped(w.session, l.name, w.seq)
 	}
@@ -242,7 +247,7 @@ func (f *FSM) applyRelease(c *fsmv1.Release) *Result {
 		return f.remember(s, c.Seq, fp, fail(CodeNotHeld, "lock %q is not held with token %d by this session", c.Name, c.Token))
 	}
 	l := f.locks[c.Name]
-	f.removeHold(l, h)
+	f.removeHold(l, h, EventReleased)
 	f.promote(l, c.TimeUnixNano)
 	return f.remember(s, c.Seq, fp, &Result{})
 }
@@ -260,7 +265,7 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 		return f.remember(s, c.Seq, fp, &Result{})
 	}
 	if h := s.holds[c.Name]; h != nil && h.seq == c.AcquireSeq {
-		f.removeHold(l, h)
+		f.removeHold(l, h, EventReleased)
 		f.promote(l, c.TimeUnixNano)
 		return f.remember(s, c.Seq, fp, &Result{Released: true})
 	}

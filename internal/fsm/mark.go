@@ -110,11 +110,12 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 		return f.remember(s, c.Seq, fp, fail(CodeTooMany, "%d completion marks are kept already", limits.marks))
 	}
 	l := f.locks[c.Name]
-	f.removeHold(l, h)
+	f.removeHold(l, h, EventCompleted)
 	// Every waiter is answered "already done", in queue order, in one pass
 	// (removeWait per waiter would rescan the queue each time).
 	for _, w := range l.queue {
 		delete(f.sessions[w.session].waits, l.name)
+		f.event(EventDequeued, l, w.session, 0, w.mode, nil)
 		if f.obs != nil {
 			f.obs.WaitDropped(w.session, l.name, w.seq)
 		}
@@ -133,6 +134,7 @@ func (f *FSM) applyClearMark(c *fsmv1.ClearMark, term uint64) *Result {
 		return fail(CodeInvalid, "stale mark expiry decided in term %d, committed in term %d", c.Term, term)
 	}
 	if l := f.locks[c.Name]; l != nil && l.mark != nil && l.mark.token == c.Token {
+		f.event(EventMarkCleared, l, l.mark.session, l.mark.token, ModeExclusive, nil)
 		f.deleteLock(l) // a marked lock has no holders or waiters
 		if f.obs != nil {
 			f.obs.MarkCleared(c.Name, c.Token)
@@ -146,10 +148,15 @@ func (f *FSM) applyClearMark(c *fsmv1.ClearMark, term uint64) *Result {
 // lock-delay, counted from this expiry (the leader ends it with Undelay
 // naming this token). The lock was counted toward MaxDelayLocks when it was
 // created, so an expiry, which cannot be refused, never exceeds the cap.
-func (f *FSM) startDelay(l *lock, token uint64) {
-	if l.delayed && f.obs != nil {
-		f.obs.DelayEnded(l.name, l.delayToken) // replaced by this one
+func (f *FSM) startDelay(l *lock, h *hold) {
+	token := h.token
+	if l.delayed {
+		f.event(EventDelayEnded, l, "", l.delayToken, 0, nil)
+		if f.obs != nil {
+			f.obs.DelayEnded(l.name, l.delayToken) // replaced by this one
+		}
 	}
+	f.event(EventDelayStarted, l, h.session, token, h.mode, nil)
 	l.delayed, l.delayToken = true, token
 	if f.obs != nil {
 		f.obs.LockDelayed(l.name, token, l.delayMs)
@@ -161,6 +168,7 @@ func (f *FSM) applyUndelay(c *fsmv1.Undelay, term uint64) *Result {
 		return fail(CodeInvalid, "stale end of lock-delay decided in term %d, committed in term %d", c.Term, term)
 	}
 	if l := f.locks[c.Name]; l != nil && l.delayed && l.delayToken == c.Token {
+		f.event(EventDelayEnded, l, "", l.delayToken, 0, nil)
 		l.delayed, l.delayToken = false, 0
 		if f.obs != nil {
 			f.obs.DelayEnded(c.Name, c.Token)

@@ -131,11 +131,18 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 	for _, name := range waits {
 		f.removeWait(f.locks[name], s.waits[name])
 	}
+	kind := EventReleased
+	switch {
+	case expired && s.revoked:
+		kind = EventForceReleased
+	case expired:
+		kind = EventExpired
+	}
 	for _, name := range holds {
 		l, h := f.locks[name], s.holds[name]
-		f.removeHold(l, h)
+		f.removeHold(l, h, kind)
 		if expired && l.delayMs > 0 {
-			f.startDelay(l, h.token)
+			f.startDelay(l, h)
 		}
 	}
 	delete(f.sessions, s.id)

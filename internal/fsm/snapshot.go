@@ -160,6 +160,12 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	}
 	f.mu.Lock()
 	f.install(st)
+	if f.sink != nil {
+		// The next entry's index is not known here: the sink hears it
+		// with that entry.
+		f.restored, f.pending = true, nil
+		f.sink.Reset(0)
+	}
 	f.mu.Unlock()
 	if f.obs != nil {
 		f.obs.Restored()
@@ -210,6 +216,7 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
 	f.install(st)
+	f.restored, f.pending = f.sink != nil && f.inLog, nil
 	if f.obs != nil {
 		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
 			f.obs.SessionCreated(id, f.sessions[id].ttlMs)

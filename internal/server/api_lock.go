@@ -174,3 +174,23 @@ func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.For
 	}
 	return connect.NewResponse(resp), nil
 }
+
+// SetValue replaces the value of a hold (Election.Proclaim).
+func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValueRequest]) (*connect.Response[lockdv1.SetValueResponse], error) {
+	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.SetValue, func() (*connect.Response[lockdv1.SetValueResponse], error) {
+		m := req.Msg
+		if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
+			return nil, err
+		}
+		if err := fsm.ValidateName(m.Name); err != nil {
+			return nil, a.s.invalid("%v", err)
+		}
+		if len(m.Value) > fsm.MaxValueBytes {
+			return nil, a.s.invalid("value is %d bytes, more than %d", len(m.Value), fsm.MaxValueBytes)
+		}
+		if _, err := a.propose(fsm.CmdSetValue, &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value}); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&lockdv1.SetValueResponse{}), nil
+	})
+}

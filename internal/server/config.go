@@ -93,6 +93,16 @@ type Config struct {
 	WALSegmentSize int
 	// SnapshotRetain is how many snapshots are kept on disk. Default 2.
 	SnapshotRetain int
+
+	// WatchHistory is how many recent lock events the node keeps in memory
+	// for the watch stream: a watcher resumes without a reset from any
+	// position among them. About 150 bytes an event plus its value (a
+	// value is at most 1 KiB). Default 16384.
+	WatchHistory int
+	// WatchBuffer is how many events one watch stream copies out of the
+	// history at a time: its own memory. A stream whose consumer is so slow
+	// that its position leaves the history gets a reset. Default 256.
+	WatchBuffer int
 }
 
 // DefaultConfig returns the defaults of `lockd serve` with no flags.
@@ -116,11 +126,14 @@ func DefaultConfig() Config {
 		WALSegmentSize:    64 << 20,
 		JoinTimeout:       time.Minute,
 		WatchdogTimeout:   10 * time.Second,
+		WatchHistory:      16384,
+		WatchBuffer:       256,
 	}
 }
 
 // Validate reports every problem in c, or nil. It sets Grace to
-// ElectionTimeout when left zero; the advertise addresses stay as given
+// ElectionTimeout when left zero, and WatchHistory and WatchBuffer to their
+// defaults; the advertise addresses stay as given
 // (New derives the API URL from the listener, raftAdvertise falls back to
 // RaftListen).
 func (c *Config) Validate() error {
@@ -183,6 +196,16 @@ func (c *Config) Validate() error {
 	}
 	if c.Restore != "" && len(c.Join) > 0 {
 		bad("--restore bootstraps a new cluster: it excludes --join")
+	}
+	// Zero means the default, so a Config built by hand keeps working.
+	if c.WatchHistory == 0 {
+		c.WatchHistory = DefaultConfig().WatchHistory
+	}
+	if c.WatchBuffer == 0 {
+		c.WatchBuffer = DefaultConfig().WatchBuffer
+	}
+	if c.WatchHistory < 1 || c.WatchBuffer < 1 {
+		bad("watch-history and watch-buffer must be at least 1")
 	}
 	if c.JoinTimeout <= 0 {
 		bad("join-timeout must be positive")

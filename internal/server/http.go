@@ -45,8 +45,11 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(streamPath, streamHandler(stream))
 	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
+	watchPath, watch := lockdv1connect.NewWatchServiceHandler(&watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
+	handle(watchPath, streamHandler(watch))
+	mux.HandleFunc("GET /v1/watch", s.serveWatchSSE)
 	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
-	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName, grpchealth.HealthV1ServiceName)
+	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName, lockdv1connect.WatchServiceName, grpchealth.HealthV1ServiceName)
 	handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
 	handle(grpcreflect.NewHandlerV1Alpha(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
 	if g != nil {
@@ -102,7 +105,7 @@ type healthChecker struct{ s *Server }
 // Check implements grpchealth.Checker.
 func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
-	case "", lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName:
+	case "", lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName, lockdv1connect.WatchServiceName:
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
 	}

@@ -25,6 +25,8 @@ type metrics struct {
 	watchdogTrips   prometheus.Counter
 	streamsOpen     prometheus.Gauge
 	streamFrames    *prometheus.CounterVec
+	watchStreams    prometheus.Gauge
+	watchResets     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -61,7 +63,13 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	for _, k := range streamKinds {
 		m.streamFrames.WithLabelValues(k)
 	}
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames)
+	m.watchStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lockd_watch_streams_open", Help: "Watch streams (Connect and SSE) open on this node.",
+	})
+	m.watchResets = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lockd_watch_resets_total", Help: "Resets sent to watch streams (position older than the history, restore, or a consumer too slow).",
+	})
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -84,18 +84,20 @@ type Server struct {
 	nodeID  string
 	apiURL  string
 
-	dirLock *os.File
-	fsm     *fsm.FSM
-	wal     *wal.WAL
-	meta    *metadb.BoltMetaDB
-	trans   raft.Transport
-	raft    *raft.Raft
-	lease   *lease.Manager
-	marks   *lease.Manager
-	delays  *lease.Manager
-	waiters *waiters
-	metrics *metrics
-	fwd     *forwarder
+	dirLock   *os.File
+	fsm       *fsm.FSM
+	wal       *wal.WAL
+	meta      *metadb.BoltMetaDB
+	trans     raft.Transport
+	raft      *raft.Raft
+	lease     *lease.Manager
+	marks     *lease.Manager
+	delays    *lease.Manager
+	waiters   *waiters
+	metrics   *metrics
+	fwd       *forwarder
+	hub       *hub          // the watch history (watch_hub.go)
+	keepalive time.Duration // watchKeepalive; shorter in tests
 
 	lis     net.Listener
 	httpSrv *http.Server
@@ -199,6 +201,8 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	s.marks = lease.New(0, s.clearMark)
 	s.delays = lease.New(0, s.undelay)
 	s.fsm = fsm.New(&observer{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters})
+	s.hub, s.keepalive = newHub(cfg.WatchHistory), watchKeepalive
+	s.fsm.SetEventSink(s.hub)
 	s.metrics.registerState(reg, s)
 
 	hl := newHclog(s.log, "raft")

@@ -260,6 +260,109 @@ func (AcquireStatus) EnumDescriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{3}
 }
 
+// EventKind is what happened to a lock.
+type EventKind int32
+
+const (
+	EventKind_EVENT_KIND_UNSPECIFIED EventKind = 0
+	// A session got the lock (at once or from the queue).
+	EventKind_EVENT_KIND_GRANTED EventKind = 1
+	// The holder released it (release, cancel of a raced grant, session closed).
+	EventKind_EVENT_KIND_RELEASED EventKind = 2
+	// The holder's session expired while holding.
+	EventKind_EVENT_KIND_EXPIRED EventKind = 3
+	// A session queued for the lock.
+	EventKind_EVENT_KIND_QUEUED EventKind = 4
+	// A queued session left without a grant (cancel, timeout, close, expiry,
+	// or the lock was completed).
+	EventKind_EVENT_KIND_DEQUEUED EventKind = 5
+	// The holder marked the job done; the hold ended, the mark is set.
+	EventKind_EVENT_KIND_COMPLETED EventKind = 6
+	// The completion mark ended.
+	EventKind_EVENT_KIND_MARK_CLEARED EventKind = 7
+	// A lock-delay started after an expired holder (token: that hold's).
+	EventKind_EVENT_KIND_DELAY_STARTED EventKind = 8
+	// The lock-delay ended (or a newer expiry replaced it).
+	EventKind_EVENT_KIND_DELAY_ENDED EventKind = 9
+	// The holder's force-released session ended.
+	EventKind_EVENT_KIND_FORCE_RELEASED EventKind = 10
+	// The holder changed its value (Election.Proclaim).
+	EventKind_EVENT_KIND_VALUE_CHANGED EventKind = 11
+	// Not a lock event: events were lost to this stream (position too old,
+	// snapshot restore, or the consumer fell behind). Re-list the locks, then
+	// watch again from this event's position.
+	EventKind_EVENT_KIND_RESET EventKind = 100
+	// Not a change: a hold that exists at this position (WatchRequest.state).
+	EventKind_EVENT_KIND_HELD EventKind = 101
+	// Not a change: the end of the state sent for WatchRequest.state.
+	EventKind_EVENT_KIND_SYNCED EventKind = 102
+)
+
+// Enum value maps for EventKind.
+var (
+	EventKind_name = map[int32]string{
+		0:   "EVENT_KIND_UNSPECIFIED",
+		1:   "EVENT_KIND_GRANTED",
+		2:   "EVENT_KIND_RELEASED",
+		3:   "EVENT_KIND_EXPIRED",
+		4:   "EVENT_KIND_QUEUED",
+		5:   "EVENT_KIND_DEQUEUED",
+		6:   "EVENT_KIND_COMPLETED",
+		7:   "EVENT_KIND_MARK_CLEARED",
+		8:   "EVENT_KIND_DELAY_STARTED",
+		9:   "EVENT_KIND_DELAY_ENDED",
+		10:  "EVENT_KIND_FORCE_RELEASED",
+		11:  "EVENT_KIND_VALUE_CHANGED",
+		100: "EVENT_KIND_RESET",
+		101: "EVENT_KIND_HELD",
+		102: "EVENT_KIND_SYNCED",
+	}
+	EventKind_value = map[string]int32{
+		"EVENT_KIND_UNSPECIFIED":    0,
+		"EVENT_KIND_GRANTED":        1,
+		"EVENT_KIND_RELEASED":       2,
+		"EVENT_KIND_EXPIRED":        3,
+		"EVENT_KIND_QUEUED":         4,
+		"EVENT_KIND_DEQUEUED":       5,
+		"EVENT_KIND_COMPLETED":      6,
+		"EVENT_KIND_MARK_CLEARED":   7,
+		"EVENT_KIND_DELAY_STARTED":  8,
+		"EVENT_KIND_DELAY_ENDED":    9,
+		"EVENT_KIND_FORCE_RELEASED": 10,
+		"EVENT_KIND_VALUE_CHANGED":  11,
+		"EVENT_KIND_RESET":          100,
+		"EVENT_KIND_HELD":           101,
+		"EVENT_KIND_SYNCED":         102,
+	}
+)
+
+func (x EventKind) Enum() *EventKind {
+	p := new(EventKind)
+	*p = x
+	return p
+}
+
+func (x EventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_lockd_v1_lockd_proto_enumTypes[4].Descriptor()
+}
+
+func (EventKind) Type() protoreflect.EnumType {
+	return &file_lockd_v1_lockd_proto_enumTypes[4]
+}
+
+func (x EventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventKind.Descriptor instead.
+func (EventKind) EnumDescriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{4}
+}
+
 // ErrorDetail is attached to errors as a Connect error detail.
 type ErrorDetail struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -3366,6 +3469,329 @@ func (*StreamResponse_CloseSession) isStreamResponse_Body() {}
 
 func (*StreamResponse_Error) isStreamResponse_Body() {}
 
+type SetValueRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// The token of this session's hold.
+	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	// The new value (at most 1 KiB).
+	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetValueRequest) Reset() {
+	*x = SetValueRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetValueRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetValueRequest) ProtoMessage() {}
+
+func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
+func (*SetValueRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *SetValueRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetValueRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SetValueRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *SetValueRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetValueRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *SetValueRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+type SetValueResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetValueResponse) Reset() {
+	*x = SetValueResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetValueResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetValueResponse) ProtoMessage() {}
+
+func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
+func (*SetValueResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{48}
+}
+
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only locks whose names start with prefix ("" for all).
+	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	// Send events after this position ("" for events from now on).
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// Start with the current state: one EVENT_KIND_HELD per hold of the
+	// matching locks, then EVENT_KIND_SYNCED, all at the position the state
+	// was read at, then the events after it. Sent when from is "" and again
+	// after every reset (whose position is then the state's), so a client
+	// never has to list the locks itself. It scans the locks under prefix
+	// while no command applies: use a narrow prefix.
+	State         bool `protobuf:"varint,3,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *WatchRequest) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetState() bool {
+	if x != nil {
+		return x.State
+	}
+	return false
+}
+
+// WatchResponse is one event: a change of one lock, or a reset.
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque cursor: "INDEX.N", the Raft log index of the entry that caused
+	// the event and the event's number within that entry. Pass it as
+	// WatchRequest.from to resume after this event.
+	Position string    `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	Kind     EventKind `protobuf:"varint,2,opt,name=kind,proto3,enum=lockd.v1.EventKind" json:"kind,omitempty"`
+	// The lock's name.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The session concerned and its owner label.
+	Session string `protobuf:"bytes,4,opt,name=session,proto3" json:"session,omitempty"`
+	Owner   string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The hold's token (granted, released, expired, completed, force
+	// released, value changed), the mark's (mark cleared) or the expired
+	// hold's (delay started/ended); 0 for queue events.
+	Token uint64 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	// Exclusive or shared (a semaphore is shared with limit > 1).
+	Mode Mode `protobuf:"varint,7,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
+	// The lock's limit: 1 for a mutex, more for a semaphore.
+	Limit uint32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The hold's or wait's value (granted, queued, value changed).
+	Value []byte `protobuf:"bytes,9,opt,name=value,proto3" json:"value,omitempty"`
+	// Set on the last event of its log entry that the stream sends: one
+	// entry can change many locks, or one lock twice (a release and the
+	// grant to the next waiter). A client that shows the state applies events
+	// up to one with entry_end before showing it, so it never shows a state
+	// that was never there (a lock without its next holder).
+	EntryEnd      bool `protobuf:"varint,10,opt,name=entry_end,json=entryEnd,proto3" json:"entry_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *WatchResponse) GetPosition() string {
+	if x != nil {
+		return x.Position
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetKind() EventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EventKind_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *WatchResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *WatchResponse) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetEntryEnd() bool {
+	if x != nil {
+		return x.EntryEnd
+	}
+	return false
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -3608,7 +4034,32 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rclose_session\x18\t \x01(\v2\x1e.lockd.v1.CloseSessionResponseH\x00R\fcloseSession\x12-\n" +
 	"\x05error\x18\n" +
 	" \x01(\v2\x15.lockd.v1.StreamErrorH\x00R\x05errorB\x06\n" +
-	"\x04body*A\n" +
+	"\x04body\"\x94\x01\n" +
+	"\x0fSetValueRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\x12\n" +
+	"\x10SetValueResponse\"P\n" +
+	"\fWatchRequest\x12\x16\n" +
+	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\bR\x05state\"\x9b\x02\n" +
+	"\rWatchResponse\x12\x1a\n" +
+	"\bposition\x18\x01 \x01(\tR\bposition\x12'\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x13.lockd.v1.EventKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\asession\x18\x04 \x01(\tR\asession\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\x04R\x05token\x12\"\n" +
+	"\x04mode\x18\a \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x12\x14\n" +
+	"\x05limit\x18\b \x01(\rR\x05limit\x12\x14\n" +
+	"\x05value\x18\t \x01(\fR\x05value\x12\x1b\n" +
+	"\tentry_end\x18\n" +
+	" \x01(\bR\bentryEnd*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -3636,7 +4087,24 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\x8f\b\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\x90\x03\n" +
+	"\tEventKind\x12\x1a\n" +
+	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12EVENT_KIND_GRANTED\x10\x01\x12\x17\n" +
+	"\x13EVENT_KIND_RELEASED\x10\x02\x12\x16\n" +
+	"\x12EVENT_KIND_EXPIRED\x10\x03\x12\x15\n" +
+	"\x11EVENT_KIND_QUEUED\x10\x04\x12\x17\n" +
+	"\x13EVENT_KIND_DEQUEUED\x10\x05\x12\x18\n" +
+	"\x14EVENT_KIND_COMPLETED\x10\x06\x12\x1b\n" +
+	"\x17EVENT_KIND_MARK_CLEARED\x10\a\x12\x1c\n" +
+	"\x18EVENT_KIND_DELAY_STARTED\x10\b\x12\x1a\n" +
+	"\x16EVENT_KIND_DELAY_ENDED\x10\t\x12\x1d\n" +
+	"\x19EVENT_KIND_FORCE_RELEASED\x10\n" +
+	"\x12\x1c\n" +
+	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x14\n" +
+	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
+	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\xd4\b\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -3652,13 +4120,16 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\fForceRelease\x12\x1d.lockd.v1.ForceReleaseRequest\x1a\x1e.lockd.v1.ForceReleaseResponse\"\x00\x12=\n" +
 	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
 	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
-	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x002\xfd\x01\n" +
+	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x00\x12C\n" +
+	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
 	"\x12TransferLeadership\x12#.lockd.v1.TransferLeadershipRequest\x1a$.lockd.v1.TransferLeadershipResponse\"\x002S\n" +
 	"\x0eSessionService\x12A\n" +
-	"\x06Stream\x12\x17.lockd.v1.StreamRequest\x1a\x18.lockd.v1.StreamResponse\"\x00(\x010\x01B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
+	"\x06Stream\x12\x17.lockd.v1.StreamRequest\x1a\x18.lockd.v1.StreamResponse\"\x00(\x010\x012L\n" +
+	"\fWatchService\x12<\n" +
+	"\x05Watch\x12\x16.lockd.v1.WatchRequest\x1a\x17.lockd.v1.WatchResponse\"\x000\x01B3Z1github.com/lockd-dev/lockd/proto/lockd/v1;lockdv1b\x06proto3"
 
 var (
 	file_lockd_v1_lockd_proto_rawDescOnce sync.Once
@@ -3672,158 +4143,169 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 	return file_lockd_v1_lockd_proto_rawDescData
 }
 
-var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
 	(ErrorReason)(0),                   // 2: lockd.v1.ErrorReason
 	(AcquireStatus)(0),                 // 3: lockd.v1.AcquireStatus
-	(*ErrorDetail)(nil),                // 4: lockd.v1.ErrorDetail
-	(*Mark)(nil),                       // 5: lockd.v1.Mark
-	(*CreateSessionRequest)(nil),       // 6: lockd.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),      // 7: lockd.v1.CreateSessionResponse
-	(*KeepAliveRequest)(nil),           // 8: lockd.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),          // 9: lockd.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),        // 10: lockd.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),       // 11: lockd.v1.CloseSessionResponse
-	(*ListSessionsRequest)(nil),        // 12: lockd.v1.ListSessionsRequest
-	(*SessionInfo)(nil),                // 13: lockd.v1.SessionInfo
-	(*ListSessionsResponse)(nil),       // 14: lockd.v1.ListSessionsResponse
-	(*AcquireRequest)(nil),             // 15: lockd.v1.AcquireRequest
-	(*AcquireResponse)(nil),            // 16: lockd.v1.AcquireResponse
-	(*ReleaseRequest)(nil),             // 17: lockd.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),            // 18: lockd.v1.ReleaseResponse
-	(*CancelRequest)(nil),              // 19: lockd.v1.CancelRequest
-	(*CancelResponse)(nil),             // 20: lockd.v1.CancelResponse
-	(*CheckTokenRequest)(nil),          // 21: lockd.v1.CheckTokenRequest
-	(*CheckTokenResponse)(nil),         // 22: lockd.v1.CheckTokenResponse
-	(*DescribeLockRequest)(nil),        // 23: lockd.v1.DescribeLockRequest
-	(*Holder)(nil),                     // 24: lockd.v1.Holder
-	(*Waiter)(nil),                     // 25: lockd.v1.Waiter
-	(*LockInfo)(nil),                   // 26: lockd.v1.LockInfo
-	(*DescribeLockResponse)(nil),       // 27: lockd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),           // 28: lockd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),          // 29: lockd.v1.ListLocksResponse
-	(*ForceReleaseRequest)(nil),        // 30: lockd.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),       // 31: lockd.v1.ForceReleaseResponse
-	(*CompleteRequest)(nil),            // 32: lockd.v1.CompleteRequest
-	(*CompleteResponse)(nil),           // 33: lockd.v1.CompleteResponse
-	(*ClearMarkRequest)(nil),           // 34: lockd.v1.ClearMarkRequest
-	(*ClearMarkResponse)(nil),          // 35: lockd.v1.ClearMarkResponse
-	(*StatusRequest)(nil),              // 36: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 37: lockd.v1.Member
-	(*StatusResponse)(nil),             // 38: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 39: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 40: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 41: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 42: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 43: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 44: lockd.v1.TransferLeadershipResponse
-	(*KeepAliveBatch)(nil),             // 45: lockd.v1.KeepAliveBatch
-	(*KeepAliveResult)(nil),            // 46: lockd.v1.KeepAliveResult
-	(*KeepAliveBatchResponse)(nil),     // 47: lockd.v1.KeepAliveBatchResponse
-	(*StreamError)(nil),                // 48: lockd.v1.StreamError
-	(*StreamRequest)(nil),              // 49: lockd.v1.StreamRequest
-	(*StreamResponse)(nil),             // 50: lockd.v1.StreamResponse
-	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 52: google.protobuf.Duration
+	(EventKind)(0),                     // 4: lockd.v1.EventKind
+	(*ErrorDetail)(nil),                // 5: lockd.v1.ErrorDetail
+	(*Mark)(nil),                       // 6: lockd.v1.Mark
+	(*CreateSessionRequest)(nil),       // 7: lockd.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),      // 8: lockd.v1.CreateSessionResponse
+	(*KeepAliveRequest)(nil),           // 9: lockd.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 10: lockd.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 11: lockd.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 12: lockd.v1.CloseSessionResponse
+	(*ListSessionsRequest)(nil),        // 13: lockd.v1.ListSessionsRequest
+	(*SessionInfo)(nil),                // 14: lockd.v1.SessionInfo
+	(*ListSessionsResponse)(nil),       // 15: lockd.v1.ListSessionsResponse
+	(*AcquireRequest)(nil),             // 16: lockd.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 17: lockd.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 18: lockd.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 19: lockd.v1.ReleaseResponse
+	(*CancelRequest)(nil),              // 20: lockd.v1.CancelRequest
+	(*CancelResponse)(nil),             // 21: lockd.v1.CancelResponse
+	(*CheckTokenRequest)(nil),          // 22: lockd.v1.CheckTokenRequest
+	(*CheckTokenResponse)(nil),         // 23: lockd.v1.CheckTokenResponse
+	(*DescribeLockRequest)(nil),        // 24: lockd.v1.DescribeLockRequest
+	(*Holder)(nil),                     // 25: lockd.v1.Holder
+	(*Waiter)(nil),                     // 26: lockd.v1.Waiter
+	(*LockInfo)(nil),                   // 27: lockd.v1.LockInfo
+	(*DescribeLockResponse)(nil),       // 28: lockd.v1.DescribeLockResponse
+	(*ListLocksRequest)(nil),           // 29: lockd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 30: lockd.v1.ListLocksResponse
+	(*ForceReleaseRequest)(nil),        // 31: lockd.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),       // 32: lockd.v1.ForceReleaseResponse
+	(*CompleteRequest)(nil),            // 33: lockd.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 34: lockd.v1.CompleteResponse
+	(*ClearMarkRequest)(nil),           // 35: lockd.v1.ClearMarkRequest
+	(*ClearMarkResponse)(nil),          // 36: lockd.v1.ClearMarkResponse
+	(*StatusRequest)(nil),              // 37: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 38: lockd.v1.Member
+	(*StatusResponse)(nil),             // 39: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 40: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 41: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 42: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 43: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 44: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 45: lockd.v1.TransferLeadershipResponse
+	(*KeepAliveBatch)(nil),             // 46: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 47: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 48: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 49: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 50: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 51: lockd.v1.StreamResponse
+	(*SetValueRequest)(nil),            // 52: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 53: lockd.v1.SetValueResponse
+	(*WatchRequest)(nil),               // 54: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),              // 55: lockd.v1.WatchResponse
+	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 57: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
-	24, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
-	5,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	51, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	52, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	52, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	52, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	52, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
+	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
+	56, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	57, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	57, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	57, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	57, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	52, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	51, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	57, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	56, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	14, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	52, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	52, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	57, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	57, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
 	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	51, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	56, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
 	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	51, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	24, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	25, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	5,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	52, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	26, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	56, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	57, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	26, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	52, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	5,  // 30: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	37, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	37, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	8,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	52, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	48, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	46, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	4,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	6,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	45, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	15, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	17, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	19, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	32, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	10, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	7,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	47, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	16, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	18, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	20, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	33, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	11, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	48, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	6,  // 53: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 54: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 55: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 56: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 57: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 58: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 59: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 60: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 61: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 62: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 63: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	36, // 64: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 65: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	34, // 66: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	39, // 67: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	41, // 68: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	43, // 69: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	49, // 70: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	7,  // 71: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 72: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 73: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 74: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 75: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 76: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 77: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 78: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 79: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 80: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 81: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	38, // 82: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 83: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	35, // 84: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	40, // 85: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	42, // 86: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	44, // 87: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	50, // 88: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	71, // [71:89] is the sub-list for method output_type
-	53, // [53:71] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	27, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	57, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,  // 30: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	38, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	38, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	57, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	49, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	47, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	46, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	33, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	8,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	48, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	34, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	49, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	4,  // 53: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,  // 54: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	7,  // 55: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 56: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 57: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 58: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 59: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 60: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 61: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 62: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 63: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	29, // 64: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	31, // 65: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	37, // 66: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	33, // 67: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	35, // 68: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	52, // 69: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	40, // 70: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	42, // 71: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	44, // 72: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	50, // 73: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	54, // 74: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 75: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 76: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 77: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 78: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 79: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 80: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 81: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 82: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 83: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	30, // 84: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	32, // 85: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	39, // 86: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	34, // 87: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	36, // 88: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	53, // 89: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	41, // 90: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	43, // 91: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	45, // 92: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	51, // 93: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	55, // 94: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	75, // [75:95] is the sub-list for method output_type
+	55, // [55:75] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3856,10 +4338,10 @@ func file_lockd_v1_lockd_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   47,
+			NumEnums:      5,
+			NumMessages:   51,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_lockd_v1_lockd_proto_goTypes,
 		DependencyIndexes: file_lockd_v1_lockd_proto_depIdxs,

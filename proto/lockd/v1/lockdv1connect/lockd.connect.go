@@ -30,6 +30,8 @@ const (
 	ClusterServiceName = "lockd.v1.ClusterService"
 	// SessionServiceName is the fully-qualified name of the SessionService service.
 	SessionServiceName = "lockd.v1.SessionService"
+	// WatchServiceName is the fully-qualified name of the WatchService service.
+	WatchServiceName = "lockd.v1.WatchService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -73,6 +75,8 @@ const (
 	LockServiceCompleteProcedure = "/lockd.v1.LockService/Complete"
 	// LockServiceClearMarkProcedure is the fully-qualified name of the LockService's ClearMark RPC.
 	LockServiceClearMarkProcedure = "/lockd.v1.LockService/ClearMark"
+	// LockServiceSetValueProcedure is the fully-qualified name of the LockService's SetValue RPC.
+	LockServiceSetValueProcedure = "/lockd.v1.LockService/SetValue"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -83,6 +87,8 @@ const (
 	ClusterServiceTransferLeadershipProcedure = "/lockd.v1.ClusterService/TransferLeadership"
 	// SessionServiceStreamProcedure is the fully-qualified name of the SessionService's Stream RPC.
 	SessionServiceStreamProcedure = "/lockd.v1.SessionService/Stream"
+	// WatchServiceWatchProcedure is the fully-qualified name of the WatchService's Watch RPC.
+	WatchServiceWatchProcedure = "/lockd.v1.WatchService/Watch"
 )
 
 // LockServiceClient is a client for the lockd.v1.LockService service.
@@ -125,6 +131,10 @@ type LockServiceClient interface {
 	// runs out, so that the job can run again. Acquires queued meanwhile were
 	// already answered ALREADY_DONE; the next acquire is granted.
 	ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error)
+	// SetValue replaces the value of a hold this session has (the token
+	// names it) without releasing it: an election leader's Proclaim. Holders
+	// and watchers see the new value.
+	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -222,6 +232,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("ClearMark")),
 			connect.WithClientOptions(opts...),
 		),
+		setValue: connect.NewClient[v1.SetValueRequest, v1.SetValueResponse](
+			httpClient,
+			baseURL+LockServiceSetValueProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("SetValue")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -241,6 +257,7 @@ type lockServiceClient struct {
 	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
 	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
+	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -313,6 +330,11 @@ func (c *lockServiceClient) ClearMark(ctx context.Context, req *connect.Request[
 	return c.clearMark.CallUnary(ctx, req)
 }
 
+// SetValue calls lockd.v1.LockService.SetValue.
+func (c *lockServiceClient) SetValue(ctx context.Context, req *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error) {
+	return c.setValue.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -353,6 +375,10 @@ type LockServiceHandler interface {
 	// runs out, so that the job can run again. Acquires queued meanwhile were
 	// already answered ALREADY_DONE; the next acquire is granted.
 	ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error)
+	// SetValue replaces the value of a hold this session has (the token
+	// names it) without releasing it: an election leader's Proclaim. Holders
+	// and watchers see the new value.
+	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -446,6 +472,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("ClearMark")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceSetValueHandler := connect.NewUnaryHandler(
+		LockServiceSetValueProcedure,
+		svc.SetValue,
+		connect.WithSchema(lockServiceMethods.ByName("SetValue")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -476,6 +508,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceCompleteHandler.ServeHTTP(w, r)
 		case LockServiceClearMarkProcedure:
 			lockServiceClearMarkHandler.ServeHTTP(w, r)
+		case LockServiceSetValueProcedure:
+			lockServiceSetValueHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -539,6 +573,10 @@ func (UnimplementedLockServiceHandler) Complete(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.ClearMark is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetValue is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
@@ -751,4 +789,88 @@ type UnimplementedSessionServiceHandler struct{}
 
 func (UnimplementedSessionServiceHandler) Stream(context.Context, *connect.BidiStream[v1.StreamRequest, v1.StreamResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.SessionService.Stream is not implemented"))
+}
+
+// WatchServiceClient is a client for the lockd.v1.WatchService service.
+type WatchServiceClient interface {
+	// Watch sends every event of the locks whose names start with prefix,
+	// after position from (or from now), in log order. When from is older
+	// than this node keeps (or the node restored a snapshot, or the stream
+	// fell too far behind), it sends one event of kind EVENT_KIND_RESET,
+	// whose position the client continues from after re-listing the locks,
+	// and ends. It also serves as GET /v1/watch?prefix=P&from=POS
+	// (Server-Sent Events).
+	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
+}
+
+// NewWatchServiceClient constructs a client for the lockd.v1.WatchService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewWatchServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) WatchServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	watchServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("WatchService").Methods()
+	return &watchServiceClient{
+		watch: connect.NewClient[v1.WatchRequest, v1.WatchResponse](
+			httpClient,
+			baseURL+WatchServiceWatchProcedure,
+			connect.WithSchema(watchServiceMethods.ByName("Watch")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// watchServiceClient implements WatchServiceClient.
+type watchServiceClient struct {
+	watch *connect.Client[v1.WatchRequest, v1.WatchResponse]
+}
+
+// Watch calls lockd.v1.WatchService.Watch.
+func (c *watchServiceClient) Watch(ctx context.Context, req *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error) {
+	return c.watch.CallServerStream(ctx, req)
+}
+
+// WatchServiceHandler is an implementation of the lockd.v1.WatchService service.
+type WatchServiceHandler interface {
+	// Watch sends every event of the locks whose names start with prefix,
+	// after position from (or from now), in log order. When from is older
+	// than this node keeps (or the node restored a snapshot, or the stream
+	// fell too far behind), it sends one event of kind EVENT_KIND_RESET,
+	// whose position the client continues from after re-listing the locks,
+	// and ends. It also serves as GET /v1/watch?prefix=P&from=POS
+	// (Server-Sent Events).
+	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
+}
+
+// NewWatchServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewWatchServiceHandler(svc WatchServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	watchServiceMethods := v1.File_lockd_v1_lockd_proto.Services().ByName("WatchService").Methods()
+	watchServiceWatchHandler := connect.NewServerStreamHandler(
+		WatchServiceWatchProcedure,
+		svc.Watch,
+		connect.WithSchema(watchServiceMethods.ByName("Watch")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/lockd.v1.WatchService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case WatchServiceWatchProcedure:
+			watchServiceWatchHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedWatchServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedWatchServiceHandler struct{}
+
+func (UnimplementedWatchServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.WatchService.Watch is not implemented"))
 }

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// The watch stream, served two ways from one loop (streamEvents): the Connect
+// server stream WatchService.Watch and Server-Sent Events on GET /v1/watch.
+// Any node serves it from its own applied log; see docs/events.md.
+
+// watchKeepalive (a variable for tests) is how often an idle watch stream
+// sends a keepalive (an SSE comment, or an event without a kind on the
+// Connect stream), so proxies keep it open and clients notice a dead server.
+var watchKeepalive = 15 * time.Second
+
+// errServerClosing ends the streams of a node that shuts down, so clients
+// reconnect elsewhere.
+var errServerClosing = errors.New("node shutting down")
+
+// streamEvents streams the events after from ("" for now) of the locks under
+// prefix until ctx ends, calling send for each (it blocks on the consumer)
+// and idle with the cursor at the start and then every s.keepalive while
+// nothing is sent. After a reset it goes on from the reset's position.
+func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor pos) error) error {
+	cursor := s.hub.now()
+	if from != "" {
+		p, err := parsePos(from)
+		if err != nil {
+			return err
+		}
+		cursor = p
+	} else if state {
+		at, err := s.sendState(prefix, nil, send)
+		if err != nil {
+			return err
+		}
+		cursor = at
+	}
+	s.metrics.watchStreams.Inc()
+	defer s.metrics.watchStreams.Dec()
+	// A first keepalive tells the client where the stream starts, so a
+	// stream cut before its first event resumes from there, not from a
+	// later "now".
+	if err := idle(cursor); err != nil {
+		return err
+	}
+	buf := make([]fsm.Event, 0, s.cfg.WatchBuffer)
+	tick := time.NewTicker(s.keepalive)
+	defer tick.Stop()
+	for {
+		r := s.hub.read(cursor, prefix, buf)
+		if r.reset {
+			s.metrics.watchResets.Inc()
+			reset := &lockdv1.WatchResponse{Position: r.next.String(), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
+			if !state {
+				if err := send(reset); err != nil {
+					return err
+				}
+				cursor = r.next
+				continue
+			}
+			at, err := s.sendState(prefix, reset, send)
+			if err != nil {
+				return err
+			}
+			cursor = at
+			continue
+		}
+		for i := range r.events {
+			m := eventPB(&r.events[i])
+			m.EntryEnd = i == len(r.events)-1 || r.events[i+1].Index != r.events[i].Index
+			if err := send(m); err != nil {
+				return err
+			}
+		}
+		clear(r.events) // drop the values' references
+		cursor = r.next
+		if r.wait == nil {
+			continue
+		}
+		select {
+		case <-r.wait:
+		case <-tick.C:
+			if err := idle(cursor); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		case <-s.done:
+			return errServerClosing
+		}
+	}
+}
+
+// sendState sends the holds under prefix as they are, at a position read
+// with them: first (when not nil) the reset, moved to that position, then
+// one HELD event per hold and a SYNCED event. It returns the position.
+func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (pos, error) {
+	var evs []fsm.Event
+	var at pos
+	s.fsm.Holding(prefix, func(held []fsm.Event) {
+		// Apply publishes events with the FSM's lock held, so none can
+		// come between these holds and this position.
+		evs, at = held, s.hub.now()
+	})
+	p := at.String()
+	if reset != nil {
+		reset.Position = p
+		if err := send(reset); err != nil {
+			return at, err
+		}
+	}
+	for i := range evs {
+		m := eventPB(&evs[i])
+		m.Position = p
+		if err := send(m); err != nil {
+			return at, err
+		}
+	}
+	return at, send(&lockdv1.WatchResponse{Position: p, Kind: lockdv1.EventKind_EVENT_KIND_SYNCED})
+}
+
+func eventPB(e *fsm.Event) *lockdv1.WatchResponse {
+	return &lockdv1.WatchResponse{
+		Position: eventPos(e).String(),
+		Kind:     lockdv1.EventKind(e.Kind),
+		Name:     e.Name,
+		Session:  e.Session,
+		Owner:    e.Owner,
+		Token:    e.Token,
+		Mode:     lockdv1.Mode(e.Mode),
+		Limit:    e.Limit,
+		Value:    e.Value,
+	}
+}
+
+// watchAPI implements lockdv1connect.WatchServiceHandler.
+type watchAPI struct{ s *Server }
+
+var _ lockdv1connect.WatchServiceHandler = (*watchAPI)(nil)
+
+// Watch implements lockdv1connect.WatchServiceHandler. An idle stream gets
+// an event without a kind whose position is the stream's cursor.
+func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
+	err := w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor pos) error {
+		return stream.Send(&lockdv1.WatchResponse{Position: cursor.String()})
+	})
+	switch {
+	case errors.Is(err, errBadPosition):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, errServerClosing):
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	return err
+}
+
+var sseJSON = protojson.MarshalOptions{EmitUnpopulated: true}
+
+// serveWatchSSE serves GET /v1/watch?prefix=P&from=POS[&state=1] as
+// Server-Sent Events: each event is an "id: POS" line (so a browser's EventSource
+// resumes by itself with Last-Event-ID) and a "data: JSON" line (protojson
+// of WatchResponse); a reset is "event: reset" with data {"position":…};
+// ": keepalive" comments keep an idle stream open.
+func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from := q.Get("from")
+	if from == "" {
+		from = r.Header.Get("Last-Event-ID")
+	}
+	if from != "" {
+		if _, err := parsePos(from); err != nil {
+			http.Error(w, "from: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	send := func(ev *lockdv1.WatchResponse) error {
+		var err error
+		switch ev.Kind {
+		case lockdv1.EventKind_EVENT_KIND_RESET:
+			_, err = fmt.Fprintf(w, "event: reset\ndata: {\"position\":%q}\n\n", ev.Position)
+		case lockdv1.EventKind_EVENT_KIND_SYNCED:
+			_, err = fmt.Fprintf(w, "event: synced\ndata: {\"position\":%q}\n\n", ev.Position)
+		default:
+			var b []byte
+			if b, err = sseJSON.Marshal(ev); err == nil {
+				// protojson varies its spacing on purpose; a stream for
+				// curl and browsers is easier to read (and grep) compact.
+				var c bytes.Buffer
+				if err = json.Compact(&c, b); err == nil {
+					_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", ev.Position, c.Bytes())
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	err := s.streamEvents(r.Context(), q.Get("prefix"), from, q.Get("state") == "1" || q.Get("state") == "true", send, func(pos) error {
+		if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+			return err
+		}
+		return rc.Flush()
+	})
+	if err != nil && !errors.Is(err, errServerClosing) {
+		s.log.Debug("watch stream ended", "err", err)
+	}
+}

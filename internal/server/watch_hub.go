@@ -1,0 +1,200 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+)
+
+// The watch history: a bounded ring of the node's most recent lock events,
+// filled by the FSM (as its fsm.EventSink) from Apply, read by every watch
+// stream with its own cursor. One copy of each event per node; a stream
+// owns only its cursor and a batch of at most Config.WatchBuffer events, so
+// a stalled consumer costs no memory beyond that: when its cursor leaves the
+// ring it gets a reset instead.
+
+// pos is a watch position: the Raft log index of an entry and the 1-based
+// number of an event among that entry's events. (index, 0) is the point
+// just before the entry's first event.
+type pos struct {
+	index uint64
+	num   uint32
+}
+
+func (p pos) less(q pos) bool {
+	return p.index < q.index || p.index == q.index && p.num < q.num
+}
+
+// String is the opaque cursor clients see: "INDEX.N".
+func (p pos) String() string {
+	return strconv.FormatUint(p.index, 10) + "." + strconv.FormatUint(uint64(p.num), 10)
+}
+
+func eventPos(e *fsm.Event) pos { return pos{e.Index, e.Num} }
+
+// errBadPosition is a from that is not a position.
+var errBadPosition = errors.New("position must be INDEX.N, as a watch event gives it")
+
+func parsePos(s string) (pos, error) {
+	a, b, ok := strings.Cut(s, ".")
+	if !ok {
+		return pos{}, fmt.Errorf("%q: %w", s, errBadPosition)
+	}
+	i, err1 := strconv.ParseUint(a, 10, 64)
+	n, err2 := strconv.ParseUint(b, 10, 32)
+	if err1 != nil || err2 != nil {
+		return pos{}, fmt.Errorf("%q: %w", s, errBadPosition)
+	}
+	return pos{i, uint32(n)}, nil
+}
+
+// maxScan bounds the events one read looks at, so a stream with a narrow
+// prefix holds the hub's lock for a bounded time.
+const maxScan = 4096
+
+// hub is the node's watch history. It implements fsm.EventSink.
+type hub struct {
+	mu    sync.Mutex
+	ring  []fsm.Event // circular: n events from start
+	start int
+	n     int
+	// floor: every event after it is in the ring or still to come; a cursor
+	// below it has missed events and gets a reset.
+	floor pos
+	// head is the newest event's position (or floor, when newer).
+	head pos
+	// restoring: the state was replaced and the floor is not known until
+	// the next entry (fsm.EventSink.Reset(0)); readers wait.
+	restoring bool
+	wake      chan struct{} // closed and replaced when something changes
+	waiting   bool          // someone holds wake
+}
+
+func newHub(size int) *hub {
+	return &hub{ring: make([]fsm.Event, size), wake: make(chan struct{})}
+}
+
+// signal wakes the readers; h.mu is held.
+func (h *hub) signal() {
+	if h.waiting {
+		close(h.wake)
+		h.wake, h.waiting = make(chan struct{}), false
+	}
+}
+
+// Events implements fsm.EventSink: append, evicting the oldest. It never
+// blocks (Apply calls it).
+func (h *hub) Events(_ uint64, evs []fsm.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range evs {
+		if h.n == len(h.ring) {
+			h.floor = eventPos(&h.ring[h.start])
+			h.ring[h.start] = fsm.Event{}
+			h.start = (h.start + 1) % len(h.ring)
+			h.n--
+		}
+		h.ring[(h.start+h.n)%len(h.ring)] = evs[i]
+		h.n++
+	}
+	if len(evs) > 0 {
+		h.head = eventPos(&evs[len(evs)-1])
+	}
+	h.signal()
+}
+
+// Reset implements fsm.EventSink: the state was replaced, so the history
+// no longer leads to it. Every cursor below the new floor gets a reset.
+func (h *hub) Reset(from uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	clear(h.ring)
+	h.start, h.n = 0, 0
+	if from == 0 {
+		h.restoring = true
+		h.floor = pos{math.MaxUint64, 0}
+	} else {
+		h.restoring = false
+		h.floor = pos{from, 0}
+		h.head = h.floor
+	}
+	h.signal()
+}
+
+// now is the position a new stream without from starts at.
+func (h *hub) now() pos {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.head.less(h.floor) && !h.restoring {
+		return h.floor
+	}
+	return h.head
+}
+
+// stored is how many events the ring holds, for tests and metrics.
+func (h *hub) stored() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// readResult is what one read found.
+type readResult struct {
+	events []fsm.Event // events after the cursor matching the prefix, whole entries
+	next   pos         // the cursor after them (past filtered events too)
+	reset  bool        // the cursor is below the floor: reset to next
+	wait   <-chan struct{}
+}
+
+// read copies into buf (up to its capacity) the events after cursor whose
+// lock names start with prefix. When there are none yet, wait is closed when
+// there may be.
+func (h *hub) read(cursor pos, prefix string, buf []fsm.Event) readResult {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.restoring {
+		h.waiting = true
+		return readResult{next: cursor, wait: h.wake}
+	}
+	if cursor.less(h.floor) {
+		next := h.head
+		if next.less(h.floor) {
+			next = h.floor
+		}
+		return readResult{next: next, reset: true}
+	}
+	// First event after cursor: positions in the ring ascend.
+	lo, hi := 0, h.n
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if cursor.less(eventPos(&h.ring[(h.start+mid)%len(h.ring)])) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	out := readResult{events: buf[:0], next: cursor}
+	for i := lo; i < h.n; i++ {
+		e := &h.ring[(h.start+i)%len(h.ring)]
+		// Whole entries only (an entry is published at once, so it is
+		// whole in the ring): the batch may pass its size by the rest of
+		// one entry, which Apply bounds (a session's locks at most).
+		if e.Index != out.next.index && (i-lo >= maxScan || len(out.events) >= cap(buf)) {
+			break
+		}
+		out.next = eventPos(e)
+		if strings.HasPrefix(e.Name, prefix) {
+			out.events = append(out.events, *e)
+		}
+	}
+	if out.next == cursor {
+		h.waiting = true
+		out.wait = h.wake
+	}
+	return out
+}
