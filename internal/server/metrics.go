@@ -25,6 +25,7 @@ type metrics struct {
 	watchdogTrips   prometheus.Counter
 	streamsOpen     prometheus.Gauge
 	streamFrames    *prometheus.CounterVec
+	lock            *lockMetrics // metrics_lock.go
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -61,6 +62,7 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	for _, k := range streamKinds {
 		m.streamFrames.WithLabelValues(k)
 	}
+	m.lock = newLockMetrics(reg)
 	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
