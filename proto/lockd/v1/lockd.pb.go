@@ -772,14 +772,23 @@ func (x *ListSessionsRequest) GetConsistency() ReadConsistency {
 }
 
 type SessionInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Holds         uint32                 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
-	Waits         uint32                 `protobuf:"varint,6,opt,name=waits,proto3" json:"waits,omitempty"`
-	Revoked       bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner     string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Ttl       *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Holds     uint32                 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
+	Waits     uint32                 `protobuf:"varint,6,opt,name=waits,proto3" json:"waits,omitempty"`
+	Revoked   bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	// When the leader expires the session unless it is kept alive (its lease
+	// deadline on the leader: last renewal + TTL + grace); absent when the
+	// answering node does not run the session's timer (a stale read on a
+	// follower).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Names of the locks the session holds and of those it waits for, in
+	// name order, at most 16 each (holds and waits give the counts).
+	Holding       []string `protobuf:"bytes,9,rep,name=holding,proto3" json:"holding,omitempty"`
+	Waiting       []string `protobuf:"bytes,10,rep,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,6 +870,27 @@ func (x *SessionInfo) GetRevoked() bool {
 		return x.Revoked
 	}
 	return false
+}
+
+func (x *SessionInfo) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetHolding() []string {
+	if x != nil {
+		return x.Holding
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetWaiting() []string {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
 }
 
 type ListSessionsResponse struct {
@@ -3311,7 +3341,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x16\n" +
 	"\x14CloseSessionResponse\"R\n" +
 	"\x13ListSessionsRequest\x12;\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xf0\x01\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xdf\x02\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3321,7 +3351,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05holds\x18\x05 \x01(\rR\x05holds\x12\x14\n" +
 	"\x05waits\x18\x06 \x01(\rR\x05waits\x12\x18\n" +
-	"\arevoked\x18\a \x01(\bR\arevoked\"I\n" +
+	"\arevoked\x18\a \x01(\bR\arevoked\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
+	"\aholding\x18\t \x03(\tR\aholding\x12\x18\n" +
+	"\awaiting\x18\n" +
+	" \x03(\tR\awaiting\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
 	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xd2\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
@@ -3634,86 +3669,87 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	50, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
 	49, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	13, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	50, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	50, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	49, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	49, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	24, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	25, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	5,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	50, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	26, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	26, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	50, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	35, // 30: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	35, // 31: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	8,  // 32: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	50, // 33: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	46, // 34: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	44, // 35: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	4,  // 36: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	6,  // 37: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	43, // 38: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	15, // 39: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	17, // 40: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	19, // 41: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	32, // 42: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	10, // 43: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	7,  // 44: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	45, // 45: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	16, // 46: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	18, // 47: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	20, // 48: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	33, // 49: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	11, // 50: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	46, // 51: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	6,  // 52: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 53: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 54: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 55: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 56: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 57: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 58: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 59: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 60: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 61: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 62: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	34, // 63: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 64: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	37, // 65: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	39, // 66: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	41, // 67: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	47, // 68: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	7,  // 69: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 70: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 71: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 72: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 73: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 74: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 75: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 76: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 77: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 78: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 79: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	36, // 80: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 81: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	38, // 82: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	40, // 83: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	42, // 84: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	48, // 85: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	69, // [69:86] is the sub-list for method output_type
-	52, // [52:69] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	49, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	13, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
+	50, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	50, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 16: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	0,  // 17: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 18: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 19: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	49, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	0,  // 21: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	49, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	24, // 23: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	25, // 24: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	5,  // 25: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	50, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	26, // 27: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	1,  // 28: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	26, // 29: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	50, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	35, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	35, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	8,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	50, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	46, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	44, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	4,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	6,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	43, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	15, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	17, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	19, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	32, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	10, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	7,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	45, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	16, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	18, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	20, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	33, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	11, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	46, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	6,  // 53: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 54: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 55: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 56: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 57: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 58: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 59: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 60: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 61: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 62: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 63: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	34, // 64: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 65: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	37, // 66: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	39, // 67: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	41, // 68: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	47, // 69: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	7,  // 70: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 71: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 72: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 73: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 74: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 75: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 76: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 77: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 78: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 79: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 80: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	36, // 81: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 82: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	38, // 83: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	40, // 84: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	42, // 85: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	48, // 86: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	70, // [70:87] is the sub-list for method output_type
+	53, // [53:70] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
