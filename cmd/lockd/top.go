@@ -269,7 +269,9 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 
 	near := slices.Clone(s.sessions)
 	near = slices.DeleteFunc(near, func(se *lockdv1.SessionInfo) bool { return se.GetExpiresAt() == nil })
-	slices.SortFunc(near, func(a, b *lockdv1.SessionInfo) int { return a.GetExpiresAt().AsTime().Compare(b.GetExpiresAt().AsTime()) })
+	slices.SortFunc(near, func(a, b *lockdv1.SessionInfo) int {
+		return a.GetExpiresAt().AsTime().Compare(b.GetExpiresAt().AsTime())
+	})
 	add("")
 	add("%-42s %10s %8s %6s %6s", "SESSIONS NEAR EXPIRY", "EXPIRES IN", "TTL", "HOLDS", "WAITS")
 	for _, se := range near[:min(n, len(near))] {
