@@ -67,7 +67,9 @@ func TestTopInTerminal(t *testing.T) {
 	})
 	var mu sync.Mutex
 	var out strings.Builder
+	readDone := make(chan struct{})
 	go func() {
+		defer close(readDone)
 		b := make([]byte, 4096)
 		for {
 			n, err := tty.Read(b)
@@ -120,6 +122,12 @@ func TestTopInTerminal(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("top did not quit on q")
+	}
+	// The reader drains what top wrote before it exited, then gets EIO.
+	select {
+	case <-readDone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the terminal was not closed after top exited")
 	}
 	mu.Lock()
 	tail := out.String()
