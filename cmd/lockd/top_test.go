@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,8 +23,8 @@ import (
 )
 
 // heldWithWaiter makes lock name held by a session owned by "holder@a"
-// and waited for by one owned by "waiter@b".
-func heldWithWaiter(t *testing.T, url, name string) {
+// and waited for by one owned by "waiter@b"; it returns the holder's token.
+func heldWithWaiter(t *testing.T, url, name string) uint64 {
 	t.Helper()
 	svc := lockdv1connect.NewLockServiceClient(http.DefaultClient, url)
 	ctx := context.Background()
@@ -35,13 +36,15 @@ func heldWithWaiter(t *testing.T, url, name string) {
 		return r.Msg.SessionId
 	}
 	h, w := session("holder@a"), session("waiter@b")
-	if _, err := svc.Acquire(ctx, connect.NewRequest(&lockdv1.AcquireRequest{SessionId: h, Seq: 1, Name: name})); err != nil {
+	g, err := svc.Acquire(ctx, connect.NewRequest(&lockdv1.AcquireRequest{SessionId: h, Seq: 1, Name: name}))
+	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := svc.Acquire(ctx, connect.NewRequest(&lockdv1.AcquireRequest{SessionId: w, Seq: 1, Name: name, Wait: true, PollTimeout: durationpb.New(0)}))
 	if err != nil || r.Msg.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED {
 		t.Fatalf("waiter: %v %v", r, err)
 	}
+	return g.Msg.Token
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
@@ -54,7 +57,7 @@ func TestTopInTerminal(t *testing.T) {
 	needBinary(t)
 	srv := lockdtest.New(t)
 	const name = "billing/invoices/2026-11"
-	heldWithWaiter(t, srv.URL(), name)
+	token := heldWithWaiter(t, srv.URL(), name)
 
 	cmd := exec.Command(lockdBin, "top", "--endpoints", srv.URL(), "--interval", "200ms")
 	tty, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 110})
@@ -96,7 +99,7 @@ func TestTopInTerminal(t *testing.T) {
 	var screen string
 	for {
 		screen = lastScreen()
-		if strings.Contains(screen, name) && regexp.MustCompile(`(?m)^\s+`+regexp.QuoteMeta(name)+`\s+holder@a\s+\d+`).MatchString(screen) &&
+		if strings.Contains(screen, name) && regexp.MustCompile(`(?m)^\s+`+regexp.QuoteMeta(name)+`\s+holder@a\s+`+strconv.FormatUint(token, 10)+`\s`).MatchString(screen) &&
 			regexp.MustCompile(`(?m)^\s+`+regexp.QuoteMeta(name)+`\s+1\s+waiter@b`).MatchString(screen) {
 			break
 		}
