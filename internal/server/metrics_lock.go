@@ -16,7 +16,8 @@ import (
 // Raft (commits, leader changes, snapshots). They are observed on the node
 // that serves the call or runs the timer, the leader, so a cluster-wide sum
 // counts each event once. Labels take a handful of fixed values: never a
-// lock name or a session id.
+// lock name or a session id. The watch stream's metrics (streams, resets)
+// and limit hits by reason belong with those features, not here.
 
 // Acquire outcomes: the values of the outcome label.
 const (
