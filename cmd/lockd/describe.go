@@ -52,10 +52,17 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 	if m := l.GetMark(); m != nil {
 		fmt.Fprintf(c.env.stdout, "lock %q is done: completed by %s (session %s, token %d) at %s, mark kept %v\n",
 			l.GetName(), m.GetOwner(), m.GetSessionId(), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339), m.GetRetention().AsDuration())
+		if d := delayString(l); d != "" {
+			fmt.Fprintf(c.env.stdout, "lock-delay: %s\n", d)
+		}
+		fmt.Fprintf(c.env.stdout, "(admin: \"lockd mark clear %s --token %d\" ends the mark now)\n", l.GetName(), m.GetToken())
 		return nil
 	}
 	w := c.env.stdout
 	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", l.GetName(), limitString(l.GetLimit()))
+	if d := delayString(l); d != "" {
+		fmt.Fprintf(w, "lock-delay: %s\n", d)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "holders (%d):\n", len(l.GetHolders()))
 	if len(l.GetHolders()) > 0 {
@@ -76,6 +83,18 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 		tw.Flush()
 	}
 	return nil
+}
+
+// delayString renders a lock's lock-delay, "" when it has none.
+func delayString(l *lockdv1.LockInfo) string {
+	d := l.GetLockDelay().AsDuration()
+	if d <= 0 {
+		return ""
+	}
+	if l.GetDelayed() {
+		return fmt.Sprintf("%v, running: a holder expired, nothing is granted until it ends", d)
+	}
+	return fmt.Sprintf("%v after an expired holder", d)
 }
 
 // since renders a server timestamp (wall clock, for display) with its age.

@@ -4,6 +4,8 @@
 //	lockd run NAME -- CMD [ARGS...]    run CMD while holding lock NAME
 //	lockd ls [PREFIX]                  list locks
 //	lockd describe NAME                show a lock's holders and queue
+//	lockd check NAME TOKEN             exit 0 if TOKEN is a current grant of NAME, 1 if stale
+//	lockd mark clear NAME              end a lock's completion mark early (admin)
 //	lockd sessions                     list sessions
 //	lockd release --force NAME         revoke a lock's holders (admin)
 //	lockd status                       show this node and the cluster
@@ -100,6 +102,10 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&LsCommand{env: env}).Run(ctx, args)
 	case "describe":
 		return (&DescribeCommand{env: env}).Run(ctx, args)
+	case "check":
+		return (&CheckCommand{env: env}).Run(ctx, args)
+	case "mark":
+		return (&MarkCommand{env: env}).Run(ctx, args)
 	case "sessions":
 		return (&SessionsCommand{env: env}).Run(ctx, args)
 	case "release":
@@ -144,6 +150,8 @@ Commands:
 	run        run a command while holding a lock
 	ls         list locks
 	describe   show a lock's holders and queue
+	check      "check NAME TOKEN": exit 0 if TOKEN is a current grant of NAME, 1 if stale
+	mark       "mark clear NAME" ends a lock's completion mark early (admin)
 	sessions   list sessions
 	release    revoke a lock's holders (admin; needs --force)
 	status     show this node and the cluster

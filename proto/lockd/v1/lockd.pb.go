@@ -2168,6 +2168,105 @@ func (*CompleteResponse) Descriptor() ([]byte, []int) {
 	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
+type ClearMarkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// When set, clear the mark only if it was made with this token, so that
+	// a resend cannot clear a newer mark; 0 clears whatever mark there is.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearMarkRequest) Reset() {
+	*x = ClearMarkRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearMarkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearMarkRequest) ProtoMessage() {}
+
+func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearMarkRequest.ProtoReflect.Descriptor instead.
+func (*ClearMarkRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ClearMarkRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClearMarkRequest) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type ClearMarkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mark that was cleared; absent when the lock had no (matching) mark.
+	Mark          *Mark `protobuf:"bytes,1,opt,name=mark,proto3" json:"mark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClearMarkResponse) Reset() {
+	*x = ClearMarkResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClearMarkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClearMarkResponse) ProtoMessage() {}
+
+func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClearMarkResponse.ProtoReflect.Descriptor instead.
+func (*ClearMarkResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ClearMarkResponse) GetMark() *Mark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2176,7 +2275,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2287,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2300,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 type Member struct {
@@ -2217,7 +2316,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2328,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2341,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Member) GetId() string {
@@ -2300,7 +2399,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2411,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2424,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2425,7 +2524,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2536,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2549,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -2491,7 +2590,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2602,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2615,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2542,7 +2641,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2653,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2666,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -2585,7 +2684,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2696,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2709,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 type TransferLeadershipRequest struct {
@@ -2623,7 +2722,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2734,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2747,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -2667,7 +2766,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2778,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2791,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -2713,7 +2812,7 @@ type KeepAliveBatch struct {
 
 func (x *KeepAliveBatch) Reset() {
 	*x = KeepAliveBatch{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2824,7 @@ func (x *KeepAliveBatch) String() string {
 func (*KeepAliveBatch) ProtoMessage() {}
 
 func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2837,7 @@ func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatch.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatch) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *KeepAliveBatch) GetSessions() []*KeepAliveRequest {
@@ -2762,7 +2861,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2774,7 +2873,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2787,7 +2886,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *KeepAliveResult) GetSessionId() string {
@@ -2823,7 +2922,7 @@ type KeepAliveBatchResponse struct {
 
 func (x *KeepAliveBatchResponse) Reset() {
 	*x = KeepAliveBatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2934,7 @@ func (x *KeepAliveBatchResponse) String() string {
 func (*KeepAliveBatchResponse) ProtoMessage() {}
 
 func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2947,7 @@ func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatchResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *KeepAliveBatchResponse) GetResults() []*KeepAliveResult {
@@ -2879,7 +2978,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +2990,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3003,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -2950,7 +3049,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3061,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3074,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StreamRequest) GetCallId() uint64 {
@@ -3124,7 +3223,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3136,7 +3235,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3149,7 +3248,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *StreamResponse) GetCallId() uint64 {
@@ -3459,7 +3558,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x127\n" +
 	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\x12\n" +
-	"\x10CompleteResponse\"\x0f\n" +
+	"\x10CompleteResponse\"<\n" +
+	"\x10ClearMarkRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"7\n" +
+	"\x11ClearMarkResponse\x12\"\n" +
+	"\x04mark\x18\x01 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\"\x0f\n" +
 	"\rStatusRequest\"h\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
@@ -3567,7 +3671,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\xc7\a\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x022\x8f\b\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -3582,7 +3686,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\tListLocks\x12\x1a.lockd.v1.ListLocksRequest\x1a\x1b.lockd.v1.ListLocksResponse\"\x00\x12O\n" +
 	"\fForceRelease\x12\x1d.lockd.v1.ForceReleaseRequest\x1a\x1e.lockd.v1.ForceReleaseResponse\"\x00\x12=\n" +
 	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
-	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x002\xfd\x01\n" +
+	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
+	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -3603,7 +3708,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -3639,117 +3744,122 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*ForceReleaseResponse)(nil),       // 31: lockd.v1.ForceReleaseResponse
 	(*CompleteRequest)(nil),            // 32: lockd.v1.CompleteRequest
 	(*CompleteResponse)(nil),           // 33: lockd.v1.CompleteResponse
-	(*StatusRequest)(nil),              // 34: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 35: lockd.v1.Member
-	(*StatusResponse)(nil),             // 36: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 37: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 38: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 39: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 40: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 41: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 42: lockd.v1.TransferLeadershipResponse
-	(*KeepAliveBatch)(nil),             // 43: lockd.v1.KeepAliveBatch
-	(*KeepAliveResult)(nil),            // 44: lockd.v1.KeepAliveResult
-	(*KeepAliveBatchResponse)(nil),     // 45: lockd.v1.KeepAliveBatchResponse
-	(*StreamError)(nil),                // 46: lockd.v1.StreamError
-	(*StreamRequest)(nil),              // 47: lockd.v1.StreamRequest
-	(*StreamResponse)(nil),             // 48: lockd.v1.StreamResponse
-	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 50: google.protobuf.Duration
+	(*ClearMarkRequest)(nil),           // 34: lockd.v1.ClearMarkRequest
+	(*ClearMarkResponse)(nil),          // 35: lockd.v1.ClearMarkResponse
+	(*StatusRequest)(nil),              // 36: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 37: lockd.v1.Member
+	(*StatusResponse)(nil),             // 38: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 39: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 40: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 41: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 42: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 43: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 44: lockd.v1.TransferLeadershipResponse
+	(*KeepAliveBatch)(nil),             // 45: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 46: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 47: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 48: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 49: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 50: lockd.v1.StreamResponse
+	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 52: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	24, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	5,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	49, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	50, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	50, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	50, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	50, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	51, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	52, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	52, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	52, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	52, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	50, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	49, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	49, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	52, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	51, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	51, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	13, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	50, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	50, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	52, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	52, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	3,  // 16: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
 	0,  // 17: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 18: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 19: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	49, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	51, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
 	0,  // 21: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	49, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	51, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	24, // 23: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	25, // 24: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	5,  // 25: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	50, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	52, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	26, // 27: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	1,  // 28: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	26, // 29: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	50, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	35, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	35, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	8,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	50, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	46, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	44, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	4,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	6,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	43, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	15, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	17, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	19, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	32, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	10, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	7,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	45, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	16, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	18, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	20, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	33, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	11, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	46, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	6,  // 53: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	8,  // 54: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	10, // 55: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	12, // 56: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	15, // 57: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	17, // 58: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	19, // 59: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	21, // 60: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	23, // 61: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	28, // 62: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	30, // 63: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	34, // 64: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	32, // 65: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	37, // 66: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	39, // 67: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	41, // 68: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	47, // 69: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	7,  // 70: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	9,  // 71: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	11, // 72: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	14, // 73: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	16, // 74: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	18, // 75: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	20, // 76: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	22, // 77: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	27, // 78: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	29, // 79: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	31, // 80: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	36, // 81: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	33, // 82: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	38, // 83: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	40, // 84: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	42, // 85: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	48, // 86: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	70, // [70:87] is the sub-list for method output_type
-	53, // [53:70] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	52, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	5,  // 31: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	37, // 32: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	37, // 33: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	8,  // 34: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	52, // 35: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	48, // 36: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	46, // 37: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	4,  // 38: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	6,  // 39: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	45, // 40: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	15, // 41: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	17, // 42: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	19, // 43: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	32, // 44: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	10, // 45: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	7,  // 46: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	47, // 47: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	16, // 48: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	18, // 49: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	20, // 50: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	33, // 51: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	11, // 52: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	48, // 53: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	6,  // 54: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	8,  // 55: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	10, // 56: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	12, // 57: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	15, // 58: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	17, // 59: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	19, // 60: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	21, // 61: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	23, // 62: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	28, // 63: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	30, // 64: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	36, // 65: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	32, // 66: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	34, // 67: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	39, // 68: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	41, // 69: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	43, // 70: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	49, // 71: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	7,  // 72: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	9,  // 73: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	11, // 74: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	14, // 75: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	16, // 76: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	18, // 77: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	20, // 78: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	22, // 79: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	27, // 80: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	29, // 81: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	31, // 82: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	38, // 83: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	33, // 84: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	35, // 85: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	40, // 86: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	42, // 87: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	44, // 88: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	50, // 89: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	72, // [72:90] is the sub-list for method output_type
+	54, // [54:72] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -3758,7 +3868,7 @@ func file_lockd_v1_lockd_proto_init() {
 		return
 	}
 	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
-	file_lockd_v1_lockd_proto_msgTypes[43].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[45].OneofWrappers = []any{
 		(*StreamRequest_CreateSession)(nil),
 		(*StreamRequest_KeepAlive)(nil),
 		(*StreamRequest_Acquire)(nil),
@@ -3767,7 +3877,7 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamRequest_Complete)(nil),
 		(*StreamRequest_CloseSession)(nil),
 	}
-	file_lockd_v1_lockd_proto_msgTypes[44].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[46].OneofWrappers = []any{
 		(*StreamResponse_CreateSession)(nil),
 		(*StreamResponse_KeepAlive)(nil),
 		(*StreamResponse_Acquire)(nil),
@@ -3783,7 +3893,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -71,6 +71,8 @@ const (
 	LockServiceStatusProcedure = "/lockd.v1.LockService/Status"
 	// LockServiceCompleteProcedure is the fully-qualified name of the LockService's Complete RPC.
 	LockServiceCompleteProcedure = "/lockd.v1.LockService/Complete"
+	// LockServiceClearMarkProcedure is the fully-qualified name of the LockService's ClearMark RPC.
+	LockServiceClearMarkProcedure = "/lockd.v1.LockService/ClearMark"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -119,6 +121,10 @@ type LockServiceClient interface {
 	// of a grant, and its waiters are answered so at once. "Run once across
 	// servers" (the monthly invoice) becomes a guarantee.
 	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
+	// ClearMark (admin) ends a lock's completion mark before its retention
+	// runs out, so that the job can run again. Acquires queued meanwhile were
+	// already answered ALREADY_DONE; the next acquire is granted.
+	ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -210,6 +216,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Complete")),
 			connect.WithClientOptions(opts...),
 		),
+		clearMark: connect.NewClient[v1.ClearMarkRequest, v1.ClearMarkResponse](
+			httpClient,
+			baseURL+LockServiceClearMarkProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("ClearMark")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -228,6 +240,7 @@ type lockServiceClient struct {
 	forceRelease  *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
 	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -295,6 +308,11 @@ func (c *lockServiceClient) Complete(ctx context.Context, req *connect.Request[v
 	return c.complete.CallUnary(ctx, req)
 }
 
+// ClearMark calls lockd.v1.LockService.ClearMark.
+func (c *lockServiceClient) ClearMark(ctx context.Context, req *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error) {
+	return c.clearMark.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -331,6 +349,10 @@ type LockServiceHandler interface {
 	// of a grant, and its waiters are answered so at once. "Run once across
 	// servers" (the monthly invoice) becomes a guarantee.
 	Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error)
+	// ClearMark (admin) ends a lock's completion mark before its retention
+	// runs out, so that the job can run again. Acquires queued meanwhile were
+	// already answered ALREADY_DONE; the next acquire is granted.
+	ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -418,6 +440,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Complete")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceClearMarkHandler := connect.NewUnaryHandler(
+		LockServiceClearMarkProcedure,
+		svc.ClearMark,
+		connect.WithSchema(lockServiceMethods.ByName("ClearMark")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -446,6 +474,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceStatusHandler.ServeHTTP(w, r)
 		case LockServiceCompleteProcedure:
 			lockServiceCompleteHandler.ServeHTTP(w, r)
+		case LockServiceClearMarkProcedure:
+			lockServiceClearMarkHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -505,6 +535,10 @@ func (UnimplementedLockServiceHandler) Status(context.Context, *connect.Request[
 
 func (UnimplementedLockServiceHandler) Complete(context.Context, *connect.Request[v1.CompleteRequest]) (*connect.Response[v1.CompleteResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Complete is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) ClearMark(context.Context, *connect.Request[v1.ClearMarkRequest]) (*connect.Response[v1.ClearMarkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.ClearMark is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
