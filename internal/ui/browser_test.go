@@ -160,6 +160,10 @@ func TestDashboardShowsHolderQueueAndRelease(t *testing.T) {
 	// Two refreshes later the chart has samples too.
 	poll(t, ctx, "a chart sample", `document.getElementById("rate-now").textContent !== ""`)
 
+	// The feed is live, or says the server has no watch stream; either way
+	// the tables above did not need it.
+	poll(t, ctx, "the feed's state", `(() => { const s = document.getElementById("events-state").textContent; return s === "live" || s.startsWith("not available"); })()`)
+
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)

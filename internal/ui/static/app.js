@@ -19,7 +19,7 @@ const state = {
   sessionPage: 0,
   expiresBySession: new Map(),
   rates: [], p99s: [], lastScrape: null,
-  watch: null, watchPos: "", watchRetry: 0,
+  watch: null, watchPos: "", watchRetry: 0, watchSeen: false,
   timer: null, pending: null,
   stats: { firstRender: 0, lastUpdate: 0, updates: 0 },
 };
@@ -269,7 +269,7 @@ function startWatch() {
   const es = new EventSource("../v1/watch?" + q.toString());
   state.watch = es;
   let opened = false;
-  es.onopen = () => { opened = true; state.watchRetry = 0; $("events-state").textContent = "live"; };
+  es.onopen = () => { opened = true; state.watchSeen = true; state.watchRetry = 0; $("events-state").textContent = "live"; };
   es.onmessage = (m) => {
     let ev;
     try { ev = JSON.parse(m.data); } catch (_) { return; }
@@ -286,7 +286,10 @@ function startWatch() {
     es.close();
     if (state.watch !== es) return;
     state.watch = null;
-    if (!opened && state.watchRetry === 0) {
+    // A stream that never opened is missing (404) or refused: say so and
+    // keep trying slowly (the server may be upgraded). One that was open
+    // broke: reconnect from the last position.
+    if (!opened && !state.watchSeen) {
       $("events-state").textContent = "not available (this server has no watch stream); tables poll every " + REFRESH_MS / 1000 + " s";
     } else {
       $("events-state").textContent = "reconnecting…";
