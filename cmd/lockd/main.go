@@ -9,6 +9,7 @@
 //	lockd sessions                     list sessions
 //	lockd release --force NAME         revoke a lock's holders (admin)
 //	lockd status                       show this node and the cluster
+//	lockd top                          busiest locks, longest holds and queues, sessions near expiry
 //	lockd members [--json]             list the cluster's members
 //	lockd members remove ID            remove a member
 //	lockd leader transfer [ID]         hand leadership to another voter
@@ -117,6 +118,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&ReleaseCommand{env: env}).Run(ctx, args)
 	case "status":
 		return (&StatusCommand{env: env}).Run(ctx, args)
+	case "top":
+		return (&TopCommand{env: env}).Run(ctx, args)
 	case "members":
 		return (&MembersCommand{env: env}).Run(ctx, args)
 	case "leader":
@@ -162,6 +165,7 @@ Commands:
 	sessions   list sessions
 	release    revoke a lock's holders (admin; needs --force)
 	status     show this node and the cluster
+	top        the cluster at a glance, refreshed in place (q quits)
 	members    list the cluster's members; "members remove ID" removes one
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it

@@ -19,7 +19,10 @@ func (a *api) Acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.Acquire, func() (*connect.Response[lockdv1.AcquireResponse], error) { return a.acquire(ctx, req) })
 }
 
-func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (*connect.Response[lockdv1.AcquireResponse], error) {
+func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (res *connect.Response[lockdv1.AcquireResponse], err error) {
+	start := time.Now()
+	var queuedAt time.Time // set when the request waits in the queue
+	defer func() { a.s.metrics.lock.acquired(start, queuedAt, res, err) }()
 	m := req.Msg
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
@@ -55,17 +58,28 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		}
 		delay = m.LockDelay.AsDuration()
 	}
+	proposed := time.Now()
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(), LockDelayMs: delay.Milliseconds(),
+		Wait: m.Wait, Value: m.Value, TimeUnixNano: proposed.UnixNano(), LockDelayMs: delay.Milliseconds(),
 	})
+	if err == nil && r.Status == fsm.StatusGranted {
+		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
+		return connect.NewResponse(resp), nil
+	}
+	if a.s.fsm.Delayed(m.Name) {
+		a.s.metrics.lock.delayHits.Inc()
+	}
 	if err != nil {
 		return nil, err
 	}
 	resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID()}
-	if r.Status == fsm.StatusGranted {
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, r.Token
-		return connect.NewResponse(resp), nil
+	// The wait began when the request first queued (a repeat of the same
+	// request finds that time); if the grant or drop came before this
+	// look-up, it began at this proposal.
+	var queued bool
+	if queuedAt, queued = a.s.fsm.QueuedAt(m.SessionId, m.Name, m.Seq); !queued {
+		queuedAt = proposed
 	}
 	// Queued (now or by the first attempt of this request).
 	if err := a.await(ctx, waitKey{m.SessionId, m.Name, m.Seq}, poll, changed, resp); err != nil {
@@ -87,8 +101,12 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
+	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
 	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano()}); err != nil {
 		return nil, err
+	}
+	if held {
+		a.s.metrics.lock.holdEnded(endReleased, granted)
 	}
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
 }
@@ -133,9 +151,14 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	if ret < time.Second || ret.Milliseconds() > fsm.MaxRetentionMs {
 		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
 	}
+	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
 	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
 		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano()}); err != nil {
 		return nil, err
+	}
+	if held { // not a retry of a Complete already applied
+		a.s.metrics.lock.holdEnded(endCompleted, granted)
+		a.s.metrics.lock.marksSet.Inc()
 	}
 	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil
 }

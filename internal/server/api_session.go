@@ -6,6 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
@@ -93,6 +94,9 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 }
 
+// sessionLockNames caps the lock names ListSessions gives per session.
+const sessionLockNames = 16
+
 // ListSessions lists the sessions.
 func (a *api) ListSessions(ctx context.Context, req *connect.Request[lockdv1.ListSessionsRequest]) (*connect.Response[lockdv1.ListSessionsResponse], error) {
 	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
@@ -107,7 +111,12 @@ func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.Lis
 	}
 	resp := &lockdv1.ListSessionsResponse{}
 	for _, x := range a.s.fsm.Sessions() {
-		resp.Sessions = append(resp.Sessions, sessionPB(x))
+		pb := sessionPB(x)
+		pb.Holding, pb.Waiting = a.s.fsm.SessionLocks(x.ID, sessionLockNames)
+		if d, ok := a.s.lease.Deadline(x.ID); ok {
+			pb.ExpiresAt = timestamppb.New(d)
+		}
+		resp.Sessions = append(resp.Sessions, pb)
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -32,7 +32,7 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 // Handler returns the HTTP handler of the node: the Connect API (Connect,
 // gRPC and gRPC-Web, with gRPC reflection and the standard gRPC health
 // service, so grpcurl and load balancers need no proto files), /metrics,
-// /healthz, /readyz and the backup download.
+// /healthz, /readyz, the backup download and the dashboard (/ui/).
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	count := connect.WithInterceptors(s.metrics.interceptor())
@@ -56,6 +56,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("GET /v1/snapshot", s.serveSnapshot)
+	s.uiRoutes(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -211,8 +211,16 @@ func (s *Server) demoteTimers() {
 // expire is the lease manager's callback for a session whose deadline
 // passed in leadership term.
 func (s *Server) expire(id string, term uint64) {
+	holds := s.fsm.HoldTimes(id)
 	if s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano(), Term: term}) {
 		s.metrics.sessionsExpired.Inc()
+		if len(holds) > 0 {
+			s.metrics.lock.expiredHolding.Inc()
+			s.metrics.lock.holdsExpired.Add(float64(len(holds)))
+			for _, g := range holds {
+				s.metrics.lock.holdEnded(endExpired, g)
+			}
+		}
 		s.log.Info("session expired", "session", id)
 	}
 }
@@ -248,6 +256,7 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 func (s *Server) clearMark(key string, term uint64) {
 	name, token, ok := parseMarkKey(key)
 	if ok && s.proposeTimed(s.marks, key, term, fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}) {
+		s.metrics.lock.marksExpired.Inc()
 		s.log.Info("completion mark expired", "lock", name, "token", token)
 	}
 }

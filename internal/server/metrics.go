@@ -27,6 +27,7 @@ type metrics struct {
 	streamFrames    *prometheus.CounterVec
 	watchStreams    prometheus.Gauge
 	watchResets     prometheus.Counter
+	lock            *lockMetrics // metrics_lock.go
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -69,6 +70,7 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.watchResets = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_watch_resets_total", Help: "Resets sent to watch streams (position older than the history, restore, or a consumer too slow).",
 	})
+	m.lock = newLockMetrics(reg)
 	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.

@@ -128,7 +128,7 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
 	s.logSize = size
-	return raftStores{logs: newCountingLogStore(ls, reg, size), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size}}, nil
+	return raftStores{logs: newCountingLogStore(ls, reg, size), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
 }
 
 // raftConfig is Raft's configuration for this node; leadership changes are

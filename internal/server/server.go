@@ -262,7 +262,8 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 
-	s.wg.Add(3)
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done) }()
 	go s.watchLeadership(notify)
 	go s.runWatchdog()
 	go s.snapshotByLogSize(s.logSize)

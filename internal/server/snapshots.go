@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -79,10 +80,16 @@ func (s *Server) snapshotByLogSize(l *logSize) {
 type sizedSnapshotStore struct {
 	raft.SnapshotStore
 	size *logSize
+	m    *lockMetrics // snapshot duration and size
 }
 
 // Create notes the snapshot's start, then creates it.
 func (s *sizedSnapshotStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration, configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	s.size.snapshotStarted()
-	return s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	start := time.Now()
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil || s.m == nil {
+		return sink, err
+	}
+	return &timedSink{SnapshotSink: sink, m: s.m, start: start}, nil
 }

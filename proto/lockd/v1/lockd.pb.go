@@ -875,14 +875,23 @@ func (x *ListSessionsRequest) GetConsistency() ReadConsistency {
 }
 
 type SessionInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Owner         string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Holds         uint32                 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
-	Waits         uint32                 `protobuf:"varint,6,opt,name=waits,proto3" json:"waits,omitempty"`
-	Revoked       bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner     string                 `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Ttl       *durationpb.Duration   `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Holds     uint32                 `protobuf:"varint,5,opt,name=holds,proto3" json:"holds,omitempty"`
+	Waits     uint32                 `protobuf:"varint,6,opt,name=waits,proto3" json:"waits,omitempty"`
+	Revoked   bool                   `protobuf:"varint,7,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	// When the leader expires the session unless it is kept alive (its lease
+	// deadline on the leader: last renewal + TTL + grace); absent when the
+	// answering node does not run the session's timer (a stale read on a
+	// follower).
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Names of the locks the session holds and of those it waits for, in
+	// name order, at most 16 each (holds and waits give the counts).
+	Holding       []string `protobuf:"bytes,9,rep,name=holding,proto3" json:"holding,omitempty"`
+	Waiting       []string `protobuf:"bytes,10,rep,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -964,6 +973,27 @@ func (x *SessionInfo) GetRevoked() bool {
 		return x.Revoked
 	}
 	return false
+}
+
+func (x *SessionInfo) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetHolding() []string {
+	if x != nil {
+		return x.Holding
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetWaiting() []string {
+	if x != nil {
+		return x.Waiting
+	}
+	return nil
 }
 
 type ListSessionsResponse struct {
@@ -3836,7 +3866,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x16\n" +
 	"\x14CloseSessionResponse\"R\n" +
 	"\x13ListSessionsRequest\x12;\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xf0\x01\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xdf\x02\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3846,7 +3876,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x14\n" +
 	"\x05holds\x18\x05 \x01(\rR\x05holds\x12\x14\n" +
 	"\x05waits\x18\x06 \x01(\rR\x05waits\x12\x18\n" +
-	"\arevoked\x18\a \x01(\bR\arevoked\"I\n" +
+	"\arevoked\x18\a \x01(\bR\arevoked\x129\n" +
+	"\n" +
+	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
+	"\aholding\x18\t \x03(\tR\aholding\x12\x18\n" +
+	"\awaiting\x18\n" +
+	" \x03(\tR\awaiting\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
 	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xd2\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
@@ -4217,95 +4252,96 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	57, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
 	56, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	14, // 11: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	0,  // 12: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	57, // 13: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	57, // 14: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 15: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 16: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 17: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 18: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	56, // 19: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 20: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	56, // 21: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	25, // 22: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	26, // 23: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	6,  // 24: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	57, // 25: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	27, // 26: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 27: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	27, // 28: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	57, // 29: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	6,  // 30: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	38, // 31: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	38, // 32: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	9,  // 33: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	57, // 34: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	49, // 35: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	47, // 36: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	5,  // 37: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	7,  // 38: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	46, // 39: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	16, // 40: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	18, // 41: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	20, // 42: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	33, // 43: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	11, // 44: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	8,  // 45: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	48, // 46: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	17, // 47: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	19, // 48: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	21, // 49: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	34, // 50: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	12, // 51: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	49, // 52: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	4,  // 53: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	0,  // 54: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	7,  // 55: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 56: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 57: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 58: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 59: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 60: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 61: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 62: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 63: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	29, // 64: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	31, // 65: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	37, // 66: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	33, // 67: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	35, // 68: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	52, // 69: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	40, // 70: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	42, // 71: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	44, // 72: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	50, // 73: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	54, // 74: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 75: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 76: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 77: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 78: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 79: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 80: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 81: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 82: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 83: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	30, // 84: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	32, // 85: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	39, // 86: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	34, // 87: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	36, // 88: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	53, // 89: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	41, // 90: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	43, // 91: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	45, // 92: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	51, // 93: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	55, // 94: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	75, // [75:95] is the sub-list for method output_type
-	55, // [55:75] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	56, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
+	57, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	57, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	3,  // 16: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	0,  // 17: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 18: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 19: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	56, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	0,  // 21: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	56, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25, // 23: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26, // 24: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,  // 25: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	57, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27, // 27: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	1,  // 28: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	27, // 29: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	57, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,  // 31: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	38, // 32: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	38, // 33: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,  // 34: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	57, // 35: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	49, // 36: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	47, // 37: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,  // 38: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,  // 39: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	46, // 40: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16, // 41: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18, // 42: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20, // 43: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	33, // 44: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11, // 45: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	8,  // 46: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	48, // 47: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17, // 48: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19, // 49: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21, // 50: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	34, // 51: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12, // 52: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	49, // 53: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	4,  // 54: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,  // 55: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	7,  // 56: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 57: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 58: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 59: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 60: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 61: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 62: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 63: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 64: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	29, // 65: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	31, // 66: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	37, // 67: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	33, // 68: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	35, // 69: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	52, // 70: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	40, // 71: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	42, // 72: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	44, // 73: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	50, // 74: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	54, // 75: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 76: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 77: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 78: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 79: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 80: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 81: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 82: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 83: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 84: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	30, // 85: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	32, // 86: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	39, // 87: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	34, // 88: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	36, // 89: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	53, // 90: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	41, // 91: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	43, // 92: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	45, // 93: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	51, // 94: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	55, // 95: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	76, // [76:96] is the sub-list for method output_type
+	56, // [56:76] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
