@@ -2,6 +2,7 @@
 //
 //	lockd serve                        run a node (a durable one-node cluster by default)
 //	lockd run NAME -- CMD [ARGS...]    run CMD while holding lock NAME
+//	lockd cron 'SCHED' NAME -- CMD     run CMD once per period across a fleet
 //	lockd ls [PREFIX]                  list locks
 //	lockd describe NAME                show a lock's holders and queue
 //	lockd sessions                     list sessions
@@ -78,8 +79,8 @@ type Main struct {
 }
 
 // Run runs the subcommand named by args[0] with the rest of args. Signals
-// SIGINT and SIGTERM cancel ctx for every subcommand but run, which forwards
-// them to its command instead.
+// SIGINT and SIGTERM cancel ctx for every subcommand but run and cron,
+// which forward them to their command instead.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		m.usage()
@@ -88,6 +89,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	cmd, args := args[0], args[1:]
 	if cmd == "run" {
 		return (&RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
+	}
+	if cmd == "cron" {
+		return (&CronCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -139,6 +143,7 @@ Commands:
 
 	serve      run a lockd node
 	run        run a command while holding a lock
+	cron       run a command once per period of a cron schedule across a fleet
 	ls         list locks
 	describe   show a lock's holders and queue
 	sessions   list sessions

@@ -57,6 +57,9 @@ func Parse(spec string, loc *time.Location) (*Schedule, error) {
 // String returns the schedule as given.
 func (s *Schedule) String() string { return s.spec }
 
+// Location returns the time zone the schedule is read in.
+func (s *Schedule) Location() *time.Location { return s.sched.Location }
+
 // Next returns the first scheduled time strictly after t, or the zero time
 // when there is none within five years.
 func (s *Schedule) Next(t time.Time) time.Time { return s.sched.Next(t) }
