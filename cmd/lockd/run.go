@@ -197,9 +197,11 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		// The server may grant another TTL than the one asked.
 		f.killGrace = defaultKillGrace(l.ttl())
 	}
+	// The token as granted: a lost Redis hold reports 0 afterwards.
+	token := l.token()
 	set := map[string]string{envLock: f.name}
-	if t := l.token(); t != 0 {
-		set[envToken] = strconv.FormatUint(t, 10)
+	if token != 0 {
+		set[envToken] = strconv.FormatUint(token, 10)
 	}
 	if id := l.sessionID(); id != "" {
 		set[envSession] = id
@@ -264,7 +266,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	if err != nil {
 		// The supervisor died and Wait killed and reaped the group itself.
 		c.release(l, releaseTimeout)
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, l.token(), err))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, token, err))
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:
@@ -277,7 +279,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		} else {
 			c.release(l, releaseTimeout)
 		}
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, l.token(), killReason(res.Killed, f)))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, killReason(res.Killed, f)))
 	case res.ExecError != "":
 		c.release(l, releaseTimeout)
 		return exitWith(res.ExitCode, errors.New(res.ExecError))
