@@ -67,7 +67,7 @@ func (f *runFlags) checkRedis() error {
 		return errors.New("--lock-delay needs the lockd backend")
 	case len(f.redis) > 1 && f.limitSet:
 		return errors.New("--limit needs the lockd backend or a single Redis: Redlock has no semaphores")
-	case len(f.redis) == 2 || len(f.redis) > 1 && len(f.redis)%2 == 0:
+	case len(f.redis) > 1 && len(f.redis)%2 == 0:
 		return fmt.Errorf("--backend: Redlock needs an odd number of Redis nodes, 3 or more (got %d)", len(f.redis))
 	}
 	return nil
