@@ -2,6 +2,7 @@
 //
 //	lockd serve                        run a node (a durable one-node cluster by default)
 //	lockd run NAME -- CMD [ARGS...]    run CMD while holding lock NAME
+//	lockd cron 'SCHED' NAME -- CMD     run CMD once per period across a fleet
 //	lockd ls [PREFIX]                  list locks
 //	lockd describe NAME                show a lock's holders and queue
 //	lockd check NAME TOKEN             exit 0 if TOKEN is a current grant of NAME, 1 if stale
@@ -84,7 +85,7 @@ type Main struct {
 }
 
 // Run runs the subcommand named by args[0] with the rest of args. Signals
-// SIGINT and SIGTERM cancel ctx for every subcommand but run and elect,
+// SIGINT and SIGTERM cancel ctx for every subcommand but run, elect and cron,
 // which forward them to their command instead.
 func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -97,6 +98,9 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	if cmd == "elect" {
 		return (&ElectCommand{run: RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}}).Run(ctx, args)
+	}
+	if cmd == "cron" {
+		return (&CronCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -158,6 +162,7 @@ Commands:
 
 	serve      run a lockd node
 	run        run a command while holding a lock
+	cron       run a command once per period of a cron schedule across a fleet
 	ls         list locks
 	describe   show a lock's holders and queue
 	check      "check NAME TOKEN": exit 0 if TOKEN is a current grant of NAME, 1 if stale

@@ -68,12 +68,6 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	cl, err := f.client.client()
-	if err != nil {
-		return err
-	}
-	defer cl.Close(context.Background())
-
 	// The acquisition: session and lock, bounded by --wait, ended by a signal.
 	actx, cancelAcquire := context.WithCancelCause(ctx)
 	defer cancelAcquire(nil)
@@ -94,28 +88,51 @@ func (c *RunCommand) Run(ctx context.Context, args []string) error {
 		}
 	}()
 
-	dl := &deadlineRelay{changed: make(chan struct{}, 1)}
-	sess, err := cl.NewSession(actx, lockd.WithTTL(f.ttl), lockd.WithDeadlineFunc(dl.set))
-	var lock heldLock
-	if err == nil {
-		lock, err = c.acquire(actx, sess, f)
+	acquire := c.acquireLockd
+	if len(f.redis) > 0 {
+		acquire = c.acquireRedis
+	}
+	l, closeBackend, err := acquire(actx, f)
+	if closeBackend != nil {
+		defer closeBackend()
 	}
 	close(acquired)
 	if sig := <-watcher; sig != 0 {
 		// Interrupted while waiting (or just as the grant came): the
 		// command does not start.
-		if sess != nil {
-			c.closeSession(sess, releaseTimeout)
+		if l != nil {
+			c.release(l, releaseTimeout)
 		}
 		return exitWith(128+int(sig), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(sig), f.name))
 	}
 	if err != nil {
-		if sess != nil {
-			c.closeSession(sess, releaseTimeout)
+		if ue := (usageError{}); errors.As(err, &ue) {
+			return err
 		}
 		return c.acquireError(f, err)
 	}
-	return c.supervise(f, sess, lock, dl, sigs)
+	return c.supervise(f, l, sigs)
+}
+
+// acquireLockd takes the lock on lockd, in a session of its own. On error
+// nothing is left held. The returned func closes the client.
+func (c *RunCommand) acquireLockd(ctx context.Context, f *runFlags) (lease, func(), error) {
+	cl, err := f.client.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	closeClient := func() { cl.Close(context.Background()) }
+	dl := &deadlineRelay{changed: make(chan struct{}, 1)}
+	sess, err := cl.NewSession(ctx, lockd.WithTTL(f.ttl), lockd.WithDeadlineFunc(dl.set))
+	if err != nil {
+		return nil, closeClient, err
+	}
+	lock, err := c.acquire(ctx, sess, f)
+	if err != nil {
+		c.closeSession(sess, releaseTimeout)
+		return nil, closeClient, err
+	}
+	return &lockdLease{sess: sess, lock: lock, dl: dl}, closeClient, nil
 }
 
 var errInterrupted = errors.New("interrupted")
@@ -153,6 +170,9 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 	switch {
 	case errors.As(err, &busy):
 		return exitWith(f.conflictExitCode, busyError(busy))
+	case errors.Is(err, lockd.ErrBusy):
+		// The Redis backends say busy without a holder.
+		return exitWith(f.conflictExitCode, fmt.Errorf("lock %q is busy", f.name))
 	case errors.Is(err, lockd.ErrAlreadyDone) && f.once > 0:
 		// --once: someone already did the job; nothing to do is success.
 		fmt.Fprintf(c.Stderr, "lockd: %s; not running %s\n", oneLine(err), f.command[0])
@@ -164,7 +184,7 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 		return exitWith(exitUnavailable, fmt.Errorf("lock %q not obtained: no server reachable or no leader: %w", f.name, err))
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitWith(f.conflictExitCode, fmt.Errorf("lock %q not obtained within --wait %v", f.name, f.wait))
-	case errors.Is(err, lockd.ErrInvalidArgument), errors.Is(err, lockd.ErrLimitMismatch), errors.Is(err, lockd.ErrAlreadyHeld):
+	case errors.Is(err, lockd.ErrInvalidArgument), errors.Is(err, lockd.ErrLimitMismatch), errors.Is(err, lockd.ErrAlreadyHeld), errors.Is(err, errors.ErrUnsupported):
 		return exitWith(exitUsage, fmt.Errorf("lock %q refused: %w", f.name, err))
 	case errors.Is(err, lockd.ErrLeaseLost):
 		// The session could not be kept alive while waiting: the cluster
@@ -176,23 +196,25 @@ func (c *RunCommand) acquireError(f *runFlags, err error) error {
 
 // supervise runs the command while the lock is held and releases the lock
 // when its group is empty.
-func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, dl *deadlineRelay, sigs <-chan os.Signal) error {
+func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) error {
 	if !f.killGraceSet {
 		// The server may grant another TTL than the one asked.
-		f.killGrace = defaultKillGrace(sess.TTL())
+		f.killGrace = defaultKillGrace(l.ttl())
 	}
-	env := withEnv(os.Environ(), map[string]string{
-		envLock:    f.name,
-		envToken:   strconv.FormatUint(lock.Token(), 10),
-		envSession: sess.ID(),
-	})
-	deadline := dl.get()
-	if deadline.IsZero() {
-		deadline = sess.Deadline()
+	// The token as granted: a lost Redis hold reports 0 afterwards.
+	token := l.token()
+	set := map[string]string{envLock: f.name}
+	if token != 0 {
+		set[envToken] = strconv.FormatUint(token, 10)
 	}
-	if err := sess.Err(); err != nil {
+	if id := l.sessionID(); id != "" {
+		set[envSession] = id
+	}
+	env := withEnv(os.Environ(), set)
+	deadline := l.deadline()
+	if err := l.err(); err != nil {
 		// Lost between the grant and now: never start the command.
-		c.closeSession(sess, releaseTimeout)
+		c.release(l, releaseTimeout)
 		return exitWith(exitStopped, fmt.Errorf("lock %q lost before %s started: %w", f.name, f.command[0], err))
 	}
 	proc, err := supervise.Start(supervise.Config{
@@ -206,44 +228,40 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 		MaxHold:   f.maxHold,
 	})
 	if err != nil {
-		c.closeSession(sess, releaseTimeout)
+		c.release(l, releaseTimeout)
 		return exitWith(exitFailure, fmt.Errorf("run %s: %w", f.command[0], err))
 	}
 
-	// Renew the supervisor's deadline from the session's keepalives. The
-	// session calls dl.set on its keepalive goroutine, which must not block
-	// on the pipe.
+	// Renew the supervisor's deadline from the lease's keepalives. The
+	// lockd session signals them on its keepalive goroutine, which must
+	// not block on the pipe.
 	stopRelay := make(chan struct{})
 	var relay sync.WaitGroup
 	relay.Go(func() {
 		for {
 			select {
-			case <-dl.changed:
-				_ = proc.SetDeadline(dl.get())
+			case <-l.changed():
+				_ = proc.SetDeadline(l.deadline())
 			case <-stopRelay:
 				return
 			}
 		}
 	})
 	defer func() { close(stopRelay); relay.Wait() }()
-	if d := dl.get(); !d.IsZero() && !d.Equal(deadline) {
+	if d := l.deadline(); !d.IsZero() && !d.Equal(deadline) {
 		_ = proc.SetDeadline(d)
 	}
 
-	lost, lockLost := sess.Done(), lock.Done()
+	lost := l.lost()
 	for waiting := true; waiting; {
 		select {
 		case <-proc.Done():
 			waiting = false
 		case <-lost:
-			// The lease is gone: someone else may hold the lock now.
-			_ = proc.Stop("lease lost")
+			// The hold is gone: someone else may hold the lock now.
+			_ = proc.Stop(l.lostReason())
 			proc.Kill()
-			lost, lockLost = nil, nil
-		case <-lockLost:
-			_ = proc.Stop("lock lost")
-			proc.Kill()
-			lost, lockLost = nil, nil
+			lost = nil
 		case s := <-sigs:
 			_ = proc.Signal(s.(syscall.Signal))
 		}
@@ -251,8 +269,8 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 	res, err := proc.Wait()
 	if err != nil {
 		// The supervisor died and Wait killed and reaped the group itself.
-		c.closeSession(sess, releaseTimeout)
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, lock.Token(), err))
+		c.release(l, releaseTimeout)
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, token, err))
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:
@@ -260,19 +278,19 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 			// The lease is in jeopardy, most likely lost: release if the
 			// server answers quickly, without outliving the deadline, and
 			// without a warning when it does not.
-			left := time.Until(sess.Deadline())
-			c.closeSessionQuietly(sess, min(left/2, left-100*time.Millisecond))
+			left := time.Until(l.deadline())
+			_ = l.release(min(left/2, left-100*time.Millisecond))
 		} else {
-			c.closeSession(sess, releaseTimeout)
+			c.release(l, releaseTimeout)
 		}
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, lock.Token(), killReason(res.Killed, f)))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, killReason(res.Killed, f)))
 	case res.ExecError != "":
-		c.closeSession(sess, releaseTimeout)
+		c.release(l, releaseTimeout)
 		return exitWith(res.ExitCode, errors.New(res.ExecError))
 	}
-	if m, ok := lock.(*lockd.Mutex); ok && f.once > 0 && res.Status() == 0 {
+	if f.once > 0 && res.Status() == 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-		err := m.Complete(ctx, f.once)
+		err := l.complete(ctx, f.once)
 		cancel()
 		if err != nil {
 			// The job ran; only the mark is missing: a later run may repeat
@@ -280,8 +298,17 @@ func (c *RunCommand) supervise(f *runFlags, sess *lockd.Session, lock heldLock, 
 			fmt.Fprintf(c.Stderr, "lockd: warning: could not mark %q done: %s\n", f.name, oneLine(err))
 		}
 	}
-	c.closeSession(sess, releaseTimeout)
+	c.release(l, releaseTimeout)
 	return exitWith(res.Status(), nil)
+}
+
+// release gives the hold up, trying for at most timeout (at least once).
+// A failure is reported but changes nothing else: the server frees the
+// lock when the lease runs out.
+func (c *RunCommand) release(l lease, timeout time.Duration) {
+	if err := l.release(timeout); err != nil {
+		fmt.Fprintf(c.Stderr, "lockd: warning: release: %s (the server frees the lock when the lease's TTL runs out)\n", oneLine(err))
+	}
 }
 
 // closeSession ends the session, which releases the lock, trying for at
@@ -291,12 +318,6 @@ func (c *RunCommand) closeSession(sess *lockd.Session, timeout time.Duration) {
 	if err := closeSession(sess, timeout); err != nil {
 		fmt.Fprintf(c.Stderr, "lockd: warning: release: %s (the server frees the lock when the session's TTL runs out)\n", oneLine(err))
 	}
-}
-
-// closeSessionQuietly is closeSession without the warning, for a session
-// that is most likely lost.
-func (c *RunCommand) closeSessionQuietly(sess *lockd.Session, timeout time.Duration) {
-	_ = closeSession(sess, timeout)
 }
 
 func closeSession(sess *lockd.Session, timeout time.Duration) error {
@@ -331,13 +352,15 @@ func (d *deadlineRelay) get() time.Time {
 	return d.t
 }
 
-// withEnv returns env with the given variables set, replacing any
-// values they had.
+// withEnv returns env with the given variables set. lockd run's own
+// variables are always removed first, so a command never sees a stale
+// LOCKD_TOKEN from an outer lockd run when this backend issues none.
 func withEnv(env []string, set map[string]string) []string {
 	out := make([]string, 0, len(env)+len(set))
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if _, ok := set[k]; !ok {
+		_, ok := set[k]
+		if !ok && k != envLock && k != envToken && k != envSession {
 			out = append(out, kv)
 		}
 	}

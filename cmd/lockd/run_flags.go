@@ -29,9 +29,10 @@ type runFlags struct {
 	name             string
 	value            []byte // lockd elect: the value announced while leader
 	command          []string
+	redis            []string // --backend: Redis URLs; none means lockd
 }
 
-const runUsage = "lockd run [--endpoints URLS] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
+const runUsage = "lockd run [--endpoints URLS | --backend redis://HOST:PORT] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
 
 // runHelpHead and runHelpTail are what `lockd run -h` prints around the flags: the synopsis, what
 // the command does, and its exit statuses, which scripts rely on.
@@ -73,6 +74,7 @@ Every status that is not CMD's own prints one line on stderr saying why.
 func printRunHelp(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, runHelpHead)
 	fs.PrintDefaults()
+	fmt.Fprint(w, runBackendsHelp)
 	fmt.Fprint(w, runHelpTail)
 }
 
@@ -118,6 +120,7 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
 	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
 	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
+	fs.Func("backend", "lock on Redis instead of lockd: redis://HOST:PORT, or several (comma-separated or repeated) for Redlock; see Backends below", f.addBackend)
 	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
 
 	// Everything after the first "--" is the command.
@@ -189,6 +192,9 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 	}
 	if f.ttl <= 0 {
 		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.ttl)}
+	}
+	if err := f.checkRedis(); err != nil {
+		return nil, usageError{err}
 	}
 	if f.maxHold < 0 {
 		return nil, usageError{fmt.Errorf("--max-hold %v must not be negative", f.maxHold)}

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/cronjob"
+)
+
+// clockOffsetEnv is a test hook read only by lockd cron: a duration added
+// to the scheduler's clock, to play a server whose clock is off. Not
+// documented in the help on purpose.
+const clockOffsetEnv = "LOCKD_TEST_CLOCK_OFFSET"
+
+// skewMargin is how long a period's completion mark outlives the period:
+// a server whose clock is behind by less than this still finds the period
+// done instead of running it again.
+const skewMargin = 5 * time.Minute
+
+// maxRetention is the server's limit on a completion mark's retention.
+const maxRetention = 400 * 24 * time.Hour
+
+// CronCommand is `lockd cron [flags] SCHEDULE NAME -- CMD [ARGS...]`: every
+// server of a fleet runs the same line, and for each period of the
+// schedule exactly one of them runs CMD to success.
+//
+// Each period's attempt takes the exclusive lock NAME@START (START is the
+// period's scheduled time in UTC, RFC 3339) and runs CMD under the same
+// supervision as lockd run; an exit 0 completes the lock with a retention
+// covering the rest of the period plus skewMargin, so the other servers
+// (waiting in the lock's queue, or arriving later) get "already done". A
+// failed run releases the lock: the next server in the queue runs it at
+// once, and this one tries again after --retry-delay while the period's
+// window lasts (internal/cronjob has the policy).
+type CronCommand struct {
+	// Stderr receives help, errors and the log (slog text).
+	Stderr io.Writer
+	// Getenv reads the environment (LOCKD_ENDPOINTS, the test hook).
+	Getenv func(string) string
+}
+
+// cronFlags are lockd cron's flags, after validation.
+type cronFlags struct {
+	run        runFlags // client, ttl, max-hold, kill-grace; name and command
+	schedule   *cronjob.Schedule
+	catchUp    time.Duration
+	retryDelay time.Duration
+	offset     time.Duration
+}
+
+const cronUsage = "lockd cron [--endpoints URLS] [--tz ZONE] [--catch-up D] [--retry-delay D] [--ttl D] [--max-hold D] [--kill-grace D] 'SCHEDULE' NAME -- CMD [ARGS...]"
+
+const cronHelpHead = `Usage:
+
+	lockd cron [flags] 'SCHEDULE' NAME -- CMD [ARGS...]
+
+Run CMD once per period of SCHEDULE across a fleet: every server runs the
+same line, and for each period exactly one of them runs CMD to success.
+SCHEDULE is standard cron (minute hour day-of-month month day-of-week, or
+@hourly, @daily, @weekly, @monthly, @yearly), in --tz (default UTC).
+
+For the period starting at START, lockd cron takes lock NAME@START (START
+in UTC, RFC 3339; CMD sees it in LOCKD_LOCK) and runs CMD like lockd run
+(same supervision, LOCKD_TOKEN, LOCKD_SESSION). Exit 0 marks the period
+done for every server. A failed run (non-zero exit, lease lost) leaves it
+open: the next waiting server runs it at once, and this one tries again
+after --retry-delay, while the period's window lasts (its end, or
+--catch-up after its start). A server that starts inside a window catches
+up; one that reaches a period after its window skips it. Runs in the
+foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop waiting,
+are forwarded to a running CMD, and lockd cron exits 0 once CMD has ended.
+See docs/cron.md.
+
+Flags:
+
+`
+
+const cronHelpTail = `
+Exit status:
+
+	0          stopped by a signal
+	64         usage error
+	1          any other error (the schedule has no more times)
+`
+
+// Run parses the arguments and runs the schedule until a signal.
+func (c *CronCommand) Run(ctx context.Context, args []string) error {
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Getenv == nil {
+		c.Getenv = os.Getenv
+	}
+	f, err := c.parse(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(c.Stderr, nil))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A signal stops the scheduler (ending any wait for a lock) and is
+	// forwarded to a running command, whose end the run waits for.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	jobSigs := make(chan os.Signal, 8)
+	var stopping atomic.Bool
+	go func() {
+		for s := range sigs {
+			if !stopping.Swap(true) {
+				log.Info("stopping", "signal", signalName(s.(syscall.Signal)))
+			}
+			cancel()
+			select {
+			case jobSigs <- s:
+			default:
+			}
+		}
+	}()
+
+	cl, err := f.run.client.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close(context.Background())
+
+	now := time.Now
+	if f.offset != 0 {
+		log.Warn("test hook: scheduler clock shifted", "env", clockOffsetEnv, "offset", f.offset)
+		now = func() time.Time { return time.Now().Add(f.offset) }
+	}
+	j := &cronJob{f: f, cl: cl, log: log, now: now, stderr: c.Stderr, sigs: jobSigs, stopping: &stopping}
+	log.Info("cron started", "schedule", f.schedule.String(), "tz", f.schedule.Location().String(), "name", f.run.name, "command", strings.Join(f.run.command, " "))
+	err = cronjob.Run(ctx, cronjob.Config{
+		Schedule:   f.schedule,
+		CatchUp:    f.catchUp,
+		RetryDelay: f.retryDelay,
+		Now:        now,
+		Logger:     log,
+		Attempt:    j.attempt,
+	})
+	if err != nil {
+		return exitWith(exitFailure, err)
+	}
+	log.Info("cron stopped")
+	return nil
+}
+
+// cronJob runs the attempts of one lockd cron.
+type cronJob struct {
+	f        *cronFlags
+	cl       *lockd.Client
+	log      *slog.Logger
+	now      func() time.Time
+	stderr   io.Writer
+	sigs     chan os.Signal
+	stopping *atomic.Bool
+}
+
+// attempt waits (until ctx ends with the period's window) for the period's
+// lock and, when granted, runs the command under lockd run's supervision.
+func (j *cronJob) attempt(ctx context.Context, p cronjob.Period) cronjob.Outcome {
+	name := j.f.run.name + "@" + p.Key()
+	log := j.log.With("period", p.Key())
+	dl := &deadlineRelay{changed: make(chan struct{}, 1)}
+	sess, err := j.cl.NewSession(ctx, lockd.WithTTL(j.f.run.ttl), lockd.WithDeadlineFunc(dl.set))
+	if err != nil {
+		log.Warn("period not attempted: no session", "err", oneLine(err))
+		return cronjob.Failed
+	}
+	m := sess.NewMutex(name)
+	if err := m.Lock(ctx); err != nil {
+		closeSession(sess, releaseTimeout)
+		var done *lockd.DoneError
+		switch {
+		case errors.As(err, &done):
+			log.Info("period already done", "by", done.Owner, "token", done.Token, "at", done.CompletedAt.UTC().Format(time.RFC3339Nano))
+			return cronjob.Done
+		case ctx.Err() != nil:
+			return cronjob.Failed
+		}
+		log.Warn("period not attempted: lock not obtained", "lock", name, "err", oneLine(err))
+		return cronjob.Failed
+	}
+	if j.stopping.Load() {
+		// Granted just as a signal came: do not start the command.
+		closeSession(sess, releaseTimeout)
+		return cronjob.Failed
+	}
+	// The mark covers the rest of the period plus skewMargin, on this
+	// server's clock.
+	retention := min(max(p.End.Sub(j.now())+skewMargin, time.Second), maxRetention)
+	rf := j.f.run
+	rf.name, rf.once = name, retention
+	log.Info("running job", "lock", name, "token", m.Token())
+	start := time.Now()
+	err = (&RunCommand{Stderr: j.stderr}).supervise(&rf, &lockdLease{sess: sess, lock: m, dl: dl}, j.sigs)
+	took := time.Since(start).Round(time.Millisecond)
+	var ee *exitError
+	if !errors.As(err, &ee) {
+		ee = &exitError{code: exitFailure, err: err}
+	}
+	if ee.code == exitOK {
+		log.Info("job succeeded: period done", "took", took, "mark_kept", retention.Round(time.Second))
+		return cronjob.Done
+	}
+	args := []any{"status", ee.code, "took", took}
+	if ee.err != nil {
+		args = append(args, "err", oneLine(ee.err))
+	}
+	log.Warn("job failed: period stays open", args...)
+	return cronjob.Failed
+}
+
+// parse reads lockd cron's arguments. -h prints the help on c.Stderr.
+func (c *CronCommand) parse(args []string) (_ *cronFlags, err error) {
+	var f cronFlags
+	fs := newFlagSet("cron", io.Discard)
+	fs.Usage = func() {}
+	defer func() {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(c.Stderr)
+			fmt.Fprint(c.Stderr, cronHelpHead)
+			fs.PrintDefaults()
+			fmt.Fprint(c.Stderr, cronHelpTail)
+		}
+	}()
+	f.run.client.register(fs, c.Getenv)
+	tz := fs.String("tz", "UTC", "time zone of the schedule (IANA name, like Europe/Paris, or Local)")
+	fs.DurationVar(&f.catchUp, "catch-up", 0, "start a period at most this long after its scheduled time; a server that reaches it later skips it (0: until the period ends)")
+	fs.DurationVar(&f.retryDelay, "retry-delay", 10*time.Second, "after a failed run here, try the same period again after this long, while its window lasts")
+	fs.DurationVar(&f.run.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
+	fs.DurationVar(&f.run.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
+	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
+
+	// Everything after the first "--" is the command.
+	flagArgs, command := args, []string(nil)
+	for i, a := range args {
+		if a == "--" {
+			flagArgs, command = args[:i], args[i+1:]
+			break
+		}
+	}
+	pos, err := parseArgs(fs, flagArgs)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) != 2 || len(command) == 0 {
+		return nil, usageError{fmt.Errorf("usage: %s", cronUsage)}
+	}
+	loc, err := time.LoadLocation(*tz)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--tz %q: %w", *tz, err)}
+	}
+	if f.schedule, err = cronjob.Parse(pos[0], loc); err != nil {
+		return nil, usageError{err}
+	}
+	f.run.name, f.run.command = pos[1], command
+	if f.run.name == "" || strings.Contains(f.run.name, "@") {
+		return nil, usageError{fmt.Errorf("NAME %q: want a non-empty name without '@' (the period is added after one)", f.run.name)}
+	}
+	switch {
+	case f.catchUp < 0:
+		return nil, usageError{fmt.Errorf("--catch-up %v must not be negative", f.catchUp)}
+	case f.retryDelay <= 0:
+		return nil, usageError{fmt.Errorf("--retry-delay %v must be positive", f.retryDelay)}
+	case f.run.ttl <= 0:
+		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.run.ttl)}
+	case f.run.maxHold < 0:
+		return nil, usageError{fmt.Errorf("--max-hold %v must not be negative", f.run.maxHold)}
+	}
+	f.run.killGrace, f.run.killGraceSet = defaultKillGrace(f.run.ttl), *killGrace != ""
+	if f.run.killGraceSet {
+		d, err := time.ParseDuration(*killGrace)
+		if err != nil || d < 0 || d > f.run.ttl/2 {
+			return nil, usageError{fmt.Errorf("--kill-grace %q: want a duration from 0 to half the TTL", *killGrace)}
+		}
+		f.run.killGrace = d
+	}
+	if v := c.Getenv(clockOffsetEnv); v != "" {
+		if f.offset, err = time.ParseDuration(v); err != nil {
+			return nil, usageError{fmt.Errorf("%s %q: %w", clockOffsetEnv, v, err)}
+		}
+	}
+	return &f, nil
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestCronParse(t *testing.T) {
+	getenv := func(k string) string {
+		if k == clockOffsetEnv {
+			return "-8s"
+		}
+		return ""
+	}
+	c := &CronCommand{Stderr: io.Discard, Getenv: getenv}
+	f, err := c.parse([]string{"--tz", "Europe/Paris", "--catch-up", "30s", "--ttl", "4s", "0 9 * * 1-5", "invoices", "--", "sh", "-c", "exit 0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.schedule.Location().String() != "Europe/Paris" || f.catchUp != 30*time.Second || f.run.ttl != 4*time.Second ||
+		f.run.killGrace != time.Second || f.run.name != "invoices" || strings.Join(f.run.command, " ") != "sh -c exit 0" || f.offset != -8*time.Second {
+		t.Errorf("parsed %+v", f)
+	}
+	for _, args := range [][]string{
+		{"* * * * *", "job"},                  // no command
+		{"* * * * *", "--", "true"},           // no name
+		{"* * * * *", "a", "b", "--", "true"}, // extra argument
+		{"* * * *", "job", "--", "true"},      // 4 fields
+		{"@every 1m", "job", "--", "true"},    // no fixed periods
+		{"* * * * *", "a@b", "--", "true"},    // '@' is the period separator
+		{"--tz", "Mars/Base", "* * * * *", "job", "--", "true"},
+		{"--retry-delay", "0s", "* * * * *", "job", "--", "true"},
+		{"--catch-up", "-1s", "* * * * *", "job", "--", "true"},
+		{"--kill-grace", "6s", "* * * * *", "job", "--", "true"}, // more than TTL/2
+		{"--bogus", "* * * * *", "job", "--", "true"},
+	} {
+		var ue usageError
+		if _, err := c.parse(args); !errors.As(err, &ue) {
+			t.Errorf("parse %q: got %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestCronHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	if code := m.exitStatus(m.Run(context.Background(), []string{"cron", "-h"})); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	for _, want := range []string{"lockd cron [flags] 'SCHEDULE' NAME -- CMD", "-catch-up", "-retry-delay", "-tz", "NAME@START", "docs/cron.md"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("lockd cron -h: missing %q in\n%s", want, stderr.String())
+		}
+	}
+}
+
+// startCron starts `lockd cron` against s with extra environment.
+func startCron(t *testing.T, s *lockdServer, env []string, args ...string) (*exec.Cmd, string, chan error) {
+	t.Helper()
+	logFile := filepath.Join(t.TempDir(), "cron.log")
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(lockdBin, append([]string{"cron"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "LOCKD_ENDPOINTS="+s.url), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	return cmd, logFile, done
+}
+
+// A server that starts inside a period catches it up at once; SIGTERM is
+// forwarded to the running job, whose exit 0 marks the period done, and
+// lockd cron exits 0; a second server then finds the period done.
+func TestCronStopAndDone(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	// A yearly schedule: the current period is open for the whole test.
+	job := `echo start >> "$OUT"; trap 'echo term >> "$OUT"; exit 0' TERM; sleep 30 & wait`
+	args := []string{"--ttl", "3s", "0 0 1 1 *", "report", "--", "sh", "-c", job}
+	env := []string{"OUT=" + out}
+	cmd, logA, done := startCron(t, s, env, args...)
+	if !poll(10*time.Second, func() bool { b, _ := os.ReadFile(out); return string(b) == "start\n" }) {
+		b, _ := os.ReadFile(logA)
+		t.Fatalf("job not started within 10s; log:\n%s", b)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			b, _ := os.ReadFile(logA)
+			t.Fatalf("lockd cron after SIGTERM: %v, want exit 0; log:\n%s", err, b)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("lockd cron still running 10s after SIGTERM")
+	}
+	if b, _ := os.ReadFile(out); string(b) != "start\nterm\n" {
+		t.Errorf("job output %q, want start then term", b)
+	}
+
+	cmd, logB, done := startCron(t, s, env, args...)
+	if !poll(10*time.Second, func() bool { b, _ := os.ReadFile(logB); return strings.Contains(string(b), "period already done") }) {
+		b, _ := os.ReadFile(logB)
+		t.Fatalf("second server: no \"period already done\" within 10s; log:\n%s", b)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Errorf("second lockd cron after SIGTERM: %v", err)
+	}
+	if b, _ := os.ReadFile(out); string(b) != "start\nterm\n" {
+		t.Errorf("job ran again: output %q", b)
+	}
+}
