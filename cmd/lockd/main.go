@@ -12,6 +12,7 @@
 //	lockd leader transfer [ID]         hand leadership to another voter
 //	lockd snapshot save FILE           save a backup (restore: lockd serve --restore FILE)
 //	lockd bench [--workload own|one|handoff|sessions]  load a cluster, report throughput and latency
+//	lockd cert ca|node|client [NAME]   make a dev CA and TLS certificates
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -113,6 +114,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&SnapshotCommand{env: env}).Run(ctx, args)
 	case "bench":
 		return (&BenchCommand{env: env}).Run(ctx, args)
+	case "cert":
+		return (&CertCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -148,10 +151,12 @@ Commands:
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
 	bench      load a cluster and report throughput, latency and errors
+	cert       make a dev CA and node/client TLS certificates ("cert ca", "cert node NAME", "cert client NAME")
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
---endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070.
+--endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070; --ca, --cert
+and --key ($LOCKD_CA, $LOCKD_CERT, $LOCKD_KEY) turn on TLS.
 `, "\n"))
 }
 
