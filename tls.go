@@ -105,5 +105,11 @@ func tlsRefused(err error) bool {
 	var rec tls.RecordHeaderError
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
-	return errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host)
+	if errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host) {
+		return true
+	}
+	// A TLS alert from the server (certificate required, bad
+	// certificate, unknown CA) comes as a net.OpError "remote error".
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ func (c *Config) validateTLS() []error {
 	}
 	if !c.TLS() && (c.TLSClientCA != "" || c.TLSClientAuth != "" && c.TLSClientAuth != "none") {
 		errs = append(errs, errors.New("--tls-client-ca and --tls-client-auth need tls on (--tls-cert, --tls-key, --tls-ca)"))
+	}
+	if c.TLS() && strings.HasPrefix(strings.ToLower(c.Advertise), "http://") {
+		errs = append(errs, fmt.Errorf("advertise %q: an http:// URL with tls on (want https:// or host:port)", c.Advertise))
 	}
 	if !c.TLS() && !c.Insecure {
 		for _, l := range [][2]string{{"listen", c.Listen}, {"raft-listen", c.RaftListen}} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -383,6 +384,53 @@ func TestTLSClientAuth(t *testing.T) {
 	}
 }
 
+// TestTLSGoClient: a Go client given a tls.Config (WithTLSConfig) takes a
+// lock over TLS, on the session stream (HTTP/2 over TLS) unless streams
+// are off; a client without a certificate, where one is required, fails
+// at once with ErrUnavailable and the TLS cause instead of retrying.
+func TestTLSGoClient(t *testing.T) {
+	leakCheck(t)
+	p := newTestPKI(t)
+	cfg := p.nodeConfig(t, "n1")
+	cfg.TLSClientAuth = "require"
+	n1 := startTLS(t, cfg)
+	waitLeaderOf(t, n1)
+	host := strings.TrimPrefix(n1.URL(), "https://")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	crt, key := p.issue(t, certs.Client, "alice")
+	cl, err := lockd.New(lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, crt, key)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	sess, err := cl.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sess.NewMutex("a").Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if streamOn() && counterValue(t, n1.metrics.streamFrames.WithLabelValues("acquire")) == 0 {
+		t.Error("no acquire frame on a session stream over TLS")
+	}
+
+	anon, err := lockd.New(lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, "", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close(context.Background())
+	start := time.Now()
+	_, err = anon.NewSession(ctx)
+	if !errors.Is(err, lockd.ErrUnavailable) || !strings.Contains(err.Error(), "certificate required") {
+		t.Fatalf("no client certificate: %v, want unavailable with the tls cause", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the refused handshake was retried for %v", time.Since(start))
+	}
+}
+
 // TestTLSCertSwappedOnDisk (issue 10, acceptance 3): a node certificate
 // replaced on disk is presented by the next new API and Raft connection,
 // with no restart and no signal.
@@ -475,6 +523,10 @@ func TestPlaintextNonLoopbackRefused(t *testing.T) {
 			c.Listen, c.Advertise = "0.0.0.0:7070", "https://10.0.0.1:7070"
 			c.TLSCert, c.TLSKey, c.TLSCA = "n.crt", "n.key", "ca.crt"
 		}, ""},
+		{"tls with an http advertise", func(c *Config) {
+			c.Advertise = "http://127.0.0.1:7070"
+			c.TLSCert, c.TLSKey, c.TLSCA = "n.crt", "n.key", "ca.crt"
+		}, "an http:// URL with tls on"},
 		{"localhost", func(c *Config) { c.Listen = "localhost:7070" }, ""},
 		{"ipv6 loopback", func(c *Config) { c.Listen = "[::1]:7070" }, ""},
 		{"tls half", func(c *Config) { c.TLSCert = "n.crt" }, "--tls-cert, --tls-key and --tls-ca together"},
