@@ -80,9 +80,6 @@ func Load(files Files, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// Files returns the file names the store reads.
-func (s *Store) Files() Files { return s.files }
-
 // Reload reads the files now, whether or not they changed. On an error the
 // previous material stays in use.
 func (s *Store) Reload() error {
