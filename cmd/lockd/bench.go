@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/loadgen"
 )
 
@@ -103,13 +103,18 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if o.cf.tlsOn() {
-		// Its transport counts connections (bench_driver.go) and has no
-		// TLS settings yet.
-		return usageError{errors.New("bench does not speak tls yet: run it against a plaintext test cluster")}
-	}
 	eps := splitEndpoints(o.cf.endpoints)
 	d := newBenchDriver(eps)
+	if o.cf.tlsOn() {
+		if d.tls, err = o.cf.tlsConfig(); err != nil {
+			return err
+		}
+		for i, e := range eps {
+			if eps[i], err = endpoint.NormalizeScheme(e, "https"); err != nil {
+				return usageError{fmt.Errorf("--endpoints: %w", err)}
+			}
+		}
+	}
 	// A bad endpoint is a usage error before any load starts.
 	probe, err := d.newLockdClient()
 	if err != nil {

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -136,6 +139,33 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 		return nil, usageError{fmt.Errorf("%s: %w", flags, err)}
 	}
 	return c, nil
+}
+
+// tlsConfig returns a tls.Config from --ca, --cert and --key, read once
+// (lockd bench, which builds its own transports).
+func (f *clientFlags) tlsConfig() (*tls.Config, error) {
+	if (f.cert == "") != (f.key == "") {
+		return nil, usageError{errors.New("--cert and --key go together")}
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		b, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--ca: %w", err)}
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, usageError{fmt.Errorf("--ca %s: no PEM certificate in it", f.ca)}
+		}
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--cert, --key: %w", err)}
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
 }
 
 // tlsOn reports whether a TLS flag was given.

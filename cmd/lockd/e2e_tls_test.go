@@ -191,6 +191,14 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 	if code != exitUnavailable || !strings.Contains(errOut, "certificate required") {
 		t.Errorf("status without a client certificate: exit %d: %s", code, errOut)
 	}
+	if _, errOut, code = tlsCLI(t, dir, nil, "status", "--endpoints", follower.api, "--ca", "pki/ca.crt", "--cert", "pki/alice.crt", "--key", "pki/alice.key"); code != 0 {
+		t.Errorf("status with --ca, --cert, --key: exit %d: %s", code, errOut)
+	}
+	out, errOut, code = tlsCLI(t, dir, env, "bench", "--endpoints", follower.api, "--clients", "2", "--duration", "500ms", "--warmup", "0s", "--json")
+	var report struct{ Ops int64 }
+	if code != 0 || json.Unmarshal([]byte(out), &report) != nil || report.Ops == 0 {
+		t.Errorf("bench over tls: exit %d, %+v: %s%s", code, report, out, errOut)
+	}
 	if _, errOut, code = tlsCLI(t, dir, env, "status", "--endpoints", "http://"+follower.api); code == 0 {
 		t.Errorf("status over plaintext to a tls node: exit 0: %s", errOut)
 	}
