@@ -103,6 +103,7 @@ type Server struct {
 
 	tls        *certs.Store // nil: plaintext
 	clientAuth certs.ClientAuth
+	peers      peerCache // verifyPeer's answers
 
 	// leaderMu orders leadership changes: gen counts them, promotedTerm is
 	// the term whose Barrier finished and whose lease timers run (0: none).

@@ -244,14 +244,58 @@ func (s *Server) verifyPeer(cs *tls.ConnectionState) (*x509.Certificate, error) 
 		return nil, errors.New("not a tls connection")
 	}
 	m := s.tls.Current()
+	if len(cs.PeerCertificates) > 0 {
+		if ok, err := s.peers.get(m, cs.PeerCertificates[0]); ok {
+			return cs.PeerCertificates[0], err
+		}
+	}
 	leaf, err := m.VerifyPeer(cs.PeerCertificates)
+	if err == nil && !serverAuth(leaf) {
+		err = fmt.Errorf("certificate %q is not a node certificate (no server authentication usage)", leaf.Subject.CommonName)
+	}
+	if len(cs.PeerCertificates) > 0 {
+		s.peers.put(m, cs.PeerCertificates[0], err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if !serverAuth(leaf) {
-		return nil, fmt.Errorf("certificate %q is not a node certificate (no server authentication usage)", leaf.Subject.CommonName)
-	}
 	return leaf, nil
+}
+
+// peerCache remembers verifyPeer's answers per leaf certificate (one
+// *x509.Certificate per connection) against one material: a follower
+// forwards many calls on a connection, and a chain verification costs
+// more than the rest of a forwarded call's handling. New material (a
+// reload) starts it afresh.
+type peerCache struct {
+	mu      sync.Mutex
+	m       *certs.Material
+	answers map[*x509.Certificate]error
+}
+
+// maxPeerCache bounds the cache; it is emptied when full (its keys keep
+// closed connections' certificates alive until then).
+const maxPeerCache = 1024
+
+// get returns the answer for leaf against m, if there is one.
+func (c *peerCache) get(m *certs.Material, leaf *x509.Certificate) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m != m {
+		return false, nil
+	}
+	err, ok := c.answers[leaf]
+	return ok, err
+}
+
+// put records the answer for leaf against m.
+func (c *peerCache) put(m *certs.Material, leaf *x509.Certificate, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m != m || len(c.answers) >= maxPeerCache {
+		c.m, c.answers = m, map[*x509.Certificate]error{}
+	}
+	c.answers[leaf] = err
 }
 
 func serverAuth(c *x509.Certificate) bool {
