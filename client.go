@@ -75,6 +75,9 @@ func New(opts ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	if err := cfg.checkTLS(); err != nil {
+		return nil, err
+	}
 	if len(cfg.endpoints) == 0 {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
@@ -83,6 +86,14 @@ func New(opts ...Option) (*Client, error) {
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
 		h2, h1 := newTransports()
+		if cfg.tlsOn() {
+			// HTTP/1.1 stays HTTP/1.1 over TLS: the stream's transport
+			// is the one that speaks HTTP/2.
+			h1.Protocols = new(http.Protocols)
+			h1.Protocols.SetHTTP1(true)
+			cfg.setTLS(h1, []string{"http/1.1"})
+			cfg.setTLS(h2, []string{"h2"})
+		}
 		c.h1 = &http.Client{Transport: h1}
 		c.cfg.httpClient = &http.Client{Transport: h2}
 		if !cfg.stream {

@@ -1,11 +1,13 @@
 package lockd
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/endpoint"
 )
 
@@ -33,7 +35,10 @@ const (
 
 type config struct {
 	endpoints      []string
+	rawEndpoints   []string // as given, for the scheme TLS implies
 	httpClient     *http.Client
+	tlsConfig      *tls.Config  // WithTLSConfig
+	tlsFiles       *certs.Store // WithTLSFiles
 	requestTimeout time.Duration
 	retryTimeout   time.Duration
 	connectTimeout time.Duration // 0: none
@@ -60,14 +65,9 @@ func WithEndpoints(urls ...string) Option {
 			if err != nil {
 				return err
 			}
-			dup := false
-			for _, e := range c.endpoints {
-				dup = dup || e == n
-			}
-			if !dup {
-				c.endpoints = append(c.endpoints, n)
-			}
+			c.endpoints = appendNew(c.endpoints, n)
 		}
+		c.rawEndpoints = append([]string(nil), urls...)
 		return nil
 	}
 }
@@ -170,12 +170,26 @@ func WithLogger(l *slog.Logger) Option {
 // normalizeEndpoint turns "host:port", "host" or a URL into a base URL
 // without a trailing slash; a bad one gives an error matching
 // ErrInvalidArgument.
-func normalizeEndpoint(s string) (string, error) {
-	u, err := endpoint.Normalize(s)
+func normalizeEndpoint(s string) (string, error) { return normalizeEndpointScheme(s, "http") }
+
+// normalizeEndpointScheme is normalizeEndpoint with the scheme of an
+// endpoint written without one.
+func normalizeEndpointScheme(s, scheme string) (string, error) {
+	u, err := endpoint.NormalizeScheme(s, scheme)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	return u, nil
+}
+
+// appendNew appends u to list unless it is there already.
+func appendNew(list []string, u string) []string {
+	for _, e := range list {
+		if e == u {
+			return list
+		}
+	}
+	return append(list, u)
 }
 
 type sessionConfig struct {

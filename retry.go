@@ -190,6 +190,9 @@ func retryable(err error, idempotent, timedOut bool) (retry bool, hint string) {
 	if timedOut {
 		return idempotent, hint
 	}
+	if tlsRefused(err) {
+		return false, hint // a TLS misconfiguration: no retry heals it
+	}
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded, connect.CodeCanceled:
 		return idempotent || notSent(err), hint

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/loadgen"
 )
 
@@ -104,6 +105,16 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 	}
 	eps := splitEndpoints(o.cf.endpoints)
 	d := newBenchDriver(eps)
+	if o.cf.tlsOn() {
+		if d.tls, err = o.cf.tlsConfig(); err != nil {
+			return err
+		}
+		for i, e := range eps {
+			if eps[i], err = endpoint.NormalizeScheme(e, "https"); err != nil {
+				return usageError{fmt.Errorf("--endpoints: %w", err)}
+			}
+		}
+	}
 	// A bad endpoint is a usage error before any load starts.
 	probe, err := d.newLockdClient()
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +27,7 @@ import (
 // closed between two samples, which is the churn worth seeing.
 type benchDriver struct {
 	endpoints []string
+	tls       *tls.Config // nil: plaintext
 	dials     atomic.Int64
 }
 
@@ -53,6 +55,13 @@ func (d *benchDriver) benchTransport() *http.Transport {
 		tr.Protocols.SetHTTP2(true)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second}
+	} else if d.tls != nil {
+		// lockd.New's HTTP/1.1 transport stays HTTP/1.1 over TLS.
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetHTTP1(true)
+	}
+	if d.tls != nil {
+		tr.TLSClientConfig = d.tls.Clone()
 	}
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {

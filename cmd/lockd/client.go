@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -36,7 +39,15 @@ type clientFlags struct {
 	endpoints      string
 	timeout        time.Duration
 	connectTimeout time.Duration
+	ca, cert, key  string // TLS files (--ca, --cert, --key)
 }
+
+// Environment variables with the defaults of --ca, --cert and --key.
+const (
+	caEnv   = "LOCKD_CA"
+	certEnv = "LOCKD_CERT"
+	keyEnv  = "LOCKD_KEY"
+)
 
 func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	def := lockd.DefaultEndpoint
@@ -46,6 +57,15 @@ func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		}
 	}
 	fs.StringVar(&f.endpoints, "endpoints", def, "comma-separated server endpoints, host:port or URL (default $"+endpointsEnv+" or "+lockd.DefaultEndpoint+")")
+	env := func(name string) string {
+		if getenv == nil {
+			return ""
+		}
+		return strings.TrimSpace(getenv(name))
+	}
+	fs.StringVar(&f.ca, "ca", env(caEnv), "CA certificate (PEM) that verifies the servers; turns on TLS, https for host:port endpoints (default $"+caEnv+")")
+	fs.StringVar(&f.cert, "cert", env(certEnv), "client certificate (PEM) for servers that ask for one; needs --key; turns on TLS (default $"+certEnv+")")
+	fs.StringVar(&f.key, "key", env(keyEnv), "--cert's private key (PEM) (default $"+keyEnv+")")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up (exit 69) when no server answered at all within this time, even if --wait or --timeout allow longer (0: no limit)")
 }
 
@@ -103,12 +123,53 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 	if f.connectTimeout < 0 {
 		return nil, usageError{fmt.Errorf("--connect-timeout %v must not be negative", f.connectTimeout)}
 	}
-	c, err := lockd.New(lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout))
+	opts := []lockd.Option{lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout)}
+	if f.tlsOn() {
+		if (f.cert == "") != (f.key == "") {
+			return nil, usageError{errors.New("--cert and --key go together")}
+		}
+		opts = append(opts, lockd.WithTLSFiles(f.ca, f.cert, f.key))
+	}
+	c, err := lockd.New(opts...)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
+		flags := "--endpoints"
+		if f.tlsOn() {
+			flags = "--endpoints, --ca, --cert, --key"
+		}
+		return nil, usageError{fmt.Errorf("%s: %w", flags, err)}
 	}
 	return c, nil
 }
+
+// tlsConfig returns a tls.Config from --ca, --cert and --key, read once
+// (lockd bench, which builds its own transports).
+func (f *clientFlags) tlsConfig() (*tls.Config, error) {
+	if (f.cert == "") != (f.key == "") {
+		return nil, usageError{errors.New("--cert and --key go together")}
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		b, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--ca: %w", err)}
+		}
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(b) {
+			return nil, usageError{fmt.Errorf("--ca %s: no PEM certificate in it", f.ca)}
+		}
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--cert, --key: %w", err)}
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return tc, nil
+}
+
+// tlsOn reports whether a TLS flag was given.
+func (f *clientFlags) tlsOn() bool { return f.ca != "" || f.cert != "" || f.key != "" }
 
 // newFlagSet returns a flag set for `lockd name` that reports errors
 // instead of exiting.

@@ -19,6 +19,7 @@
 //	lockd watch [PREFIX] [--from POS]  print lock events as they happen
 //	lockd elect NAME VALUE -- CMD      run CMD only while leader of election NAME
 //	lockd observe NAME                 print the leader of election NAME at each change
+//	lockd cert ca|node|client [NAME]   make a dev CA and TLS certificates
 //	lockd version                      print the version
 //
 // Exit statuses are stable and documented in the README; see exitError.
@@ -136,6 +137,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&WatchCommand{env: env}).Run(ctx, args)
 	case "observe":
 		return (&ObserveCommand{env: env}).Run(ctx, args)
+	case "cert":
+		return (&CertCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -178,10 +181,12 @@ Commands:
 	watch      print lock events as they happen ("watch [PREFIX] [--json] [--from POS]")
 	elect      run a command only while leader of an election ("elect NAME VALUE -- CMD")
 	observe    print the leader of an election at each change ("observe NAME")
+	cert       make a dev CA and node/client TLS certificates ("cert ca", "cert node NAME", "cert client NAME")
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
---endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070.
+--endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070; --ca, --cert
+and --key ($LOCKD_CA, $LOCKD_CERT, $LOCKD_KEY) turn on TLS.
 `, "\n"))
 }
 

@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +70,12 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.SnapshotRetain, "snapshot-retain", cfg.SnapshotRetain, "snapshots kept on disk")
 	fs.IntVar(&cfg.WatchHistory, "watch-history", cfg.WatchHistory, "recent lock events kept in memory for watchers to resume from (older positions get a reset)")
 	fs.IntVar(&cfg.WatchBuffer, "watch-buffer", cfg.WatchBuffer, "events one watch stream copies from the history at a time")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "this node's certificate (PEM); with --tls-key and --tls-ca turns on TLS for the API, Raft, forwarding and joins (peers: mutual TLS)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "--tls-cert's private key (PEM)")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "cluster CA (PEM): peers' certificates must chain to it, and clients' unless --tls-client-ca")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA of client certificates when not --tls-ca (never makes a client a peer)")
+	fs.StringVar(&cfg.TLSClientAuth, "tls-client-auth", "none", "client certificates: none, verify-if-given or require")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --listen or --raft-listen without TLS (logs a warning)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -99,7 +107,20 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	// SIGHUP reloads the certificates now; a changed file is also picked
+	// up by itself at the next handshake.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for ctx.Err() == nil {
+		select {
+		case <-hup:
+			if err := srv.ReloadTLS(); err != nil {
+				logger.Error("sighup: tls certificates not reloaded", "err", err)
+			}
+		case <-ctx.Done():
+		}
+	}
 	logger.Info("shutting down")
 	done := make(chan error, 1)
 	go func() { done <- srv.Close() }()

@@ -27,7 +27,12 @@ var ErrInvalid = errors.New("invalid endpoint")
 // URL into a base URL without a trailing slash, scheme and host in lower
 // case, so that two spellings of one server compare equal. The error
 // matches ErrInvalid.
-func Normalize(s string) (string, error) {
+func Normalize(s string) (string, error) { return NormalizeScheme(s, "http") }
+
+// NormalizeScheme is Normalize with scheme ("http" or "https") for an
+// endpoint written without one: a client or node configured for TLS
+// reaches "host:port" over https.
+func NormalizeScheme(s, scheme string) (string, error) {
 	raw := strings.TrimSpace(s)
 	if raw == "" {
 		return "", fmt.Errorf("%w: empty", ErrInvalid)
@@ -46,7 +51,7 @@ func Normalize(s string) (string, error) {
 			}
 			raw = net.JoinHostPort(strings.Trim(host, "[]"), DefaultPort) + raw[len(host):]
 		}
-		raw = "http://" + raw
+		raw = scheme + "://" + raw
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

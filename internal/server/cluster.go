@@ -265,7 +265,7 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 	r := retry.New(ctx, joinSchedule)
 	for r.Next() {
 		for _, raw := range urls {
-			u, err := endpoint.Normalize(raw)
+			u, err := endpoint.NormalizeScheme(raw, s.scheme())
 			if err != nil {
 				return fmt.Errorf("join via %q: %w", raw, err)
 			}
@@ -280,7 +280,9 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 				return nil
 			}
 			r.Fail(fmt.Errorf("join via %s: %w", u, err))
-			if connect.CodeOf(err) == connect.CodeInvalidArgument {
+			if code := connect.CodeOf(err); code == connect.CodeInvalidArgument || code == connect.CodePermissionDenied {
+				// Refused (a bad request, or not a cluster member's
+				// certificate): asking again changes nothing.
 				return r.Last()
 			}
 		}

@@ -103,7 +103,30 @@ type Config struct {
 	// history at a time: its own memory. A stream whose consumer is so slow
 	// that its position leaves the history gets a reset. Default 256.
 	WatchBuffer int
+	// TLSCert is this node's certificate (PEM file), served on the API and
+	// Raft ports and presented to peers. TLSCert, TLSKey and TLSCA together
+	// turn TLS on for the API, Raft, forwarding and joins; peers then need
+	// a certificate from TLSCA (mutual TLS). Default: none (plaintext).
+	TLSCert string
+	// TLSKey is TLSCert's private key (PEM file).
+	TLSKey string
+	// TLSCA is the cluster CA (PEM file): peers' certificates must chain to
+	// it, and clients' too unless TLSClientCA is given.
+	TLSCA string
+	// TLSClientCA is the CA of client certificates when it is not TLSCA.
+	// It never makes a client a peer. Default: TLSCA.
+	TLSClientCA string
+	// TLSClientAuth is what the API asks of clients: "none" (no
+	// certificate needed), "verify-if-given" or "require" (a certificate
+	// from TLSClientCA). Default "none".
+	TLSClientAuth string
+	// Insecure lets the node listen on a non-loopback address without TLS,
+	// which it otherwise refuses. Default false.
+	Insecure bool
 }
+
+// TLS reports whether the configuration turns TLS on.
+func (c *Config) TLS() bool { return c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != "" }
 
 // DefaultConfig returns the defaults of `lockd serve` with no flags.
 func DefaultConfig() Config {
@@ -213,6 +236,7 @@ func (c *Config) Validate() error {
 	if len(c.NodeID) > 64 {
 		bad("node-id is longer than 64 bytes")
 	}
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
 }
 

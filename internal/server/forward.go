@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
+	"github.com/lockd-dev/lockd/internal/certs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -29,13 +31,21 @@ type forwarder struct {
 	cluster map[string]lockdv1connect.ClusterServiceClient
 }
 
-func newForwarder(hc *http.Client) *forwarder {
+// newForwarder returns a forwarder that uses hc, or its own transport
+// when hc is nil: over TLS with the node's certificate when store is not
+// nil, every new connection with the current files.
+func newForwarder(hc *http.Client, store *certs.Store) *forwarder {
 	if hc == nil {
 		// HTTP/1.1 with a deep keep-alive pool: on loopback it costs about
 		// half the CPU per request of h2c (measured with the benchmarks).
 		tr := &http.Transport{
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
+		}
+		if store != nil {
+			tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return store.DialTLS(ctx, network, addr, []string{"http/1.1"})
+			}
 		}
 		hc = &http.Client{Transport: tr}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -67,11 +68,12 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		}
 		w.Write([]byte("ok\n"))
 	})
+	peers := s.requirePeer(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.fsm.ClusterID(); id != "" {
 			w.Header().Set(ClusterIDHeader, id)
 		}
-		mux.ServeHTTP(w, r)
+		peers.ServeHTTP(w, r)
 	})
 }
 
@@ -141,14 +143,18 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 		// A queued Acquire blocks up to MaxPollTimeout after its proposal.
 		WriteTimeout: s.cfg.MaxPollTimeout + s.cfg.ApplyTimeout + 10*time.Second,
 		IdleTimeout:  2 * time.Minute,
+		// TLS handshake errors (scanners, clients without a certificate)
+		// and the like, into the node's log.
+		ErrorLog: slog.NewLogLogger(s.log.With("component", "http").Handler(), slog.LevelInfo),
 	}
 	s.httpSrv.Protocols = new(http.Protocols)
 	s.httpSrv.Protocols.SetHTTP1(true)
 	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
+	s.httpSrv.Protocols.SetHTTP2(true)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(s.tlsListener(s.lis)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("api server stopped", "err", err)
 		}
 	}()

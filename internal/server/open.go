@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
+
+	"github.com/lockd-dev/lockd/internal/certs"
 )
 
 // This file opens what a node keeps on disk and talks to Raft through: the
@@ -155,8 +157,9 @@ func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft
 }
 
 // openTransport returns the Raft transport: the one given by
-// WithRaftTransport, else TCP on RaftListen.
-func openTransport(cfg Config, o *options, hl hclog.Logger) (raft.Transport, error) {
+// WithRaftTransport, else TCP on RaftListen, over mutual TLS when store is
+// not nil.
+func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger) (raft.Transport, error) {
 	if o.transport != nil {
 		return o.transport, nil
 	}
@@ -166,6 +169,9 @@ func openTransport(cfg Config, o *options, hl hclog.Logger) (raft.Transport, err
 		if adv, err = net.ResolveTCPAddr("tcp", cfg.RaftAdvertise); err != nil {
 			return nil, fmt.Errorf("raft-advertise %q: %w", cfg.RaftAdvertise, err)
 		}
+	}
+	if store != nil {
+		return openTLSTransport(cfg, store, adv, hl)
 	}
 	nt, err := raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl)
 	if err != nil {

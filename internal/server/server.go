@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 )
@@ -102,6 +103,10 @@ type Server struct {
 	lis     net.Listener
 	httpSrv *http.Server
 
+	tls        *certs.Store // nil: plaintext
+	clientAuth certs.ClientAuth
+	peers      peerCache // verifyPeer's answers
+
 	// leaderMu orders leadership changes: gen counts them, promotedTerm is
 	// the term whose Barrier finished and whose lease timers run (0: none).
 	leaderMu      sync.Mutex
@@ -176,19 +181,22 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		return nil, err
 	}
 	closers = append(closers, s.dirLock)
+	if err := s.openTLS(cfg); err != nil {
+		return nil, err
+	}
 	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	closers = append(closers, s.lis)
 	s.apiURL = cfg.Advertise
 	if s.apiURL == "" {
-		s.apiURL = "http://" + s.lis.Addr().String()
+		s.apiURL = s.scheme() + "://" + s.lis.Addr().String()
 	} else if !strings.Contains(s.apiURL, "://") {
-		s.apiURL = "http://" + s.apiURL
+		s.apiURL = s.scheme() + "://" + s.apiURL
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
-	s.fwd = newForwarder(o.fwdClient)
+	s.fwd = newForwarder(o.fwdClient, s.tls)
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
 	if s.fatal == nil {
@@ -242,7 +250,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	} else if has && len(cfg.Join) > 0 {
 		s.log.Info("data dir has state: resuming, --join ignored")
 	}
-	if s.trans, err = openTransport(cfg, &o, hl); err != nil {
+	if s.trans, err = openTransport(cfg, &o, s.tls, hl); err != nil {
 		return nil, err
 	}
 	if c, ok := s.trans.(io.Closer); ok {
@@ -320,6 +328,11 @@ func (s *Server) Close() error {
 		}
 		s.demoteTimers()
 		s.wg.Wait()
+		if c, ok := s.trans.(interface{ CloseStreams() }); ok {
+			// Hang up the pooled connections to peers: NetworkTransport's
+			// Close leaves them open, and the peers' goroutines reading.
+			c.CloseStreams()
+		}
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}

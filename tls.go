@@ -1,0 +1,115 @@
+package lockd
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/lockd-dev/lockd/internal/certs"
+)
+
+// This file is the client's TLS: the options, and the transports' TLS
+// settings. A Client configured for TLS reaches an endpoint written without
+// a scheme ("host:port") over https, and the default endpoint is
+// https://127.0.0.1:7070.
+
+// WithTLSConfig makes the Client speak TLS with tc (a copy is kept): its
+// RootCAs verify the servers (the cluster CA, or the system roots when
+// nil) and its Certificates or GetClientCertificate authenticate the
+// client. The session stream runs over HTTP/2 on TLS. It excludes
+// WithHTTPClient and WithTLSFiles.
+func WithTLSConfig(tc *tls.Config) Option {
+	return func(c *config) error {
+		if tc == nil {
+			return fmt.Errorf("%w: nil tls config", ErrInvalidArgument)
+		}
+		if c.tlsFiles != nil {
+			return fmt.Errorf("%w: WithTLSConfig and WithTLSFiles exclude each other", ErrInvalidArgument)
+		}
+		c.tlsConfig = tc.Clone()
+		return nil
+	}
+}
+
+// WithTLSFiles makes the Client speak TLS with PEM files: ca verifies the
+// servers (empty: the system roots), cert and key (both or neither) are the
+// client's certificate for servers that ask for one. The files are read
+// in New (an error there matches ErrInvalidArgument) and read again when
+// they change, so a renewed certificate is used by the next new
+// connection. It excludes WithHTTPClient and WithTLSConfig.
+func WithTLSFiles(ca, cert, key string) Option {
+	return func(c *config) error {
+		if c.tlsConfig != nil {
+			return fmt.Errorf("%w: WithTLSConfig and WithTLSFiles exclude each other", ErrInvalidArgument)
+		}
+		st, err := certs.Load(certs.Files{CA: ca, Cert: cert, Key: key}, nil)
+		if err != nil {
+			return fmt.Errorf("%w: tls files: %w", ErrInvalidArgument, err)
+		}
+		c.tlsFiles = st
+		return nil
+	}
+}
+
+// tlsOn reports whether the Client speaks TLS.
+func (c *config) tlsOn() bool { return c.tlsConfig != nil || c.tlsFiles != nil }
+
+// checkTLS rejects TLS options combined with WithHTTPClient, and gives
+// endpoints written without a scheme the https scheme.
+func (c *config) checkTLS() error {
+	if !c.tlsOn() {
+		return nil
+	}
+	if c.httpClient != nil {
+		return fmt.Errorf("%w: WithHTTPClient excludes the TLS options (configure TLS in the HTTP client)", ErrInvalidArgument)
+	}
+	if len(c.rawEndpoints) == 0 {
+		c.endpoints = []string{"https://127.0.0.1:7070"}
+		return nil
+	}
+	c.endpoints = c.endpoints[:0]
+	for _, raw := range c.rawEndpoints {
+		n, err := normalizeEndpointScheme(raw, "https")
+		if err != nil {
+			return err
+		}
+		c.endpoints = appendNew(c.endpoints, n)
+	}
+	return nil
+}
+
+// setTLS configures the transport t for TLS with the given ALPN protocols.
+func (c *config) setTLS(t *http.Transport, protos []string) {
+	switch {
+	case c.tlsFiles != nil:
+		st := c.tlsFiles
+		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return st.DialTLS(ctx, network, addr, protos)
+		}
+	case c.tlsConfig != nil:
+		t.TLSClientConfig = c.tlsConfig.Clone()
+	}
+}
+
+// tlsRefused reports whether err is a TLS handshake that failed on a
+// certificate (unknown CA, wrong name, none given where one is required)
+// or on a peer that does not speak TLS: a misconfiguration that retrying
+// does not heal, returned at once so the cause is seen.
+func tlsRefused(err error) bool {
+	var verr *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var rec tls.RecordHeaderError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	if errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host) {
+		return true
+	}
+	// A TLS alert from the server (certificate required, bad
+	// certificate, unknown CA) comes as a net.OpError "remote error".
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
+}
