@@ -58,6 +58,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, TimeUnixNano: time.Now().UnixNano(), LockDelayMs: delay.Milliseconds(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -87,7 +88,8 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
@@ -106,7 +108,8 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano()})
+	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +137,8 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
 	}
 	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
-		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil

@@ -171,7 +171,7 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 	case *lockdv1.StreamRequest_KeepAlive:
 		kind = "keep_alive"
 		var r *lockdv1.KeepAliveBatchResponse
-		if r, err = h.keepAliveBatch(b.KeepAlive, received); err == nil {
+		if r, err = h.keepAliveBatch(ctx, b.KeepAlive, received); err == nil {
 			resp.Body = &lockdv1.StreamResponse_KeepAlive{KeepAlive: r}
 		}
 	case *lockdv1.StreamRequest_Acquire:
@@ -234,7 +234,7 @@ func unaryCall[Req, Res any](ctx context.Context, a *api, msg *Req, rpc func(con
 // leader's URL: forwarding would not save the client anything). Leadership
 // is verified once for the whole batch, after it was received, for the
 // same reason as a single KeepAlive (see api_session.go).
-func (h *sessionAPI) keepAliveBatch(b *lockdv1.KeepAliveBatch, received time.Time) (*lockdv1.KeepAliveBatchResponse, error) {
+func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBatch, received time.Time) (*lockdv1.KeepAliveBatchResponse, error) {
 	s := h.a.s
 	if n := len(b.GetSessions()); n == 0 || n > maxKeepAliveBatch {
 		return nil, s.invalid("a keepalive batch names 1 to %d sessions, not %d", maxKeepAliveBatch, n)
@@ -256,6 +256,10 @@ func (h *sessionAPI) keepAliveBatch(b *lockdv1.KeepAliveBatch, received time.Tim
 		resp.Results[i] = r
 		if r.SessionId == "" {
 			r.Error = streamError(s.invalid("session_id is required"))
+			continue
+		}
+		if err := s.checkSession(ctx, r.SessionId, k.GetSecret()); err != nil {
+			r.Error = streamError(err)
 			continue
 		}
 		ttl, err := s.lease.KeepAlive(r.SessionId, received)
