@@ -6,8 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
