@@ -21,6 +21,9 @@ import (
 // endpointsEnv names the environment variable with the default endpoints.
 const endpointsEnv = "LOCKD_ENDPOINTS"
 
+// tokenFileEnv names the default of --token-file.
+const tokenFileEnv = "LOCKD_TOKEN_FILE"
+
 // commandEnv is what the client subcommands share.
 type commandEnv struct {
 	stdout, stderr io.Writer
@@ -36,6 +39,7 @@ type clientFlags struct {
 	endpoints      string
 	timeout        time.Duration
 	connectTimeout time.Duration
+	tokenFile      string
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
@@ -46,6 +50,11 @@ func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		}
 	}
 	fs.StringVar(&f.endpoints, "endpoints", def, "comma-separated server endpoints, host:port or URL (default $"+endpointsEnv+" or "+lockd.DefaultEndpoint+")")
+	tokenDef := ""
+	if getenv != nil {
+		tokenDef = strings.TrimSpace(getenv(tokenFileEnv))
+	}
+	fs.StringVar(&f.tokenFile, "token-file", tokenDef, "file holding the bearer token for a server run with --auth-file (default $"+tokenFileEnv+")")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up (exit 69) when no server answered at all within this time, even if --wait or --timeout allow longer (0: no limit)")
 }
 
@@ -103,9 +112,13 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 	if f.connectTimeout < 0 {
 		return nil, usageError{fmt.Errorf("--connect-timeout %v must not be negative", f.connectTimeout)}
 	}
-	c, err := lockd.New(lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout))
+	opts := []lockd.Option{lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout)}
+	if f.tokenFile != "" {
+		opts = append(opts, lockd.WithTokenFile(f.tokenFile))
+	}
+	c, err := lockd.New(opts...)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
+		return nil, usageError{fmt.Errorf("--endpoints or --token-file: %w", err)}
 	}
 	return c, nil
 }

@@ -113,6 +113,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&SnapshotCommand{env: env}).Run(ctx, args)
 	case "bench":
 		return (&BenchCommand{env: env}).Run(ctx, args)
+	case "token":
+		return (&TokenCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -148,10 +150,12 @@ Commands:
 	leader     "leader transfer [ID]" hands leadership to another voter
 	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
 	bench      load a cluster and report throughput, latency and errors
+	token      make a bearer token and print its auth-file lines (docs/security.md)
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
---endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070.
+--endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070, with the token
+in --token-file or $LOCKD_TOKEN_FILE when the server runs with --auth-file.
 `, "\n"))
 }
 

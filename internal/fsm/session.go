@@ -79,6 +79,9 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 	s := newSession(c.SessionId, c.RequestId, c.Owner, c.TtlMs, c.TimeUnixNano, false, 1)
 	s.secretHash, s.identity = c.SecretHash, c.Identity
 	f.sessions[s.id] = s
+	if s.identity != "" {
+		f.counts.byIdentity[s.identity]++
+	}
 	if s.requestID != "" {
 		f.byRequest[s.requestID] = s.id
 	}
@@ -177,6 +180,11 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 		}
 	}
 	delete(f.sessions, s.id)
+	if s.identity != "" {
+		if f.counts.byIdentity[s.identity]--; f.counts.byIdentity[s.identity] <= 0 {
+			delete(f.counts.byIdentity, s.identity)
+		}
+	}
 	if s.requestID != "" {
 		delete(f.byRequest, s.requestID)
 	}

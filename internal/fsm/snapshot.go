@@ -366,6 +366,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	}
 	for _, ps := range snap.Sessions { // in order: the message is part of the answer
 		s := sessions[ps.Id]
+		if s.identity != "" {
+			cs.byIdentity[s.identity]++
+		}
 		if n := len(s.holds) + len(s.waits) + cs.markedBy[s.id]; n > limits.locksPerSession {
 			return nil, fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
 		}

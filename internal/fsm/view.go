@@ -203,6 +203,13 @@ func (f *FSM) SessionAuth(id string) (secretHash []byte, identity string, ok boo
 	return s.secretHash, s.identity, true
 }
 
+// SessionsOf returns how many live sessions identity created.
+func (f *FSM) SessionsOf(identity string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.counts.byIdentity[identity]
+}
+
 // Sessions returns all sessions ordered by id.
 func (f *FSM) Sessions() []SessionInfo {
 	f.mu.RLock()

@@ -45,6 +45,13 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		}
 		poll = min(poll, m.PollTimeout.AsDuration())
 	}
+	if m.Wait {
+		done, err := a.s.limits.startWait(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
 	// Taken before the proposal: a leadership change after it ends the
 	// wait (see await).
 	changed := a.s.leadershipChanges()

@@ -41,6 +41,9 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if len(m.RequestId) > fsm.MaxRequestIDBytes {
 		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
 	}
+	if err := a.s.limits.checkSessions(ctx); err != nil {
+		return nil, err
+	}
 	secret := m.Secret
 	if secret == "" {
 		secret = newSessionSecret()

@@ -273,14 +273,17 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 				continue // this node serves nothing until it has joined
 			}
 			actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
-			resp, err := s.fwd.clusterClient(u).Join(actx, connect.NewRequest(req))
+			jr := connect.NewRequest(req)
+			s.peerHeaders(ctx, jr.Header())
+			resp, err := s.fwd.clusterClient(u).Join(actx, jr)
 			cancel()
 			if err == nil {
 				s.log.Info("joined cluster", "via", u, "cluster_id", resp.Msg.ClusterId)
 				return nil
 			}
 			r.Fail(fmt.Errorf("join via %s: %w", u, err))
-			if connect.CodeOf(err) == connect.CodeInvalidArgument {
+			switch connect.CodeOf(err) {
+			case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied:
 				return r.Last()
 			}
 		}

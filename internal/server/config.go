@@ -93,6 +93,9 @@ type Config struct {
 	WALSegmentSize int
 	// SnapshotRetain is how many snapshots are kept on disk. Default 2.
 	SnapshotRetain int
+
+	// Security (docs/security.md): see security.go.
+	Security
 }
 
 // DefaultConfig returns the defaults of `lockd serve` with no flags.

@@ -100,6 +100,7 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 ) (*connect.Response[Res], error) {
 	out := connect.NewRequest(req.Msg)
 	out.Header().Set(ForwardedHeader, s.nodeID)
+	s.peerHeaders(ctx, out.Header())
 	s.metrics.forwarded.Inc()
 	resp, err := call(client, ctx, out)
 	if err != nil {

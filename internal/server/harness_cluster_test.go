@@ -234,6 +234,7 @@ type clusterOpts struct {
 	heartbeat time.Duration // Raft heartbeat and election timeout
 	grace     time.Duration // lease grace on the leader
 	request   time.Duration // client per-attempt timeout
+	security  Security      // auth file, peer token, limits
 }
 
 func defaultClusterOpts() clusterOpts {
@@ -320,6 +321,7 @@ func (c *tcluster) config(nd *tnode) Config {
 	cfg.SnapshotThreshold = 1 << 30
 	cfg.SnapshotLogBytes = 0
 	cfg.SnapshotInterval = time.Hour
+	cfg.Security = c.opts.security
 	return cfg
 }
 

@@ -25,6 +25,7 @@ type metrics struct {
 	watchdogTrips   prometheus.Counter
 	streamsOpen     prometheus.Gauge
 	streamFrames    *prometheus.CounterVec
+	limitHits       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -61,7 +62,13 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	for _, k := range streamKinds {
 		m.streamFrames.WithLabelValues(k)
 	}
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames)
+	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits).",
+	}, []string{"reason"})
+	for _, r := range []string{"rate", "sessions", "waits"} {
+		m.limitHits.WithLabelValues(r)
+	}
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.limitHits)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

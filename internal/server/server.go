@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 )
@@ -96,6 +97,12 @@ type Server struct {
 	waiters *waiters
 	metrics *metrics
 	fwd     *forwarder
+
+	auth      *auth.File // nil: authentication off
+	peerToken string     // presented when forwarding and joining
+	audit     *auditLog  // nil: no audit log
+	auditFile io.Closer
+	limits    *limiter
 
 	lis     net.Listener
 	httpSrv *http.Server
@@ -186,6 +193,9 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
+	if err := s.openSecurity(cfg.Security, &closers); err != nil {
+		return nil, err
+	}
 	s.fwd = newForwarder(o.fwdClient)
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
@@ -318,7 +328,7 @@ func (s *Server) Close() error {
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}
-		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close())
+		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close(), s.closeAudit())
 		s.closeErr = errors.Join(errs...)
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})
