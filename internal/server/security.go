@@ -27,7 +27,7 @@ type Security struct {
 	// stdout, "" for none.
 	AuditLog string
 	// RateLimit is each identity's sustained requests per second (token
-	// bucket). 0: 1000 with AuthFile, none without (then, when set, it
+	// bucket). 0: 10000 with AuthFile, none without (then, when set, it
 	// applies per client IP address).
 	RateLimit float64
 	// RateBurst is the bucket's size. 0: twice RateLimit.
@@ -42,7 +42,7 @@ type Security struct {
 
 // defaultLimits are the per-identity limits applied when neither the flags
 // nor the auth file set them, with authentication on.
-var defaultLimits = auth.Limits{Rate: 1000, Sessions: 10000, Waits: 10000}
+var defaultLimits = auth.Limits{Rate: 10000, Sessions: 10000, Waits: 10000}
 
 func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 	// After openDataDir: the node id names this node in audit lines.
