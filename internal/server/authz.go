@@ -37,6 +37,10 @@ type caller struct {
 	addr string
 	// forwardedBy is the peer identity that forwarded the call, if any.
 	forwardedBy string
+	// forwarded reports, with authentication off, a call that says a
+	// follower forwarded it (unverifiable: used only so that the rate
+	// limit of the client's IP is not charged again, to the follower's).
+	forwarded bool
 }
 
 type callerKey struct{}
@@ -64,6 +68,7 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 func (s *Server) identify(r *http.Request) caller {
 	c := caller{addr: r.RemoteAddr}
 	if s.auth == nil {
+		c.forwarded = r.Header.Get(ForwardedHeader) != ""
 		return c
 	}
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")

@@ -87,3 +87,27 @@ func TestForwardKeepsIdentity(t *testing.T) {
 		t.Fatalf("no audit line for billing-app:\n%s", b)
 	}
 }
+
+// TestRateLimitPerIPWithoutAuth: with authentication off, --rate-limit
+// applies per client IP address; KeepAlive is never limited.
+func TestRateLimitPerIPWithoutAuth(t *testing.T) {
+	opts := defaultClusterOpts()
+	opts.security = Security{RateLimit: 0.001, RateBurst: 2}
+	c := newTestCluster(t, 1, opts)
+	ctx := t.Context()
+	svc := lockdv1connect.NewLockServiceClient(http.DefaultClient, c.nodes[0].url)
+	s, err := svc.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "x"}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "ip:127.0.0.1") {
+		t.Fatalf("third call: %v, want resource exhausted for ip:127.0.0.1", err)
+	}
+	if _, err := svc.KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: s.Msg.SessionId, Secret: s.Msg.Secret})); err != nil {
+		t.Fatalf("keepalive over the rate: %v", err)
+	}
+}

@@ -83,7 +83,7 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		return func() {}, nil
 	}
 	c := callerOf(ctx)
-	if c.forwardedBy != "" {
+	if c.forwardedBy != "" || c.forwarded {
 		return func() {}, nil
 	}
 	key := c.identity
