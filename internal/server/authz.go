@@ -91,14 +91,12 @@ func (s *Server) trustedPeer(_ *http.Request, identity string) bool {
 	return s.auth.Allows(identity, auth.Peer, "")
 }
 
-// peerHeaders sets, on a call this node makes to another node (a forward,
-// a join), this node's peer credentials and the original caller's
-// identity.
+// peerHeaders sets, on a call this node forwards, the original caller's
+// identity (the forwarder's clients present this node's peer token).
 func (s *Server) peerHeaders(ctx context.Context, h http.Header) {
 	if s.peerToken == "" {
 		return
 	}
-	h.Set("Authorization", "Bearer "+s.peerToken)
 	if id := identityOf(ctx); id != "" {
 		h.Set(ForwardedIdentityHeader, id)
 	}

@@ -273,9 +273,7 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 				continue // this node serves nothing until it has joined
 			}
 			actx, cancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
-			jr := connect.NewRequest(req)
-			s.peerHeaders(ctx, jr.Header())
-			resp, err := s.fwd.clusterClient(u).Join(actx, jr)
+			resp, err := s.fwd.clusterClient(u).Join(actx, connect.NewRequest(req))
 			cancel()
 			if err == nil {
 				s.log.Info("joined cluster", "via", u, "cluster_id", resp.Msg.ClusterId)

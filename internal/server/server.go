@@ -196,7 +196,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if err := s.openSecurity(cfg.Security, &closers); err != nil {
 		return nil, err
 	}
-	s.fwd = newForwarder(o.fwdClient)
+	s.fwd = newForwarder(o.fwdClient, s.peerToken)
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
 	if s.fatal == nil {
