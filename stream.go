@@ -228,7 +228,12 @@ func (s *stream) read() {
 func (s *stream) fail(cause error) {
 	s.mu.Lock()
 	if s.err == nil {
-		s.err = connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s: %w", errStreamBroken, s.ep.url, cause))
+		ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s: %w", errStreamBroken, s.ep.url, cause))
+		// Every pending call gets this one error, and Meta makes its map
+		// on first use: make it now, so those calls only read it (the
+		// race detector saw two make it at once).
+		_ = ce.Meta()
+		s.err = ce
 		close(s.done)
 	}
 	s.mu.Unlock()
