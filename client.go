@@ -119,12 +119,12 @@ func New(opts ...Option) (*Client, error) {
 func (c *Client) newEndpoint(url string) *node {
 	ep := &node{
 		url:     url,
-		svc:     lockdv1connect.NewLockServiceClient(c.h1, url),
-		cluster: lockdv1connect.NewClusterServiceClient(c.h1, url),
+		svc:     lockdv1connect.NewLockServiceClient(c.h1, url, c.clientOptions()...),
+		cluster: lockdv1connect.NewClusterServiceClient(c.h1, url, c.clientOptions()...),
 	}
 	if c.cfg.stream {
-		ep.svc2 = lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url)
-		ep.sessions = lockdv1connect.NewSessionServiceClient(c.cfg.httpClient, url)
+		ep.svc2 = lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url, c.clientOptions()...)
+		ep.sessions = lockdv1connect.NewSessionServiceClient(c.cfg.httpClient, url, c.clientOptions()...)
 	}
 	return ep
 }

@@ -82,6 +82,20 @@ var (
 	// too far behind. Re-read the state (ListLocks, Election.Leader); the
 	// watch goes on after the reset's position.
 	ErrWatchReset = errors.New("lockd: watch reset, events were lost")
+
+	// ErrPermissionDenied means the call was refused: it did not present
+	// its session's secret, or the identity of its token may not do this
+	// (see docs/security.md). Not retried.
+	ErrPermissionDenied = errors.New("lockd: permission denied")
+
+	// ErrUnauthenticated means the server runs with authentication and the
+	// call carried no token, or one it does not know (WithToken).
+	ErrUnauthenticated = errors.New("lockd: unauthenticated")
+
+	// ErrRateLimited means a per-identity limit was reached: its request
+	// rate, its sessions or its waiting acquires. The message says which.
+	// It also matches ErrTooMany.
+	ErrRateLimited = errors.New("lockd: rate limited")
 )
 
 // Holder describes one current holder of a lock, as reported in a
@@ -219,6 +233,12 @@ func mapError(err error, name string) error {
 			return wrap(ErrTooMany, err)
 		case lockdv1.ErrorReason_ERROR_REASON_ALREADY_DONE:
 			return doneError(name, d.GetMark(), err)
+		case lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED:
+			return wrap(ErrPermissionDenied, err)
+		case lockdv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED:
+			return wrap(ErrUnauthenticated, err)
+		case lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED:
+			return wrap(ErrRateLimited, wrap(ErrTooMany, err))
 		}
 	}
 	switch ce.Code() {
@@ -234,6 +254,10 @@ func mapError(err error, name string) error {
 		return wrap(ErrWaitDropped, err)
 	case connect.CodeResourceExhausted:
 		return wrap(ErrTooMany, err)
+	case connect.CodePermissionDenied:
+		return wrap(ErrPermissionDenied, err)
+	case connect.CodeUnauthenticated:
+		return wrap(ErrUnauthenticated, err)
 	}
 	return err
 }

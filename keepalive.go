@@ -141,7 +141,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 		if d := s.Deadline(); d.Before(until) {
 			until = d
 		}
-		frame.Sessions[i] = &lockdv1.KeepAliveRequest{SessionId: s.id}
+		frame.Sessions[i] = &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}
 	}
 	// One attempt (and an immediate one on another endpoint after a broken
 	// stream or a leader hint), like a single session's keepalive: the

@@ -126,7 +126,7 @@ func (s *Session) renew(p policy, next time.Time) (time.Time, time.Duration, err
 		}
 	}
 	sent := time.Now()
-	resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id}, nil)
+	resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}, nil)
 	if err != nil {
 		return sent, 0, err
 	}

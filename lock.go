@@ -95,7 +95,7 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 	defer seq.end()
 	for {
 		msg := &lockdv1.AcquireRequest{
-			SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
+			SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
 			Limit: l.limit, Wait: wait, Value: l.value,
 		}
 		if l.lockDelay > 0 {
@@ -201,7 +201,7 @@ func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
 	defer stop()
 	seq := s.seqs.begin()
 	defer seq.end()
-	msg := &lockdv1.CancelRequest{SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq}
+	msg := &lockdv1.CancelRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq}
 	resp, err := rpcCancel.invoke(bctx, s.c, s.policy(rpcCancel.policyOf(msg)), msg, nil)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -272,7 +272,7 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	seq := s.seqs.begin()
 	defer seq.end()
 	msg := &lockdv1.CompleteRequest{
-		SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
+		SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
 	}
 	_, err := rpcComplete.invoke(bctx, s.c, s.policy(rpcComplete.policyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
@@ -300,7 +300,7 @@ func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	defer stop()
 	seq := s.seqs.begin()
 	defer seq.end()
-	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: token}
+	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: token}
 	_, err := rpcRelease.invoke(bctx, s.c, s.policy(rpcRelease.policyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)

@@ -204,8 +204,12 @@ func TestUnlockNotHeld(t *testing.T) {
 		t.Errorf("second Unlock = %v, want ErrNotHeld", err)
 	}
 	// A release by token that is not a current grant is refused by the server.
-	s := newSession(t, c)
-	_, err := c.Service().Release(t.Context(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: s.ID(), Seq: 1000, Ack: 1000, Name: "invoices", Token: 1}))
+	const secret = "test-secret-0123456789abcdef"
+	s, err := c.Service().CreateSession(t.Context(), connect.NewRequest(&lockdv1.CreateSessionRequest{Secret: secret}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Service().Release(t.Context(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: s.Msg.SessionId, Secret: secret, Seq: 1000, Ack: 1000, Name: "invoices", Token: 1}))
 	if !errors.Is(err, lockd.ErrNotHeld) {
 		t.Errorf("Release of a stale token = %v, want ErrNotHeld", err)
 	}

@@ -43,7 +43,8 @@ type config struct {
 	retryTimeout   time.Duration
 	connectTimeout time.Duration // 0: none
 	logger         *slog.Logger
-	stream         bool // session stream (WithStream)
+	stream         bool   // session stream (WithStream)
+	token          string // bearer token (WithToken); never logged
 }
 
 // Option configures a Client in New.

@@ -33,6 +33,7 @@ import (
 type Session struct {
 	c          *Client
 	id         string
+	secret     string // presented with every session-scoped call; never shown
 	ttl        time.Duration
 	owner      string
 	deadlineFn func(time.Time)
@@ -111,6 +112,9 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 		Ttl:       durationpb.New(cfg.ttl),
 		Owner:     cfg.owner,
 		RequestId: randomID(),
+		// 256 random bits, made here so that a retry of this create
+		// (same request id) presents the same secret.
+		Secret: randomID() + randomID(),
 	}
 	// An answer that takes longer than the lease's whole client deadline
 	// would create a session already lost: give up on such an attempt in
@@ -126,6 +130,7 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 		ttl = cfg.ttl
 	}
 	s := newSession(c, resp.Msg.GetSessionId(), ttl, cfg.owner, cfg.deadlineFn, sent)
+	s.secret = msg.Secret
 	s.start()
 	return s, nil
 }
@@ -281,7 +286,7 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	}
 	seq := s.seqs.begin()
 	defer seq.end()
-	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq}
+	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq, Secret: s.secret}
 	_, err := rpcCloseSession.invoke(ctx, s.c, rpcCloseSession.policyOf(msg), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil

@@ -54,6 +54,7 @@ func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
+	c.authorize(req)
 	resp, err := c.cfg.httpClient.Do(req)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
@@ -68,6 +69,12 @@ func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
 		switch {
 		case resp.StatusCode == http.StatusServiceUnavailable:
 			code = connect.CodeUnavailable // no leader, or not established yet
+		case resp.StatusCode == http.StatusUnauthorized:
+			code = connect.CodeUnauthenticated
+		case resp.StatusCode == http.StatusForbidden:
+			code = connect.CodePermissionDenied
+		case resp.StatusCode == http.StatusTooManyRequests:
+			code = connect.CodeResourceExhausted
 		case resp.StatusCode >= 400 && resp.StatusCode < 500:
 			code = connect.CodeInvalidArgument
 		}

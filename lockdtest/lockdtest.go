@@ -34,6 +34,13 @@ func WithMinTTL(d time.Duration) Option { return func(s *settings) { s.cfg.MinTT
 // WithDataDir uses dir instead of a fresh temporary directory.
 func WithDataDir(dir string) Option { return func(s *settings) { s.cfg.DataDir = dir } }
 
+// WithAuthFile turns authentication on with the auth file at path (see
+// docs/security.md); clients then need lockd.WithToken.
+func WithAuthFile(path string) Option { return func(s *settings) { s.cfg.AuthFile = path } }
+
+// WithAuditLog appends the server's audit log to the file at path.
+func WithAuditLog(path string) Option { return func(s *settings) { s.cfg.AuditLog = path } }
+
 // WithLogger sends the server's logs to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 

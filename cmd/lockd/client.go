@@ -24,6 +24,9 @@ import (
 // endpointsEnv names the environment variable with the default endpoints.
 const endpointsEnv = "LOCKD_ENDPOINTS"
 
+// tokenFileEnv names the default of --token-file.
+const tokenFileEnv = "LOCKD_TOKEN_FILE"
+
 // commandEnv is what the client subcommands share.
 type commandEnv struct {
 	stdout, stderr io.Writer
@@ -40,6 +43,7 @@ type clientFlags struct {
 	timeout        time.Duration
 	connectTimeout time.Duration
 	ca, cert, key  string // TLS files (--ca, --cert, --key)
+	tokenFile      string
 }
 
 // Environment variables with the defaults of --ca, --cert and --key.
@@ -66,6 +70,7 @@ func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&f.ca, "ca", env(caEnv), "CA certificate (PEM) that verifies the servers; turns on TLS, https for host:port endpoints (default $"+caEnv+")")
 	fs.StringVar(&f.cert, "cert", env(certEnv), "client certificate (PEM) for servers that ask for one; needs --key; turns on TLS (default $"+certEnv+")")
 	fs.StringVar(&f.key, "key", env(keyEnv), "--cert's private key (PEM) (default $"+keyEnv+")")
+	fs.StringVar(&f.tokenFile, "token-file", env(tokenFileEnv), "file holding the bearer token for a server run with --auth-file (default $"+tokenFileEnv+")")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", defaultConnectTimeout, "give up (exit 69) when no server answered at all within this time, even if --wait or --timeout allow longer (0: no limit)")
 }
 
@@ -130,11 +135,14 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 		}
 		opts = append(opts, lockd.WithTLSFiles(f.ca, f.cert, f.key))
 	}
+	if f.tokenFile != "" {
+		opts = append(opts, lockd.WithTokenFile(f.tokenFile))
+	}
 	c, err := lockd.New(opts...)
 	if err != nil {
-		flags := "--endpoints"
+		flags := "--endpoints, --token-file"
 		if f.tlsOn() {
-			flags = "--endpoints, --ca, --cert, --key"
+			flags = "--endpoints, --token-file, --ca, --cert, --key"
 		}
 		return nil, usageError{fmt.Errorf("%s: %w", flags, err)}
 	}

@@ -490,17 +490,17 @@ func TestJSONAPI(t *testing.T) {
 	// The README's example.
 	code, m := postJSON(t, s, "CreateSession", `{"ttl":"30s"}`)
 	wantOK("CreateSession", code, m)
-	id := str(m, "sessionId")
-	if id == "" || str(m, "ttl") != "30s" || str(m, "clusterId") == "" {
+	id, secret := str(m, "sessionId"), str(m, "secret")
+	if id == "" || secret == "" || str(m, "ttl") != "30s" || str(m, "clusterId") == "" {
 		t.Fatalf("CreateSession: %v, want a sessionId, ttl 30s and a clusterId", m)
 	}
-	code, m = postJSON(t, s, "KeepAlive", `{"sessionId":"`+id+`"}`)
+	code, m = postJSON(t, s, "KeepAlive", `{"sessionId":"`+id+`","secret":"`+secret+`"}`)
 	wantOK("KeepAlive", code, m)
 	if str(m, "ttl") != "30s" {
 		t.Errorf("KeepAlive: %v, want ttl 30s", m)
 	}
 
-	acquire := `{"sessionId":"` + id + `","seq":1,"name":"json/invoice"}`
+	acquire := `{"sessionId":"` + id + `","secret":"` + secret + `","seq":1,"name":"json/invoice"}`
 	code, m = postJSON(t, s, "Acquire", acquire)
 	wantOK("Acquire", code, m)
 	token := str(m, "token") // proto3 JSON: uint64 as a decimal string
@@ -522,17 +522,17 @@ func TestJSONAPI(t *testing.T) {
 	// Another session (default TTL) finds it busy.
 	code, m = postJSON(t, s, "CreateSession", `{}`)
 	wantOK("CreateSession", code, m)
-	id2 := str(m, "sessionId")
+	id2, secret2 := str(m, "sessionId"), str(m, "secret")
 	if str(m, "ttl") != "10s" {
 		t.Errorf("CreateSession without ttl: %v, want the default ttl 10s", m)
 	}
-	code, m = postJSON(t, s, "Acquire", `{"sessionId":"`+id2+`","seq":"1","name":"json/invoice","mode":"MODE_EXCLUSIVE"}`)
+	code, m = postJSON(t, s, "Acquire", `{"sessionId":"`+id2+`","secret":"`+secret2+`","seq":"1","name":"json/invoice","mode":"MODE_EXCLUSIVE"}`)
 	wantErr("Acquire of a held lock", code, m, "failed_precondition", "")
 
 	// Release by token; then the other session gets a higher token.
-	code, m = postJSON(t, s, "Release", `{"sessionId":"`+id+`","seq":"2","name":"json/invoice","token":"`+token+`"}`)
+	code, m = postJSON(t, s, "Release", `{"sessionId":"`+id+`","secret":"`+secret+`","seq":"2","name":"json/invoice","token":"`+token+`"}`)
 	wantOK("Release", code, m)
-	code, m = postJSON(t, s, "Acquire", `{"sessionId":"`+id2+`","seq":"2","name":"json/invoice"}`)
+	code, m = postJSON(t, s, "Acquire", `{"sessionId":"`+id2+`","secret":"`+secret2+`","seq":"2","name":"json/invoice"}`)
 	wantOK("Acquire after release", code, m)
 	if tok2 := parseToken(t, str(m, "token")); tok2 <= tok {
 		t.Errorf("token %d after the release, want above %d", tok2, tok)
@@ -548,6 +548,6 @@ func TestJSONAPI(t *testing.T) {
 	wantErr("TTL out of bounds", code, m, "invalid_argument", "ttl")
 	code, m = postJSON(t, s, "Acquire", `{"sessionId":"nosuchsession","seq":1,"name":"json/x"}`)
 	wantErr("unknown session", code, m, "not_found", "session")
-	code, m = postJSON(t, s, "CloseSession", `{"sessionId":"`+id+`","seq":"3"}`)
+	code, m = postJSON(t, s, "CloseSession", `{"sessionId":"`+id+`","secret":"`+secret+`","seq":"3"}`)
 	wantOK("CloseSession", code, m)
 }

@@ -139,6 +139,8 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		return (&ObserveCommand{env: env}).Run(ctx, args)
 	case "cert":
 		return (&CertCommand{env: env}).Run(ctx, args)
+	case "token":
+		return (&TokenCommand{env: env}).Run(ctx, args)
 	case "version":
 		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
 	case "help", "-h", "--help", "-help":
@@ -182,11 +184,13 @@ Commands:
 	elect      run a command only while leader of an election ("elect NAME VALUE -- CMD")
 	observe    print the leader of an election at each change ("observe NAME")
 	cert       make a dev CA and node/client TLS certificates ("cert ca", "cert node NAME", "cert client NAME")
+	token      make a bearer token and print its auth-file lines (docs/security.md)
 	version    print the version
 
 Use "lockd <command> -h" for a command's flags. Client commands talk to
 --endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070; --ca, --cert
-and --key ($LOCKD_CA, $LOCKD_CERT, $LOCKD_KEY) turn on TLS.
+and --key ($LOCKD_CA, $LOCKD_CERT, $LOCKD_KEY) turn on TLS; the token is
+in --token-file or $LOCKD_TOKEN_FILE when the server runs with --auth-file.
 `, "\n"))
 }
 

@@ -51,6 +51,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		}
 		return nil
 	})
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "turn authentication on: tokens, identities, grants and limits (docs/security.md); default: off")
+	fs.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "this node's own token (an identity with the peer grant), for forwarding and joining with --auth-file")
+	fs.StringVar(&cfg.AuditLog, "audit-log", "", "append one JSON line per admin operation and refused call to this file (- for stdout)")
+	fs.Float64Var(&cfg.RateLimit, "rate-limit", 0, "requests per second per identity, token bucket (default 10000 with --auth-file; without it, 0 = none, else per client IP)")
+	fs.IntVar(&cfg.RateBurst, "rate-burst", 0, "token bucket size (default: twice --rate-limit)")
+	fs.IntVar(&cfg.MaxSessionsPerIdentity, "max-sessions-per-identity", 0, "live sessions per identity, with --auth-file (default 10000)")
+	fs.IntVar(&cfg.MaxWaitsPerIdentity, "max-waits-per-identity", 0, "queued Acquire calls in flight per identity, with --auth-file (default 10000)")
 	fs.StringVar(&cfg.Restore, "restore", "", "bootstrap a new cluster from this backup (lockd snapshot save); needs an empty data dir")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "give up joining after this long")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft follower timeout before an election")

@@ -35,6 +35,9 @@ const (
 	CodeCancelled      Code = 9
 	CodeTooMany        Code = 10
 	CodeAlreadyDone    Code = 11
+	// CodeForbidden: the command did not present the session's secret, or
+	// came from another identity than the session's.
+	CodeForbidden Code = 12
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.
@@ -227,15 +230,31 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 	case CmdRevokeSession:
 		return f.applyRevokeSession(m.(*fsmv1.RevokeSession))
 	case CmdAcquire:
-		return f.applyAcquire(m.(*fsmv1.Acquire))
+		c := m.(*fsmv1.Acquire)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyAcquire(c)
 	case CmdRelease:
-		return f.applyRelease(m.(*fsmv1.Release))
+		c := m.(*fsmv1.Release)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyRelease(c)
 	case CmdCancel:
-		return f.applyCancel(m.(*fsmv1.Cancel))
+		c := m.(*fsmv1.Cancel)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyCancel(c)
 	case CmdSetMember:
 		return f.applySetMember(m.(*fsmv1.SetMember))
 	case CmdComplete:
-		return f.applyComplete(m.(*fsmv1.Complete))
+		c := m.(*fsmv1.Complete)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyComplete(c)
 	case CmdUndelay:
 		return f.applyUndelay(m.(*fsmv1.Undelay), term)
 	case CmdClearMark:

@@ -55,9 +55,12 @@ type counts struct {
 	marks      int            // locks with a completion mark
 	markedBy   map[string]int // session id -> its live marks
 	delayLocks int            // locks with a lock-delay, running or to come
+	// byIdentity counts the live sessions of each identity (derived from
+	// the sessions), for the server's per-identity session cap.
+	byIdentity map[string]int
 }
 
-func newCounts() counts { return counts{markedBy: map[string]int{}} }
+func newCounts() counts { return counts{markedBy: map[string]int{}, byIdentity: map[string]int{}} }
 
 func (c *counts) add(l *lock) {
 	if l.delayMs > 0 {

@@ -1,6 +1,8 @@
 package fsm
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"maps"
 	"slices"
 
@@ -16,6 +18,11 @@ type session struct {
 	owner     string
 	created   int64
 	revoked   bool
+	// secretHash is the SHA-256 of the session secret; empty for a session
+	// from before secrets (restored from an old snapshot), which accepts
+	// any. identity is who created it ("" with authentication off).
+	secretHash []byte
+	identity   string
 	// ack is the session's acknowledged floor: every table seq is at or
 	// above it, and a request below it is answered only from a live wait or
 	// hold (liveAcquire), else refused.
@@ -43,6 +50,11 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 	}
 	if c.RequestId != "" {
 		if id, ok := f.byRequest[c.RequestId]; ok {
+			// A retry must present the same secret and identity: a request
+			// id is no way into someone else's session.
+			if r := f.authorize(id, c.SecretHash, c.Identity); r != nil {
+				return r
+			}
 			return &Result{SessionID: id, Duplicate: true}
 		}
 	}
@@ -53,6 +65,10 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 		return fail(CodeInvalid, "request id longer than %d bytes", MaxRequestIDBytes)
 	case len(c.Owner) > MaxOwnerBytes:
 		return fail(CodeInvalid, "owner longer than %d bytes", MaxOwnerBytes)
+	case len(c.SecretHash) != 0 && len(c.SecretHash) != sha256.Size:
+		return fail(CodeInvalid, "secret hash is %d bytes, not %d", len(c.SecretHash), sha256.Size)
+	case len(c.Identity) > MaxOwnerBytes:
+		return fail(CodeInvalid, "identity longer than %d bytes", MaxOwnerBytes)
 	case c.TtlMs <= 0:
 		return fail(CodeInvalid, "ttl must be positive")
 	case f.sessions[c.SessionId] != nil:
@@ -61,7 +77,11 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 		return fail(CodeTooMany, "too many sessions (%d)", limits.sessions)
 	}
 	s := newSession(c.SessionId, c.RequestId, c.Owner, c.TtlMs, c.TimeUnixNano, false, 1)
+	s.secretHash, s.identity = c.SecretHash, c.Identity
 	f.sessions[s.id] = s
+	if s.identity != "" {
+		f.counts.byIdentity[s.identity]++
+	}
 	if s.requestID != "" {
 		f.byRequest[s.requestID] = s.id
 	}
@@ -71,7 +91,28 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 	return &Result{SessionID: s.id}
 }
 
+// authorize refuses a command on session id unless it presents the
+// session's secret hash and comes from the identity that created it; nil
+// means go on (an unknown session is left to the command's own answer). It
+// compares values carried in the log, so every replica decides the same.
+func (f *FSM) authorize(id string, secretHash []byte, identity string) *Result {
+	s := f.sessions[id]
+	if s == nil {
+		return nil
+	}
+	if len(s.secretHash) != 0 && subtle.ConstantTimeCompare(s.secretHash, secretHash) != 1 {
+		return fail(CodeForbidden, "session %s: wrong or missing session secret", id)
+	}
+	if s.identity != "" && s.identity != identity {
+		return fail(CodeForbidden, "session %s belongs to another identity", id)
+	}
+	return nil
+}
+
 func (f *FSM) applyCloseSession(c *fsmv1.CloseSession) *Result {
+	if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+		return r
+	}
 	if s := f.sessions[c.SessionId]; s != nil {
 		f.removeSession(s, 0, false)
 	}
@@ -146,6 +187,11 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 		}
 	}
 	delete(f.sessions, s.id)
+	if s.identity != "" {
+		if f.counts.byIdentity[s.identity]--; f.counts.byIdentity[s.identity] <= 0 {
+			delete(f.counts.byIdentity, s.identity)
+		}
+	}
 	if s.requestID != "" {
 		delete(f.byRequest, s.requestID)
 	}

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"maps"
@@ -24,7 +25,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 	defer f.mu.RUnlock()
 	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
 	for _, s := range f.sessions {
-		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack}
+		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
 		for _, seq := range s.seqs {
 			ps.Results = append(ps.Results, proto.CloneOf(s.results[seq]))
 		}
@@ -253,7 +254,11 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if ps.TtlMs <= 0 {
 			return nil, fmt.Errorf("snapshot: session %q has ttl %d ms", ps.Id, ps.TtlMs)
 		}
+		if len(ps.SecretHash) != 0 && len(ps.SecretHash) != sha256.Size {
+			return nil, fmt.Errorf("snapshot: session %q: secret hash of %d bytes", ps.Id, len(ps.SecretHash))
+		}
 		s := newSession(ps.Id, ps.RequestId, ps.Owner, ps.TtlMs, ps.CreatedUnixNano, ps.Revoked, ps.Ack)
+		s.secretHash, s.identity = ps.SecretHash, ps.Identity
 		for i, r := range ps.Results {
 			if r.Seq == 0 || i > 0 && r.Seq <= ps.Results[i-1].Seq {
 				return nil, fmt.Errorf("snapshot: session %q: duplicate answers not in seq order", ps.Id)
@@ -368,6 +373,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	}
 	for _, ps := range snap.Sessions { // in order: the message is part of the answer
 		s := sessions[ps.Id]
+		if s.identity != "" {
+			cs.byIdentity[s.identity]++
+		}
 		if n := len(s.holds) + len(s.waits) + cs.markedBy[s.id]; n > limits.locksPerSession {
 			return nil, fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
 		}

@@ -170,6 +170,9 @@ type SessionInfo struct {
 	Waits int
 	// Revoked reports that it was force-released.
 	Revoked bool
+	// Identity is who created it ("" with authentication off). The secret
+	// and its hash are never part of a view.
+	Identity string
 }
 
 // Session returns the session with id, or false.
@@ -184,7 +187,27 @@ func (f *FSM) Session(id string) (SessionInfo, bool) {
 }
 
 func sessionInfo(s *session) SessionInfo {
-	return SessionInfo{ID: s.id, Owner: s.owner, TTL: time.Duration(s.ttlMs) * time.Millisecond, CreatedAt: time.Unix(0, s.created), Holds: len(s.holds), Waits: len(s.waits), Revoked: s.revoked}
+	return SessionInfo{ID: s.id, Owner: s.owner, TTL: time.Duration(s.ttlMs) * time.Millisecond, CreatedAt: time.Unix(0, s.created), Holds: len(s.holds), Waits: len(s.waits), Revoked: s.revoked, Identity: s.identity}
+}
+
+// SessionAuth returns what a call on session id must match, for checks
+// outside Apply (KeepAlive is not a log command): the secret's SHA-256
+// (empty: any secret) and the creating identity ("" : any).
+func (f *FSM) SessionAuth(id string) (secretHash []byte, identity string, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.sessions[id]
+	if s == nil {
+		return nil, "", false
+	}
+	return s.secretHash, s.identity, true
+}
+
+// SessionsOf returns how many live sessions identity created.
+func (f *FSM) SessionsOf(identity string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.counts.byIdentity[identity]
 }
 
 // Sessions returns all sessions ordered by id.

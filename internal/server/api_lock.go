@@ -48,6 +48,13 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		}
 		poll = min(poll, m.PollTimeout.AsDuration())
 	}
+	if m.Wait {
+		done, err := a.s.limits.startWait(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+	}
 	// Taken before the proposal: a leadership change after it ends the
 	// wait (see await).
 	changed := a.s.leadershipChanges()
@@ -62,6 +69,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, TimeUnixNano: proposed.UnixNano(), LockDelayMs: delay.Milliseconds(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx),
 	})
 	if err == nil && r.Status == fsm.StatusGranted {
 		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
@@ -102,7 +110,8 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, a.s.invalid("%v", err)
 	}
 	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	if held {
@@ -124,7 +133,8 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano()})
+	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +163,8 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	}
 	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
 	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
-		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano()}); err != nil {
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	if held { // not a retry of a Complete already applied

@@ -42,8 +42,18 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if len(m.RequestId) > fsm.MaxRequestIDBytes {
 		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
 	}
+	if err := a.s.limits.checkSessions(ctx); err != nil {
+		return nil, err
+	}
+	secret := m.Secret
+	if secret == "" {
+		secret = newSessionSecret()
+	} else if len(secret) < minSecretBytes || len(secret) > maxSecretBytes {
+		return nil, a.s.invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
+	}
 	r, err := a.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{
 		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: time.Now().UnixNano(),
+		SecretHash: hashSecret(secret), Identity: identityOf(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -52,7 +62,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if ok {
 		ttl = info.TTL
 	}
-	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
+	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID(), Secret: secret}), nil
 }
 
 // KeepAlive extends a session's lease on the leader (not a Raft write).
@@ -71,6 +81,9 @@ func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 	if err := a.s.linearizable(); err != nil {
 		return nil, a.s.raftError(err)
 	}
+	if err := a.s.checkSession(ctx, req.Msg.SessionId, req.Msg.Secret); err != nil {
+		return nil, err
+	}
 	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
 	if err != nil {
 		return nil, a.s.leaseError(err)
@@ -88,7 +101,8 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 	if req.Msg.SessionId == "" {
 		return nil, a.s.invalid("session_id is required")
 	}
-	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq}); err != nil {
+	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,
+		SecretHash: hashSecret(req.Msg.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil

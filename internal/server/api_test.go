@@ -28,7 +28,7 @@ type rawClient struct {
 }
 
 func newRaw(t *testing.T, srv *lockdtest.Server) *rawClient {
-	return &rawClient{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL()), url: srv.URL()}
+	return &rawClient{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(secretInterceptor(rawSecret))), url: srv.URL()}
 }
 
 func (c *rawClient) session(ttl time.Duration) string {
@@ -323,7 +323,7 @@ func TestJSONOverHTTP(t *testing.T) {
 	if s["ttl"] != "15s" {
 		t.Fatalf("ttl: got %v, want 15s", s["ttl"])
 	}
-	a := post("Acquire", `{"sessionId":"`+s["sessionId"].(string)+`","seq":"1","name":"reports/monthly"}`)
+	a := post("Acquire", `{"sessionId":"`+s["sessionId"].(string)+`","secret":"`+s["secret"].(string)+`","seq":"1","name":"reports/monthly"}`)
 	if a["status"] != "ACQUIRE_STATUS_GRANTED" {
 		t.Fatalf("acquire: %v", a)
 	}

@@ -280,9 +280,10 @@ func (s *Server) joinCluster(ctx context.Context, urls []string, raftAddr string
 				return nil
 			}
 			r.Fail(fmt.Errorf("join via %s: %w", u, err))
-			if code := connect.CodeOf(err); code == connect.CodeInvalidArgument || code == connect.CodePermissionDenied {
-				// Refused (a bad request, or not a cluster member's
-				// certificate): asking again changes nothing.
+			switch connect.CodeOf(err) {
+			case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+				// Refused (a bad request, no peer token, or not a cluster
+				// member's certificate): asking again changes nothing.
 				return r.Last()
 			}
 		}

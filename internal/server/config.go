@@ -123,6 +123,9 @@ type Config struct {
 	// Insecure lets the node listen on a non-loopback address without TLS,
 	// which it otherwise refuses. Default false.
 	Insecure bool
+
+	// Security (docs/security.md): see security.go.
+	Security
 }
 
 // TLS reports whether the configuration turns TLS on.

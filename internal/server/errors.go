@@ -96,6 +96,8 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 			d.Mark = markPB(*r.Mark)
 		}
 		return s.detailError(connect.CodeFailedPrecondition, r.Msg, d)
+	case fsm.CodeForbidden:
+		return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, r.Msg)
 	case fsm.CodeTooMany:
 		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_TOO_MANY, r.Msg)
 	case fsm.CodeCancelled:

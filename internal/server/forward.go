@@ -24,7 +24,8 @@ const ForwardedHeader = "Lockd-Forwarded-By"
 // forwarder holds Connect clients to other nodes' APIs, for forwarding
 // writes and linearizable reads to the leader.
 type forwarder struct {
-	hc *http.Client
+	hc   *http.Client
+	opts []connect.ClientOption // the peer token, when set
 
 	mu      sync.Mutex
 	lock    map[string]lockdv1connect.LockServiceClient
@@ -33,8 +34,10 @@ type forwarder struct {
 
 // newForwarder returns a forwarder that uses hc, or its own transport
 // when hc is nil: over TLS with the node's certificate when store is not
-// nil, every new connection with the current files.
-func newForwarder(hc *http.Client, store *certs.Store) *forwarder {
+// nil, every new connection with the current files. Its every call to
+// another node (a forward, a join, a catch-up poll) presents peerToken,
+// when set.
+func newForwarder(hc *http.Client, store *certs.Store, peerToken string) *forwarder {
 	if hc == nil {
 		// HTTP/1.1 with a deep keep-alive pool: on loopback it costs about
 		// half the CPU per request of h2c (measured with the benchmarks).
@@ -49,8 +52,13 @@ func newForwarder(hc *http.Client, store *certs.Store) *forwarder {
 		}
 		hc = &http.Client{Transport: tr}
 	}
+	var opts []connect.ClientOption
+	if peerToken != "" {
+		opts = append(opts, connect.WithInterceptors(bearer("Bearer "+peerToken)))
+	}
 	return &forwarder{
 		hc:      hc,
+		opts:    opts,
 		lock:    map[string]lockdv1connect.LockServiceClient{},
 		cluster: map[string]lockdv1connect.ClusterServiceClient{},
 	}
@@ -61,7 +69,7 @@ func (f *forwarder) lockClient(url string) lockdv1connect.LockServiceClient {
 	defer f.mu.Unlock()
 	c := f.lock[url]
 	if c == nil {
-		c = lockdv1connect.NewLockServiceClient(f.hc, url)
+		c = lockdv1connect.NewLockServiceClient(f.hc, url, f.opts...)
 		f.lock[url] = c
 	}
 	return c
@@ -72,7 +80,7 @@ func (f *forwarder) clusterClient(url string) lockdv1connect.ClusterServiceClien
 	defer f.mu.Unlock()
 	c := f.cluster[url]
 	if c == nil {
-		c = lockdv1connect.NewClusterServiceClient(f.hc, url)
+		c = lockdv1connect.NewClusterServiceClient(f.hc, url, f.opts...)
 		f.cluster[url] = c
 	}
 	return c
@@ -110,6 +118,7 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 ) (*connect.Response[Res], error) {
 	out := connect.NewRequest(req.Msg)
 	out.Header().Set(ForwardedHeader, s.nodeID)
+	s.peerHeaders(ctx, out.Header())
 	s.metrics.forwarded.Inc()
 	resp, err := call(client, ctx, out)
 	if err != nil {
@@ -155,4 +164,14 @@ func viaLeader[Req, Res any](ctx context.Context, a *api, req *connect.Request[R
 		return local()
 	}
 	return forward(ctx, a.s, url, a.s.fwd.lockClient(url), req, call)
+}
+
+// bearer sets the Authorization header of a node's unary calls to others.
+func bearer(header string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", header)
+			return next(ctx, req)
+		}
+	}
 }

@@ -235,6 +235,7 @@ type clusterOpts struct {
 	grace     time.Duration // lease grace on the leader
 	request   time.Duration // client per-attempt timeout
 	history   int           // Config.WatchHistory; 0: the default
+	security  Security      // auth file, peer token, limits
 }
 
 func defaultClusterOpts() clusterOpts {
@@ -322,6 +323,7 @@ func (c *tcluster) config(nd *tnode) Config {
 	cfg.SnapshotLogBytes = 0
 	cfg.SnapshotInterval = time.Hour
 	cfg.WatchHistory = c.opts.history
+	cfg.Security = c.opts.security
 	return cfg
 }
 

@@ -36,7 +36,7 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 // /healthz, /readyz, the backup download and the dashboard (/ui/).
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	count := connect.WithInterceptors(s.metrics.interceptor())
+	count := connect.WithInterceptors(s.metrics.interceptor(), s.guardInterceptor())
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
@@ -69,12 +69,12 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	peers := s.requirePeer(mux)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.fsm.ClusterID(); id != "" {
 			w.Header().Set(ClusterIDHeader, id)
 		}
 		peers.ServeHTTP(w, r)
-	})
+	}))
 }
 
 // procedures lists the RPC paths the node serves: the values of the
@@ -164,25 +164,51 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 // format) after a linearizable read on the leader; a follower redirects to
 // the leader.
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+	called := false
+	err := s.guard(r.Context(), snapshotRequest{}, "SnapshotSave", func(context.Context) error {
+		called = true
+		return s.snapshot(w, r)
+	})
+	if err != nil && !called {
+		// Refused: the same status codes Connect uses for these codes.
+		http.Error(w, err.Error(), connectHTTPStatus(connect.CodeOf(err)))
+	}
+}
+
+func connectHTTPStatus(c connect.Code) int {
+	switch c {
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusServiceUnavailable
+}
+
+// snapshot serves serveSnapshot once allowed.
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 	url, err := s.leaderURL(r.Header)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		return
+		return err
 	}
 	if url != "" {
 		http.Redirect(w, r, url+r.URL.Path, http.StatusTemporaryRedirect)
-		return
+		return nil
 	}
 	if err := s.linearizable(); err != nil {
 		http.Error(w, s.raftError(err).Error(), http.StatusServiceUnavailable)
-		return
+		return err
 	}
 	b, err := fsm.EncodeSnapshot(s.fsm.State())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return err
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.Write(b)
+	_, err = w.Write(b)
+	return err
 }

@@ -28,6 +28,7 @@ type metrics struct {
 	watchStreams    prometheus.Gauge
 	watchResets     prometheus.Counter
 	lock            *lockMetrics // metrics_lock.go
+	limitHits       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -71,7 +72,13 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 		Name: "lockd_watch_resets_total", Help: "Resets sent to watch streams (position older than the history, restore, or a consumer too slow).",
 	})
 	m.lock = newLockMetrics(reg)
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets)
+	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits).",
+	}, []string{"reason"})
+	for _, r := range []string{"rate", "sessions", "waits"} {
+		m.limitHits.WithLabelValues(r)
+	}
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -15,6 +15,7 @@ func sessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 	return &lockdv1.SessionInfo{
 		SessionId: x.ID, Owner: x.Owner, Ttl: durationpb.New(x.TTL),
 		CreatedAt: timestamppb.New(x.CreatedAt), Holds: uint32(x.Holds), Waits: uint32(x.Waits), Revoked: x.Revoked,
+		Identity: x.Identity,
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 )
@@ -99,6 +100,12 @@ type Server struct {
 	fwd       *forwarder
 	hub       *hub          // the watch history (watch_hub.go)
 	keepalive time.Duration // watchKeepalive; shorter in tests
+
+	auth      *auth.File // nil: authentication off
+	peerToken string     // presented when forwarding and joining
+	audit     *auditLog  // nil: no audit log
+	auditFile io.Closer
+	limits    *limiter
 
 	lis     net.Listener
 	httpSrv *http.Server
@@ -196,7 +203,10 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
-	s.fwd = newForwarder(o.fwdClient, s.tls)
+	if err := s.openSecurity(cfg.Security, &closers); err != nil {
+		return nil, err
+	}
+	s.fwd = newForwarder(o.fwdClient, s.tls, s.peerToken)
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
 	if s.fatal == nil {
@@ -336,7 +346,7 @@ func (s *Server) Close() error {
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}
-		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close())
+		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close(), s.closeAudit())
 		s.closeErr = errors.Join(errs...)
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})

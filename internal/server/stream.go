@@ -150,63 +150,61 @@ loop:
 func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, received time.Time) *lockdv1.StreamResponse {
 	s, a := h.a.s, h.a
 	resp := &lockdv1.StreamResponse{CallId: req.GetCallId()}
-	kind := "invalid"
 	var err error
 	if req.GetCallId() == 0 {
+		kind := "invalid"
 		// Not served: its answer could not be told from the open frame.
 		s.metrics.streamFrames.WithLabelValues(kind).Inc()
 		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(s.invalid("call_id 0 is reserved"))}
 		resp.ClusterId = a.clusterID()
 		return resp
 	}
-	switch b := req.GetBody().(type) {
-	case nil:
-		err = s.invalid("stream request without a body")
-	case *lockdv1.StreamRequest_CreateSession:
-		kind = "create_session"
-		var r *lockdv1.CreateSessionResponse
-		if r, err = unaryCall(ctx, a, b.CreateSession, a.CreateSession); err == nil {
-			resp.Body = &lockdv1.StreamResponse_CreateSession{CreateSession: r}
+	kind, msg := frameKind(req)
+	err = s.guard(ctx, msg, kind, func(ctx context.Context) error {
+		var err error
+		switch b := req.GetBody().(type) {
+		case nil:
+			err = s.invalid("stream request without a body")
+		case *lockdv1.StreamRequest_CreateSession:
+			var r *lockdv1.CreateSessionResponse
+			if r, err = unaryCall(ctx, a, b.CreateSession, a.CreateSession); err == nil {
+				resp.Body = &lockdv1.StreamResponse_CreateSession{CreateSession: r}
+			}
+		case *lockdv1.StreamRequest_KeepAlive:
+			var r *lockdv1.KeepAliveBatchResponse
+			if r, err = h.keepAliveBatch(ctx, b.KeepAlive, received); err == nil {
+				resp.Body = &lockdv1.StreamResponse_KeepAlive{KeepAlive: r}
+			}
+		case *lockdv1.StreamRequest_Acquire:
+			var r *lockdv1.AcquireResponse
+			if r, err = unaryCall(ctx, a, b.Acquire, a.Acquire); err == nil {
+				resp.Body = &lockdv1.StreamResponse_Acquire{Acquire: r}
+			}
+		case *lockdv1.StreamRequest_Release:
+			var r *lockdv1.ReleaseResponse
+			if r, err = unaryCall(ctx, a, b.Release, a.Release); err == nil {
+				resp.Body = &lockdv1.StreamResponse_Release{Release: r}
+			}
+		case *lockdv1.StreamRequest_Cancel:
+			var r *lockdv1.CancelResponse
+			if r, err = unaryCall(ctx, a, b.Cancel, a.Cancel); err == nil {
+				resp.Body = &lockdv1.StreamResponse_Cancel{Cancel: r}
+			}
+		case *lockdv1.StreamRequest_Complete:
+			var r *lockdv1.CompleteResponse
+			if r, err = unaryCall(ctx, a, b.Complete, a.Complete); err == nil {
+				resp.Body = &lockdv1.StreamResponse_Complete{Complete: r}
+			}
+		case *lockdv1.StreamRequest_CloseSession:
+			var r *lockdv1.CloseSessionResponse
+			if r, err = unaryCall(ctx, a, b.CloseSession, a.CloseSession); err == nil {
+				resp.Body = &lockdv1.StreamResponse_CloseSession{CloseSession: r}
+			}
+		default:
+			err = s.invalid("stream request without a known body")
 		}
-	case *lockdv1.StreamRequest_KeepAlive:
-		kind = "keep_alive"
-		var r *lockdv1.KeepAliveBatchResponse
-		if r, err = h.keepAliveBatch(b.KeepAlive, received); err == nil {
-			resp.Body = &lockdv1.StreamResponse_KeepAlive{KeepAlive: r}
-		}
-	case *lockdv1.StreamRequest_Acquire:
-		kind = "acquire"
-		var r *lockdv1.AcquireResponse
-		if r, err = unaryCall(ctx, a, b.Acquire, a.Acquire); err == nil {
-			resp.Body = &lockdv1.StreamResponse_Acquire{Acquire: r}
-		}
-	case *lockdv1.StreamRequest_Release:
-		kind = "release"
-		var r *lockdv1.ReleaseResponse
-		if r, err = unaryCall(ctx, a, b.Release, a.Release); err == nil {
-			resp.Body = &lockdv1.StreamResponse_Release{Release: r}
-		}
-	case *lockdv1.StreamRequest_Cancel:
-		kind = "cancel"
-		var r *lockdv1.CancelResponse
-		if r, err = unaryCall(ctx, a, b.Cancel, a.Cancel); err == nil {
-			resp.Body = &lockdv1.StreamResponse_Cancel{Cancel: r}
-		}
-	case *lockdv1.StreamRequest_Complete:
-		kind = "complete"
-		var r *lockdv1.CompleteResponse
-		if r, err = unaryCall(ctx, a, b.Complete, a.Complete); err == nil {
-			resp.Body = &lockdv1.StreamResponse_Complete{Complete: r}
-		}
-	case *lockdv1.StreamRequest_CloseSession:
-		kind = "close_session"
-		var r *lockdv1.CloseSessionResponse
-		if r, err = unaryCall(ctx, a, b.CloseSession, a.CloseSession); err == nil {
-			resp.Body = &lockdv1.StreamResponse_CloseSession{CloseSession: r}
-		}
-	default:
-		err = s.invalid("stream request without a known body")
-	}
+		return err
+	})
 	s.metrics.streamFrames.WithLabelValues(kind).Inc()
 	if err != nil {
 		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(err)}
@@ -234,7 +232,7 @@ func unaryCall[Req, Res any](ctx context.Context, a *api, msg *Req, rpc func(con
 // leader's URL: forwarding would not save the client anything). Leadership
 // is verified once for the whole batch, after it was received, for the
 // same reason as a single KeepAlive (see api_session.go).
-func (h *sessionAPI) keepAliveBatch(b *lockdv1.KeepAliveBatch, received time.Time) (*lockdv1.KeepAliveBatchResponse, error) {
+func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBatch, received time.Time) (*lockdv1.KeepAliveBatchResponse, error) {
 	s := h.a.s
 	if n := len(b.GetSessions()); n == 0 || n > maxKeepAliveBatch {
 		return nil, s.invalid("a keepalive batch names 1 to %d sessions, not %d", maxKeepAliveBatch, n)
@@ -256,6 +254,10 @@ func (h *sessionAPI) keepAliveBatch(b *lockdv1.KeepAliveBatch, received time.Tim
 		resp.Results[i] = r
 		if r.SessionId == "" {
 			r.Error = streamError(s.invalid("session_id is required"))
+			continue
+		}
+		if err := s.checkSession(ctx, r.SessionId, k.GetSecret()); err != nil {
+			r.Error = streamError(err)
 			continue
 		}
 		ttl, err := s.lease.KeepAlive(r.SessionId, received)
@@ -297,4 +299,26 @@ func streamHandler(h http.Handler) http.Handler {
 		_ = rc.SetWriteDeadline(time.Time{})
 		h.ServeHTTP(w, r)
 	})
+}
+
+// frameKind returns a frame's kind (the metrics label) and its request,
+// which guard checks like the unary call's.
+func frameKind(req *lockdv1.StreamRequest) (string, any) {
+	switch b := req.GetBody().(type) {
+	case *lockdv1.StreamRequest_CreateSession:
+		return "create_session", b.CreateSession
+	case *lockdv1.StreamRequest_KeepAlive:
+		return "keep_alive", b.KeepAlive
+	case *lockdv1.StreamRequest_Acquire:
+		return "acquire", b.Acquire
+	case *lockdv1.StreamRequest_Release:
+		return "release", b.Release
+	case *lockdv1.StreamRequest_Cancel:
+		return "cancel", b.Cancel
+	case *lockdv1.StreamRequest_Complete:
+		return "complete", b.Complete
+	case *lockdv1.StreamRequest_CloseSession:
+		return "close_session", b.CloseSession
+	}
+	return "invalid", nil
 }

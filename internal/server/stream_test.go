@@ -82,12 +82,12 @@ func TestStreamRefusesMalformedFrames(t *testing.T) {
 	}
 	// Still serving: a session, kept alive in a batch with an unknown one.
 	r := roundTrip(t, st, &lockdv1.StreamRequest{CallId: 8, Body: &lockdv1.StreamRequest_CreateSession{CreateSession: &lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}}})
-	id := r.GetCreateSession().GetSessionId()
+	id, secret := r.GetCreateSession().GetSessionId(), r.GetCreateSession().GetSecret()
 	if id == "" {
 		t.Fatalf("create session: %v", r)
 	}
 	r = roundTrip(t, st, &lockdv1.StreamRequest{CallId: 9, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: &lockdv1.KeepAliveBatch{
-		Sessions: []*lockdv1.KeepAliveRequest{{SessionId: id}, {SessionId: "gone"}},
+		Sessions: []*lockdv1.KeepAliveRequest{{SessionId: id, Secret: secret}, {SessionId: "gone"}},
 	}}})
 	res := r.GetKeepAlive().GetResults()
 	if len(res) != 2 || res[0].GetTtl().AsDuration() != time.Minute || res[0].GetError() != nil ||

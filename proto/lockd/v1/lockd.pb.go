@@ -146,6 +146,9 @@ const (
 	ErrorReason_ERROR_REASON_TOO_MANY          ErrorReason = 11 // a server limit (sessions, locks, queue) was reached
 	ErrorReason_ERROR_REASON_SESSION_REVOKED   ErrorReason = 12 // the session was force-released and will expire
 	ErrorReason_ERROR_REASON_ALREADY_DONE      ErrorReason = 13 // the lock carries a completion mark: the job is done
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14 // wrong session secret, or the identity may not do this
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED   ErrorReason = 15 // no or unknown credentials while authentication is on
+	ErrorReason_ERROR_REASON_RATE_LIMITED      ErrorReason = 16 // a per-identity rate limit or cap was reached
 )
 
 // Enum value maps for ErrorReason.
@@ -165,6 +168,9 @@ var (
 		11: "ERROR_REASON_TOO_MANY",
 		12: "ERROR_REASON_SESSION_REVOKED",
 		13: "ERROR_REASON_ALREADY_DONE",
+		14: "ERROR_REASON_PERMISSION_DENIED",
+		15: "ERROR_REASON_UNAUTHENTICATED",
+		16: "ERROR_REASON_RATE_LIMITED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -181,6 +187,9 @@ var (
 		"ERROR_REASON_TOO_MANY":          11,
 		"ERROR_REASON_SESSION_REVOKED":   12,
 		"ERROR_REASON_ALREADY_DONE":      13,
+		"ERROR_REASON_PERMISSION_DENIED": 14,
+		"ERROR_REASON_UNAUTHENTICATED":   15,
+		"ERROR_REASON_RATE_LIMITED":      16,
 	}
 )
 
@@ -528,7 +537,11 @@ type CreateSessionRequest struct {
 	// A label for people (host/pid by default in the Go client). At most 256 bytes.
 	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	// A random id (at most 64 bytes) making retries of this create idempotent.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The session secret (16 to 256 bytes, random, 128 bits or more): every
+	// session-scoped call must present it. Absent: the server makes one and
+	// returns it. The cluster keeps only its SHA-256.
+	Secret        string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,11 +597,20 @@ func (x *CreateSessionRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *CreateSessionRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 type CreateSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Ttl       *durationpb.Duration   `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	ClusterId string                 `protobuf:"bytes,3,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The session secret: the request's, or the one the server made.
+	Secret        string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -644,9 +666,18 @@ func (x *CreateSessionResponse) GetClusterId() string {
 	return ""
 }
 
+func (x *CreateSessionResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 type KeepAliveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,6 +715,13 @@ func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
 func (x *KeepAliveRequest) GetSessionId() string {
 	if x != nil {
 		return x.SessionId
+	}
+	return ""
+}
+
+func (x *KeepAliveRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
 	}
 	return ""
 }
@@ -743,9 +781,11 @@ func (x *KeepAliveResponse) GetClusterId() string {
 }
 
 type CloseSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +832,13 @@ func (x *CloseSessionRequest) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *CloseSessionRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
 }
 
 type CloseSessionResponse struct {
@@ -890,8 +937,10 @@ type SessionInfo struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Names of the locks the session holds and of those it waits for, in
 	// name order, at most 16 each (holds and waits give the counts).
-	Holding       []string `protobuf:"bytes,9,rep,name=holding,proto3" json:"holding,omitempty"`
-	Waiting       []string `protobuf:"bytes,10,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	Holding []string `protobuf:"bytes,9,rep,name=holding,proto3" json:"holding,omitempty"`
+	Waiting []string `protobuf:"bytes,10,rep,name=waiting,proto3" json:"waiting,omitempty"`
+	// The identity that created the session ("" with authentication off).
+	Identity      string `protobuf:"bytes,11,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -996,6 +1045,13 @@ func (x *SessionInfo) GetWaiting() []string {
 	return nil
 }
 
+func (x *SessionInfo) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type ListSessionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sessions      []*SessionInfo         `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
@@ -1063,7 +1119,9 @@ type AcquireRequest struct {
 	// Lock-delay, fixed when the lock is created (later values are ignored):
 	// after a holder's session *expires* (not a clean release), the lock is
 	// not granted again for this long. Default 0, at most 1 h.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,10,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,10,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1168,6 +1226,13 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 type AcquireResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status AcquireStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=lockd.v1.AcquireStatus" json:"status,omitempty"`
@@ -1239,12 +1304,14 @@ func (x *AcquireResponse) GetClusterId() string {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Token     uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1314,6 +1381,13 @@ func (x *ReleaseRequest) GetToken() uint64 {
 	return 0
 }
 
+func (x *ReleaseRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 type ReleaseResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1351,12 +1425,14 @@ func (*ReleaseResponse) Descriptor() ([]byte, []int) {
 }
 
 type CancelRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	AcquireSeq    uint64                 `protobuf:"varint,5,opt,name=acquire_seq,json=acquireSeq,proto3" json:"acquire_seq,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	SessionId  string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq        uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack        uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name       string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	AcquireSeq uint64                 `protobuf:"varint,5,opt,name=acquire_seq,json=acquireSeq,proto3" json:"acquire_seq,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,6,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1424,6 +1500,13 @@ func (x *CancelRequest) GetAcquireSeq() uint64 {
 		return x.AcquireSeq
 	}
 	return 0
+}
+
+func (x *CancelRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
 }
 
 type CancelResponse struct {
@@ -2158,7 +2241,9 @@ type CompleteRequest struct {
 	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
 	// How long the mark stays (1 s to 400 days). A leader change restarts it
 	// in full: it may last longer, never shorter.
-	Retention     *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
+	Retention *durationpb.Duration `protobuf:"bytes,6,opt,name=retention,proto3" json:"retention,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,7,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2233,6 +2318,13 @@ func (x *CompleteRequest) GetRetention() *durationpb.Duration {
 		return x.Retention
 	}
 	return nil
+}
+
+func (x *CompleteRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
 }
 
 type CompleteResponse struct {
@@ -3841,32 +3933,36 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12=\n" +
 	"\fcompleted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vcompletedAt\x127\n" +
-	"\tretention\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tretention\"x\n" +
+	"\tretention\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\x90\x01\n" +
 	"\x14CreateSessionRequest\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"\x82\x01\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\"\x9a\x01\n" +
 	"\x15CreateSessionResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x03 \x01(\tR\tclusterId\"1\n" +
+	"cluster_id\x18\x03 \x01(\tR\tclusterId\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\"I\n" +
 	"\x10KeepAliveRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"_\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"_\n" +
 	"\x11KeepAliveResponse\x12+\n" +
 	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x02 \x01(\tR\tclusterId\"F\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"^\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x16\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\"\x16\n" +
 	"\x14CloseSessionResponse\"R\n" +
 	"\x13ListSessionsRequest\x12;\n" +
-	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xdf\x02\n" +
+	"\vconsistency\x18\x01 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xfb\x02\n" +
 	"\vSessionInfo\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x14\n" +
@@ -3881,9 +3977,10 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"expires_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x18\n" +
 	"\aholding\x18\t \x03(\tR\aholding\x12\x18\n" +
 	"\awaiting\x18\n" +
-	" \x03(\tR\awaiting\"I\n" +
+	" \x03(\tR\awaiting\x12\x1a\n" +
+	"\bidentity\x18\v \x01(\tR\bidentity\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
-	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xd2\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xea\x02\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3897,22 +3994,24 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05value\x18\t \x01(\fR\x05value\x128\n" +
 	"\n" +
 	"lock_delay\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\tlockDelayB\b\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x16\n" +
+	"\x06secret\x18\v \x01(\tR\x06secretB\b\n" +
 	"\x06_limit\"\x93\x01\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x04 \x01(\tR\tclusterId\"}\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\x95\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\x04R\x05token\"\x11\n" +
-	"\x0fReleaseResponse\"\x87\x01\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\"\x11\n" +
+	"\x0fReleaseResponse\"\x9f\x01\n" +
 	"\rCancelRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3920,7 +4019,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1f\n" +
 	"\vacquire_seq\x18\x05 \x01(\x04R\n" +
-	"acquireSeq\",\n" +
+	"acquireSeq\x12\x16\n" +
+	"\x06secret\x18\x06 \x01(\tR\x06secret\",\n" +
 	"\x0eCancelResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"=\n" +
 	"\x11CheckTokenRequest\x12\x12\n" +
@@ -3975,7 +4075,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"unsafe_now\x18\x02 \x01(\bR\tunsafeNow\"7\n" +
 	"\x14ForceReleaseResponse\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
-	"sessionIds\"\xb7\x01\n" +
+	"sessionIds\"\xcf\x01\n" +
 	"\x0fCompleteRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -3983,7 +4083,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x127\n" +
-	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\"\x12\n" +
+	"\tretention\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tretention\x12\x16\n" +
+	"\x06secret\x18\a \x01(\tR\x06secret\"\x12\n" +
 	"\x10CompleteResponse\"<\n" +
 	"\x10ClearMarkRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4102,7 +4203,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12 \n" +
 	"\x1cREAD_CONSISTENCY_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREAD_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x02*\xba\x03\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x02*\x9f\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -4118,7 +4219,10 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x12\x19\n" +
 	"\x15ERROR_REASON_TOO_MANY\x10\v\x12 \n" +
 	"\x1cERROR_REASON_SESSION_REVOKED\x10\f\x12\x1d\n" +
-	"\x19ERROR_REASON_ALREADY_DONE\x10\r*f\n" +
+	"\x19ERROR_REASON_ALREADY_DONE\x10\r\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x0f\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x10*f\n" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +

@@ -89,12 +89,17 @@ func (x *Init) GetTimeUnixNano() int64 {
 }
 
 type CreateSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	TtlMs         int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
-	Owner         string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RequestId    string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	SessionId    string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	TtlMs        int64                  `protobuf:"varint,3,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	Owner        string                 `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	// SHA-256 of the session secret (never the secret). Empty: a session
+	// from before secrets, which accepts any.
+	SecretHash []byte `protobuf:"bytes,6,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// The identity that created the session ("" with authentication off).
+	Identity      string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -164,10 +169,28 @@ func (x *CreateSession) GetTimeUnixNano() int64 {
 	return 0
 }
 
+func (x *CreateSession) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *CreateSession) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type CloseSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -214,6 +237,20 @@ func (x *CloseSession) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *CloseSession) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *CloseSession) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // ExpireSession is proposed by the leader when a session's lease ran out.
@@ -335,17 +372,21 @@ func (x *RevokeSession) GetTimeUnixNano() int64 {
 }
 
 type Acquire struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          int32                  `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
-	Limit         *uint32                `protobuf:"varint,6,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
-	Wait          bool                   `protobuf:"varint,7,opt,name=wait,proto3" json:"wait,omitempty"`
-	Value         []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,9,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
-	LockDelayMs   int64                  `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack          uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name         string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Mode         int32                  `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	Limit        *uint32                `protobuf:"varint,6,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	Wait         bool                   `protobuf:"varint,7,opt,name=wait,proto3" json:"wait,omitempty"`
+	Value        []byte                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,9,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	LockDelayMs  int64                  `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,11,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,12,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -450,14 +491,32 @@ func (x *Acquire) GetLockDelayMs() int64 {
 	return 0
 }
 
+func (x *Acquire) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *Acquire) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type Release struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,6,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack          uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name         string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Token        uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,6,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,7,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,8,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -534,14 +593,32 @@ func (x *Release) GetTimeUnixNano() int64 {
 	return 0
 }
 
+func (x *Release) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *Release) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
 type Cancel struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	AcquireSeq    uint64                 `protobuf:"varint,5,opt,name=acquire_seq,json=acquireSeq,proto3" json:"acquire_seq,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,6,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack          uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name         string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	AcquireSeq   uint64                 `protobuf:"varint,5,opt,name=acquire_seq,json=acquireSeq,proto3" json:"acquire_seq,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,6,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,7,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,8,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -616,6 +693,20 @@ func (x *Cancel) GetTimeUnixNano() int64 {
 		return x.TimeUnixNano
 	}
 	return 0
+}
+
+func (x *Cancel) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *Cancel) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // Snapshot is the whole state machine, written in a deterministic order.
@@ -800,8 +891,13 @@ type Session struct {
 	Revoked         bool                   `protobuf:"varint,6,opt,name=revoked,proto3" json:"revoked,omitempty"`
 	Ack             uint64                 `protobuf:"varint,7,opt,name=ack,proto3" json:"ack,omitempty"`
 	Results         []*Result              `protobuf:"bytes,8,rep,name=results,proto3" json:"results,omitempty"` // by seq
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// SHA-256 of the session secret (never the secret). Empty: a session
+	// from before secrets, which accepts any.
+	SecretHash []byte `protobuf:"bytes,9,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	// The identity that created the session ("" with authentication off).
+	Identity      string `protobuf:"bytes,10,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
@@ -888,6 +984,20 @@ func (x *Session) GetResults() []*Result {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *Session) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *Session) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 type Hold struct {
@@ -1298,14 +1408,18 @@ func (x *Mark) GetRetentionMs() int64 {
 
 // Complete marks a held exclusive lock's job done and releases the hold.
 type Complete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
-	RetentionMs   int64                  `protobuf:"varint,6,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
-	TimeUnixNano  int64                  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq          uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack          uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name         string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Token        uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	RetentionMs  int64                  `protobuf:"varint,6,opt,name=retention_ms,json=retentionMs,proto3" json:"retention_ms,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,8,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1387,6 +1501,20 @@ func (x *Complete) GetTimeUnixNano() int64 {
 		return x.TimeUnixNano
 	}
 	return 0
+}
+
+func (x *Complete) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *Complete) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 // ClearMark ends a completion mark whose retention ran out (leader timer).
@@ -1757,7 +1885,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\xa0\x01\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\xdd\x01\n" +
 	"\rCreateSession\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1765,11 +1893,17 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x15\n" +
 	"\x06ttl_ms\x18\x03 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12$\n" +
-	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"?\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\x06 \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\"|\n" +
 	"\fCloseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"h\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1f\n" +
+	"\vsecret_hash\x18\x03 \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"h\n" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
@@ -1778,7 +1912,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\x8d\x02\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xca\x02\n" +
 	"\aAcquire\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1791,8 +1925,11 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\fR\x05value\x12$\n" +
 	"\x0etime_unix_nano\x18\t \x01(\x03R\ftimeUnixNano\x12\"\n" +
 	"\rlock_delay_ms\x18\n" +
-	" \x01(\x03R\vlockDelayMsB\b\n" +
-	"\x06_limit\"\x9c\x01\n" +
+	" \x01(\x03R\vlockDelayMs\x12\x1f\n" +
+	"\vsecret_hash\x18\v \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\f \x01(\tR\bidentityB\b\n" +
+	"\x06_limit\"\xd9\x01\n" +
 	"\aRelease\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1800,7 +1937,10 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12$\n" +
-	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\"\xa6\x01\n" +
+	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\a \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xe3\x01\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1809,7 +1949,10 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1f\n" +
 	"\vacquire_seq\x18\x05 \x01(\x04R\n" +
 	"acquireSeq\x12$\n" +
-	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\"\xef\x01\n" +
+	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\a \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xef\x01\n" +
 	"\bSnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -1825,7 +1968,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\rR\bposition\x12\x12\n" +
 	"\x04flag\x18\x05 \x01(\bR\x04flag\x12 \n" +
-	"\vfingerprint\x18\x06 \x01(\x04R\vfingerprint\"\xed\x01\n" +
+	"\vfingerprint\x18\x06 \x01(\x04R\vfingerprint\"\xaa\x02\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1835,7 +1978,11 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x11created_unix_nano\x18\x05 \x01(\x03R\x0fcreatedUnixNano\x12\x18\n" +
 	"\arevoked\x18\x06 \x01(\bR\arevoked\x12\x10\n" +
 	"\x03ack\x18\a \x01(\x04R\x03ack\x12.\n" +
-	"\aresults\x18\b \x03(\v2\x14.lockd.fsm.v1.ResultR\aresults\"\xa3\x01\n" +
+	"\aresults\x18\b \x03(\v2\x14.lockd.fsm.v1.ResultR\aresults\x12\x1f\n" +
+	"\vsecret_hash\x18\t \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\n" +
+	" \x01(\tR\bidentity\"\xa3\x01\n" +
 	"\x04Hold\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -1872,7 +2019,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12.\n" +
 	"\x13completed_unix_nano\x18\x04 \x01(\x03R\x11completedUnixNano\x12!\n" +
-	"\fretention_ms\x18\x05 \x01(\x03R\vretentionMs\"\xc0\x01\n" +
+	"\fretention_ms\x18\x05 \x01(\x03R\vretentionMs\"\xfd\x01\n" +
 	"\bComplete\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1881,7 +2028,10 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12!\n" +
 	"\fretention_ms\x18\x06 \x01(\x03R\vretentionMs\x12$\n" +
-	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\"I\n" +
+	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\b \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\"I\n" +
 	"\tClearMark\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x12\n" +

@@ -1,0 +1,132 @@
+package auth_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lockd-dev/lockd/internal/auth"
+)
+
+const example = `# lockd auth file
+token ` + "%BILLING%" + ` billing-app
+grant billing-app lock billing/
+token ` + "%READER%" + ` dashboard
+grant dashboard read      # every name
+token ` + "%ADMIN%" + ` ops
+grant ops admin
+token ` + "%PEER%" + ` node
+grant node peer
+limit * rate=100 burst=200
+limit billing-app sessions=10 waits=5
+`
+
+func exampleFile(t *testing.T) *auth.File {
+	t.Helper()
+	r := strings.NewReplacer("%BILLING%", auth.HashToken("b-token"), "%READER%", auth.HashToken("r-token"),
+		"%ADMIN%", auth.HashToken("a-token"), "%PEER%", auth.HashToken("p-token"))
+	a, err := auth.Parse([]byte(r.Replace(example)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestRules(t *testing.T) {
+	a := exampleFile(t)
+	for tok, want := range map[string]string{"b-token": "billing-app", "r-token": "dashboard", "a-token": "ops", "p-token": "node"} {
+		if id, ok := a.Identify(tok); !ok || id != want {
+			t.Errorf("Identify(%s) = %q %v, want %q", tok, id, ok, want)
+		}
+	}
+	if _, ok := a.Identify("nope"); ok {
+		t.Error("unknown token identified")
+	}
+	if _, ok := a.Identify(""); ok {
+		t.Error("empty token identified")
+	}
+	cases := []struct {
+		id   string
+		perm auth.Perm
+		name string
+		want bool
+	}{
+		{"billing-app", auth.Lock, "billing/x", true},
+		{"billing-app", auth.Read, "billing/x", true},
+		{"billing-app", auth.Lock, "payments/x", false},
+		{"billing-app", auth.Read, "payments/x", false},
+		{"billing-app", auth.Read, "", false},
+		{"billing-app", auth.Admin, "", false},
+		{"dashboard", auth.Read, "payments/x", true},
+		{"dashboard", auth.Lock, "payments/x", false},
+		{"ops", auth.Lock, "anything", true},
+		{"ops", auth.Admin, "", true},
+		{"ops", auth.Peer, "", false},
+		{"node", auth.Peer, "", true},
+		{"node", auth.Lock, "x", false},
+		{"stranger", auth.Read, "x", false},
+	}
+	for _, c := range cases {
+		if got := a.Allows(c.id, c.perm, c.name); got != c.want {
+			t.Errorf("Allows(%s, %v, %q) = %v, want %v", c.id, c.perm, c.name, got, c.want)
+		}
+	}
+	def := auth.Limits{Rate: 1, Burst: 2, Sessions: 3, Waits: 4}
+	if l := a.LimitsOf("billing-app", def); l != (auth.Limits{Rate: 1, Burst: 2, Sessions: 10, Waits: 5}) {
+		t.Errorf("billing-app limits %+v", l)
+	}
+	if l := a.LimitsOf("ops", def); l != (auth.Limits{Rate: 100, Burst: 200, Sessions: 3, Waits: 4}) {
+		t.Errorf("ops limits %+v", l)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	h := auth.HashToken("x")
+	for _, bad := range []string{
+		"token " + h,
+		"token md5:abcd x",
+		"token sha256:abcd x\ngrant x read",
+		"token " + h + " bad id\ngrant x read",
+		"token " + h + " a\ntoken " + h + " b\ngrant a read\ngrant b read",
+		"token " + h + " lonely",
+		"grant x write",
+		"grant x",
+		"limit x rate=-1",
+		"limit x sessions=0",
+		"limit x color=3",
+		"limit x",
+		"frobnicate",
+		"grant x read " + strings.Repeat("p", 600),
+		"\xff",
+		strings.Repeat("#", 5000),
+	} {
+		if _, err := auth.Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+// FuzzParse: any input is either refused or parsed into a file whose every
+// token names an identity with a grant and whose identities are valid.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(strings.NewReplacer("%BILLING%", auth.HashToken("b"), "%READER%", auth.HashToken("r"),
+		"%ADMIN%", auth.HashToken("a"), "%PEER%", auth.HashToken("p")).Replace(example)))
+	f.Add([]byte("grant x read *\nlimit * rate=0.5"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := auth.Parse(b)
+		if err != nil {
+			return
+		}
+		for _, id := range a.Tokens {
+			if !auth.ValidIdentity(id) || len(a.Grants[id]) == 0 {
+				t.Fatalf("token for %q without a grant or with a bad identity", id)
+			}
+		}
+		for id, gs := range a.Grants {
+			for _, g := range gs {
+				if !auth.ValidIdentity(id) || g.Perm < auth.Read || g.Perm > auth.Peer {
+					t.Fatalf("bad grant %q %+v", id, g)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/auth"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// Access control, in one place: authenticate (an HTTP middleware in front
+// of every handler) decides who the caller is; guard decides, per call,
+// whether that caller may make it, counts it against the caller's limits
+// and writes the audit log. The unary interceptor, each session-stream
+// frame and the plain HTTP handlers (the backup download) all go through
+// guard. With no auth file every identity is "" and everything is allowed;
+// the session secret (secret.go) is checked in every mode.
+
+// ForwardedIdentityHeader carries the original caller's identity on a call
+// a follower forwards to the leader. The leader believes it only from an
+// authenticated peer (trustedPeer); from anyone else it is ignored.
+const ForwardedIdentityHeader = "Lockd-Forwarded-Identity"
+
+// caller is who made a request, as decided where it entered this node.
+type caller struct {
+	// identity is the caller's identity ("" with authentication off); for
+	// a call forwarded by a trusted peer, the original caller's.
+	identity string
+	// known reports valid credentials (always false with auth off).
+	known bool
+	// addr is the network peer's address (a follower's, for a forwarded
+	// call).
+	addr string
+	// forwardedBy is the peer identity that forwarded the call, if any.
+	forwardedBy string
+	// forwarded reports, with authentication off, a call that says a
+	// follower forwarded it (unverifiable: used only so that the rate
+	// limit of the client's IP is not charged again, to the follower's).
+	forwarded bool
+}
+
+type callerKey struct{}
+
+// callerOf returns the request's caller (zero when the request did not
+// pass authenticate: in-process calls).
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// identityOf returns the caller's identity, "" when authentication is off.
+func identityOf(ctx context.Context) string { return callerOf(ctx).identity }
+
+// authenticate puts the caller of each request in its context.
+func (s *Server) authenticate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, s.identify(r))))
+	})
+}
+
+// identify decides a request's caller. An identity comes from a bearer
+// token now; a client certificate's name (the TLS work) plugs in here, as
+// one more source, before the token.
+func (s *Server) identify(r *http.Request) caller {
+	c := caller{addr: r.RemoteAddr}
+	if s.auth == nil {
+		c.forwarded = r.Header.Get(ForwardedHeader) != ""
+		return c
+	}
+	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	id, ok := s.auth.Identify(strings.TrimSpace(tok))
+	if !ok {
+		return c
+	}
+	c.identity, c.known = id, true
+	if fwd := r.Header.Get(ForwardedIdentityHeader); fwd != "" && s.trustedPeer(r, id) && auth.ValidIdentity(fwd) {
+		c.identity, c.forwardedBy = fwd, id
+	}
+	return c
+}
+
+// trustedPeer reports whether the request comes from another lockd node,
+// whose forwarded identities are believed: an identity with the peer
+// grant. The mutual-TLS peer check (a certificate from the cluster CA)
+// plugs in here as well.
+func (s *Server) trustedPeer(_ *http.Request, identity string) bool {
+	return s.auth.Allows(identity, auth.Peer, "")
+}
+
+// peerHeaders sets, on a call this node forwards, the original caller's
+// identity (the forwarder's clients present this node's peer token).
+func (s *Server) peerHeaders(ctx context.Context, h http.Header) {
+	if s.peerToken == "" {
+		return
+	}
+	if id := identityOf(ctx); id != "" {
+		h.Set(ForwardedIdentityHeader, id)
+	}
+}
+
+// access is what a call needs: a permission on a lock name or prefix.
+type access struct {
+	op     string // audit and metrics name
+	perm   auth.Perm
+	name   string // lock name or prefix; "" with anyName
+	any    bool   // any grant of perm will do (session calls)
+	admin  bool   // an admin operation: audited whatever its outcome
+	member string // the member concerned, for the audit log
+}
+
+// accessOf maps a request message to what it needs; op names a call it
+// does not know (Status, health), which any caller with valid credentials
+// may make.
+func accessOf(msg any, op string) *access {
+	switch m := msg.(type) {
+	case *lockdv1.CreateSessionRequest:
+		return &access{op: "CreateSession", perm: auth.Lock, any: true}
+	case *lockdv1.KeepAliveRequest:
+		return &access{op: "KeepAlive", perm: auth.Lock, any: true}
+	case *lockdv1.KeepAliveBatch:
+		return &access{op: "KeepAlive", perm: auth.Lock, any: true}
+	case *lockdv1.CloseSessionRequest:
+		return &access{op: "CloseSession", perm: auth.Lock, any: true}
+	case *lockdv1.AcquireRequest:
+		return &access{op: "Acquire", perm: auth.Lock, name: m.Name}
+	case *lockdv1.ReleaseRequest:
+		return &access{op: "Release", perm: auth.Lock, name: m.Name}
+	case *lockdv1.CancelRequest:
+		return &access{op: "Cancel", perm: auth.Lock, name: m.Name}
+	case *lockdv1.CompleteRequest:
+		return &access{op: "Complete", perm: auth.Lock, name: m.Name}
+	case *lockdv1.CheckTokenRequest:
+		return &access{op: "CheckToken", perm: auth.Read, name: m.Name}
+	case *lockdv1.DescribeLockRequest:
+		return &access{op: "DescribeLock", perm: auth.Read, name: m.Name}
+	case *lockdv1.ListLocksRequest:
+		return &access{op: "ListLocks", perm: auth.Read, name: m.Prefix}
+	case *lockdv1.ListSessionsRequest:
+		// Sessions of every prefix: read on every name.
+		return &access{op: "ListSessions", perm: auth.Read, name: ""}
+	case *lockdv1.ForceReleaseRequest:
+		return &access{op: "ForceRelease", perm: auth.Admin, name: m.Name, admin: true}
+	case *lockdv1.JoinRequest:
+		return &access{op: "Join", perm: auth.Admin, admin: true, member: m.NodeId}
+	case *lockdv1.RemoveMemberRequest:
+		return &access{op: "RemoveMember", perm: auth.Admin, admin: true, member: m.NodeId}
+	case *lockdv1.TransferLeadershipRequest:
+		return &access{op: "TransferLeadership", perm: auth.Admin, admin: true, member: m.NodeId}
+	case snapshotRequest:
+		return &access{op: "SnapshotSave", perm: auth.Admin, admin: true}
+	}
+	return &access{op: op}
+}
+
+// snapshotRequest stands for GET /v1/snapshot in accessOf.
+type snapshotRequest struct{}
+
+// allowed reports why the caller may not make the call, or nil.
+func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
+	if s.auth == nil {
+		return nil
+	}
+	c := callerOf(ctx)
+	if !c.known {
+		return s.apiError(connect.CodeUnauthenticated, lockdv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
+			"authentication required: send Authorization: Bearer <token> (lockd --token-file)")
+	}
+	if a.perm == 0 {
+		return nil
+	}
+	ok := false
+	switch {
+	case a.op == "Join":
+		// A joining node presents its peer token.
+		ok = s.auth.Allows(c.identity, auth.Admin, "") || s.auth.Allows(c.identity, auth.Peer, "")
+	case a.any && a.perm == auth.Lock:
+		ok = s.auth.AnyLock(c.identity)
+	default:
+		ok = s.auth.Allows(c.identity, a.perm, a.name)
+	}
+	if !ok {
+		what := a.perm.String()
+		if a.name != "" {
+			what += " on " + a.name
+		}
+		return s.denied(ctx, "identity "+c.identity+" may not "+a.op+" ("+what+" not granted)")
+	}
+	return nil
+}
+
+// guard runs one call for the caller in ctx: it checks access and the
+// caller's limits, runs call, and writes the audit log (refusals, and
+// every admin operation with its outcome).
+func (s *Server) guard(ctx context.Context, msg any, op string, call func(context.Context) error) error {
+	a := accessOf(msg, op)
+	if err := s.allowed(ctx, a); err != nil {
+		s.audit.record(ctx, a, err)
+		return err
+	}
+	release, err := s.limits.admit(ctx, msg)
+	if err != nil {
+		s.audit.record(ctx, a, err)
+		return err
+	}
+	defer release()
+	err = call(ctx)
+	if a.admin || connect.CodeOf(err) == connect.CodePermissionDenied {
+		s.audit.record(ctx, a, err)
+	}
+	return err
+}
+
+// guardInterceptor guards every unary call of the Connect services.
+func (s *Server) guardInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			var resp connect.AnyResponse
+			op := req.Spec().Procedure
+			if i := strings.LastIndexByte(op, '/'); i >= 0 {
+				op = op[i+1:]
+			}
+			err := s.guard(ctx, req.Any(), op, func(ctx context.Context) error {
+				var err error
+				resp, err = next(ctx, req)
+				return err
+			})
+			return resp, err
+		}
+	})
+}
+
+// hostOf returns the host part of a remote address.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/auth"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// Per-identity limits, beside the per-session and cluster-wide caps of the
+// FSM: a request rate (token bucket, on the node where a call enters), and
+// caps on the live sessions and on the queued Acquire calls in flight of
+// each identity (on the leader, which sees them all). With authentication
+// off there are no identities: the rate applies per client IP address when
+// --rate-limit is set, and the caps do not apply.
+
+// limiter holds the buckets and wait counts. A nil *limiter admits all.
+type limiter struct {
+	s    *Server
+	file *auth.File // nil: authentication off
+	def  auth.Limits
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+	waits   map[string]int
+}
+
+// maxBuckets bounds the bucket table (a flood of distinct client IPs):
+// when full, idle buckets (full ones) are dropped.
+const maxBuckets = 1 << 16
+
+func newLimiter(s *Server, file *auth.File, def auth.Limits) *limiter {
+	return &limiter{s: s, file: file, def: def, buckets: map[string]*bucket{}, waits: map[string]int{}}
+}
+
+// bucket is a token bucket: rate tokens a second, at most burst.
+type bucket struct {
+	tokens float64
+	last   time.Time
+	rate   float64
+	burst  float64
+}
+
+func (b *bucket) take(now time.Time) bool {
+	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func (l *limiter) limitsOf(identity string) auth.Limits {
+	if l.file == nil {
+		return l.def
+	}
+	return l.file.LimitsOf(identity, l.def)
+}
+
+// exhausted is the answer to a call over a limit; the hit is counted by
+// reason (lockd_limit_hits_total).
+func (l *limiter) exhausted(reason, msg string) error {
+	l.s.metrics.limitHits.WithLabelValues(reason).Inc()
+	return l.s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, msg)
+}
+
+// admit takes a token from the caller's bucket. KeepAlive and CloseSession
+// are never refused (a limit must not cost a client its lease or keep it
+// from cleaning up), nor are calls forwarded by a peer (counted where they
+// entered).
+func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
+	if l == nil {
+		return func() {}, nil
+	}
+	switch msg.(type) {
+	case *lockdv1.KeepAliveRequest, *lockdv1.KeepAliveBatch, *lockdv1.CloseSessionRequest, nil:
+		return func() {}, nil
+	}
+	c := callerOf(ctx)
+	if c.forwardedBy != "" || c.forwarded {
+		return func() {}, nil
+	}
+	key := c.identity
+	if l.file == nil {
+		key = "ip:" + hostOf(c.addr)
+	}
+	lim := l.limitsOf(c.identity)
+	if lim.Rate <= 0 {
+		return func() {}, nil
+	}
+	now := time.Now()
+	l.mu.Lock()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxBuckets {
+			for k, ob := range l.buckets {
+				if ob.tokens+now.Sub(ob.last).Seconds()*ob.rate >= ob.burst {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		burst := float64(max(lim.Burst, 1))
+		b = &bucket{tokens: burst, last: now, rate: lim.Rate, burst: burst}
+		l.buckets[key] = b
+	}
+	ok := b.take(now)
+	l.mu.Unlock()
+	if !ok {
+		return nil, l.exhausted("rate", fmt.Sprintf("rate limit of %s reached (%g requests/s, burst %d); retry later", keyName(key), lim.Rate, max(lim.Burst, 1)))
+	}
+	return func() {}, nil
+}
+
+func keyName(key string) string {
+	if key == "" {
+		return "anonymous"
+	}
+	return key
+}
+
+// checkSessions refuses a new session of an identity at its session cap
+// (on the leader, before proposing).
+func (l *limiter) checkSessions(ctx context.Context) error {
+	if l == nil || l.file == nil {
+		return nil
+	}
+	id := identityOf(ctx)
+	lim := l.limitsOf(id)
+	if lim.Sessions > 0 && l.s.fsm.SessionsOf(id) >= lim.Sessions {
+		return l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	}
+	return nil
+}
+
+// startWait counts a queued Acquire call in flight of the caller's
+// identity, refusing one over its cap; the returned func ends it.
+func (l *limiter) startWait(ctx context.Context) (func(), error) {
+	if l == nil || l.file == nil {
+		return func() {}, nil
+	}
+	id := identityOf(ctx)
+	lim := l.limitsOf(id)
+	if lim.Waits <= 0 {
+		return func() {}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waits[id] >= lim.Waits {
+		return nil, l.exhausted("waits", fmt.Sprintf("identity %s has %d waiting acquires in flight, its cap", id, lim.Waits))
+	}
+	l.waits[id]++
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.waits[id]--; l.waits[id] <= 0 {
+			delete(l.waits, id)
+		}
+	}, nil
+}

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/lockd-dev/lockd/internal/auth"
+)
+
+// Security is the access-control part of Config (docs/security.md). Every
+// field maps to a `lockd serve` flag of the same name in kebab case.
+type Security struct {
+	// AuthFile turns authentication on: bearer tokens (stored as SHA-256),
+	// their identities, per-prefix grants and per-identity limits. Empty:
+	// authentication off (every call allowed; session secrets still
+	// checked).
+	AuthFile string
+	// PeerTokenFile holds this node's own token (an identity with the peer
+	// grant), presented when it forwards a call to the leader (with the
+	// caller's identity) and when it joins. Needed in a cluster with
+	// AuthFile.
+	PeerTokenFile string
+	// AuditLog is where the audit log goes: a file (appended), "-" for
+	// stdout, "" for none.
+	AuditLog string
+	// RateLimit is each identity's sustained requests per second (token
+	// bucket). 0: 10000 with AuthFile, none without (then, when set, it
+	// applies per client IP address).
+	RateLimit float64
+	// RateBurst is the bucket's size. 0: twice RateLimit.
+	RateBurst int
+	// MaxSessionsPerIdentity caps an identity's live sessions (AuthFile
+	// only). 0: 10000.
+	MaxSessionsPerIdentity int
+	// MaxWaitsPerIdentity caps an identity's queued Acquire calls in
+	// flight (AuthFile only). 0: 10000.
+	MaxWaitsPerIdentity int
+}
+
+// defaultLimits are the per-identity limits applied when neither the flags
+// nor the auth file set them, with authentication on.
+var defaultLimits = auth.Limits{Rate: 10000, Sessions: 10000, Waits: 10000}
+
+func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
+	// After openDataDir: the node id names this node in audit lines.
+	def := auth.Limits{Rate: c.RateLimit, Burst: c.RateBurst, Sessions: c.MaxSessionsPerIdentity, Waits: c.MaxWaitsPerIdentity}
+	if c.AuthFile != "" {
+		f, err := auth.ReadFile(c.AuthFile)
+		if err != nil {
+			return err
+		}
+		s.auth = f
+		def.Rate = orDefault(def.Rate, defaultLimits.Rate)
+		def.Sessions = cmpInt(def.Sessions, defaultLimits.Sessions)
+		def.Waits = cmpInt(def.Waits, defaultLimits.Waits)
+	}
+	if def.Burst == 0 {
+		def.Burst = max(1, int(2*def.Rate))
+	}
+	s.limits = newLimiter(s, s.auth, def)
+	if c.PeerTokenFile != "" {
+		b, err := os.ReadFile(c.PeerTokenFile)
+		if err != nil {
+			return fmt.Errorf("peer token: %w", err)
+		}
+		s.peerToken = strings.TrimSpace(string(b))
+		if s.peerToken == "" {
+			return errors.New("peer token file is empty")
+		}
+	}
+	switch c.AuditLog {
+	case "":
+	case "-":
+		s.audit = &auditLog{node: s.nodeID, w: os.Stdout}
+	default:
+		f, err := os.OpenFile(c.AuditLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("audit log: %w", err)
+		}
+		s.audit, s.auditFile = &auditLog{node: s.nodeID, w: f}, f
+		*closers = append(*closers, f)
+	}
+	if s.auth == nil && s.audit != nil {
+		s.log.Warn("audit log without --auth-file: only refused session calls (wrong secret) and admin operations are recorded, all as identity \"\"")
+	}
+	return nil
+}
+
+func (s *Server) closeAudit() error {
+	if s.auditFile != nil {
+		return s.auditFile.Close()
+	}
+	return nil
+}
+
+func orDefault(v, def float64) float64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func cmpInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
