@@ -41,7 +41,7 @@ func (l *lock) setValue(ctx context.Context, value []byte) error {
 	defer stop()
 	seq := s.seqs.begin()
 	defer seq.end()
-	msg := &lockdv1.SetValueRequest{SessionId: s.id, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Value: value}
+	msg := &lockdv1.SetValueRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Value: value}
 	_, err := rpcSetValue.invoke(bctx, s.c, s.policy(rpcSetValue.policyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)

@@ -262,7 +262,11 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 	case CmdRestore:
 		return f.applyRestore(m.(*fsmv1.Restore))
 	case CmdSetValue:
-		return f.applySetValue(m.(*fsmv1.SetValue))
+		c := m.(*fsmv1.SetValue)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applySetValue(c)
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

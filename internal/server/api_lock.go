@@ -222,7 +222,8 @@ func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValu
 		if len(m.Value) > fsm.MaxValueBytes {
 			return nil, a.s.invalid("value is %d bytes, more than %d", len(m.Value), fsm.MaxValueBytes)
 		}
-		if _, err := a.propose(fsm.CmdSetValue, &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value}); err != nil {
+		if _, err := a.propose(fsm.CmdSetValue, &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
+			SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 			return nil, err
 		}
 		return connect.NewResponse(&lockdv1.SetValueResponse{}), nil

@@ -37,6 +37,9 @@ type caller struct {
 	addr string
 	// forwardedBy is the peer identity that forwarded the call, if any.
 	forwardedBy string
+	// tlsPeer reports a cluster member's certificate (mutual TLS between
+	// nodes): a peer whatever the auth file grants its identity.
+	tlsPeer bool
 	// forwarded reports, with authentication off, a call that says a
 	// follower forwarded it (unverifiable: used only so that the rate
 	// limit of the client's IP is not charged again, to the follower's).
@@ -62,9 +65,11 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 	})
 }
 
-// identify decides a request's caller. An identity comes from a bearer
-// token now; a client certificate's name (the TLS work) plugs in here, as
-// one more source, before the token.
+// identify decides a request's caller: the identity of its bearer token
+// or, when it sends none, the name (common name) of its verified client
+// certificate (TLS with --tls-client-auth verify-if-given or require). A
+// token that the auth file does not know is refused even with a valid
+// certificate: one credential is judged, never a mix.
 func (s *Server) identify(r *http.Request) caller {
 	c := caller{addr: r.RemoteAddr}
 	if s.auth == nil {
@@ -72,12 +77,19 @@ func (s *Server) identify(r *http.Request) caller {
 		return c
 	}
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	id, ok := s.auth.Identify(strings.TrimSpace(tok))
+	tok = strings.TrimSpace(tok)
+	id, ok := s.auth.Identify(tok)
+	if tid, verified := s.TLSIdentity(r.TLS); verified {
+		c.tlsPeer = tid.Peer
+		if !ok && tok == "" && auth.ValidIdentity(tid.Name) {
+			id, ok = tid.Name, true
+		}
+	}
 	if !ok {
 		return c
 	}
 	c.identity, c.known = id, true
-	if fwd := r.Header.Get(ForwardedIdentityHeader); fwd != "" && s.trustedPeer(r, id) && auth.ValidIdentity(fwd) {
+	if fwd := r.Header.Get(ForwardedIdentityHeader); fwd != "" && (c.tlsPeer || s.trustedPeer(r, id)) && auth.ValidIdentity(fwd) {
 		c.identity, c.forwardedBy = fwd, id
 	}
 	return c
@@ -85,8 +97,8 @@ func (s *Server) identify(r *http.Request) caller {
 
 // trustedPeer reports whether the request comes from another lockd node,
 // whose forwarded identities are believed: an identity with the peer
-// grant. The mutual-TLS peer check (a certificate from the cluster CA)
-// plugs in here as well.
+// grant. (A cluster member's certificate, caller.tlsPeer, is the other
+// way; identify checks it.)
 func (s *Server) trustedPeer(_ *http.Request, identity string) bool {
 	return s.auth.Allows(identity, auth.Peer, "")
 }
@@ -94,7 +106,8 @@ func (s *Server) trustedPeer(_ *http.Request, identity string) bool {
 // peerHeaders sets, on a call this node forwards, the original caller's
 // identity (the forwarder's clients present this node's peer token).
 func (s *Server) peerHeaders(ctx context.Context, h http.Header) {
-	if s.peerToken == "" {
+	if s.peerToken == "" && s.tls == nil {
+		// No peer credential: the leader would ignore the header.
 		return
 	}
 	if id := identityOf(ctx); id != "" {
@@ -133,6 +146,10 @@ func accessOf(msg any, op string) *access {
 		return &access{op: "Cancel", perm: auth.Lock, name: m.Name}
 	case *lockdv1.CompleteRequest:
 		return &access{op: "Complete", perm: auth.Lock, name: m.Name}
+	case *lockdv1.SetValueRequest:
+		return &access{op: "SetValue", perm: auth.Lock, name: m.Name}
+	case *lockdv1.WatchRequest:
+		return &access{op: "Watch", perm: auth.Read, name: m.Prefix}
 	case *lockdv1.CheckTokenRequest:
 		return &access{op: "CheckToken", perm: auth.Read, name: m.Name}
 	case *lockdv1.DescribeLockRequest:
@@ -142,6 +159,8 @@ func accessOf(msg any, op string) *access {
 	case *lockdv1.ListSessionsRequest:
 		// Sessions of every prefix: read on every name.
 		return &access{op: "ListSessions", perm: auth.Read, name: ""}
+	case *lockdv1.ClearMarkRequest:
+		return &access{op: "ClearMark", perm: auth.Admin, name: m.Name, admin: true}
 	case *lockdv1.ForceReleaseRequest:
 		return &access{op: "ForceRelease", perm: auth.Admin, name: m.Name, admin: true}
 	case *lockdv1.JoinRequest:
@@ -176,7 +195,7 @@ func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
 	switch {
 	case a.op == "Join":
 		// A joining node presents its peer token.
-		ok = s.auth.Allows(c.identity, auth.Admin, "") || s.auth.Allows(c.identity, auth.Peer, "")
+		ok = c.tlsPeer || s.auth.Allows(c.identity, auth.Admin, "") || s.auth.Allows(c.identity, auth.Peer, "")
 	case a.any && a.perm == auth.Lock:
 		ok = s.auth.AnyLock(c.identity)
 	default:

@@ -22,8 +22,8 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/auth"
+	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 )

@@ -16,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/internal/certs"
@@ -552,5 +553,51 @@ func TestPlaintextNonLoopbackRefused(t *testing.T) {
 				t.Fatalf("got %v, want an error with %q", err, tc.wants)
 			}
 		})
+	}
+}
+
+// TestTLSCertificateIdentity: with an auth file, a client that sends no
+// token is known by its certificate's common name, and the grants of that
+// identity apply; a certificate from another CA gives no identity.
+func TestTLSCertificateIdentity(t *testing.T) {
+	leakCheck(t)
+	p, other := newTestPKI(t), newTestPKI(t)
+	aliceCrt, aliceKey := p.issue(t, certs.Client, "alice")
+	eveCrt, eveKey := other.issue(t, certs.Client, "alice")
+	authFile := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(authFile, []byte("grant alice lock billing/\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.nodeConfig(t, "n1")
+	cfg.TLSClientAuth = "verify-if-given"
+	cfg.AuthFile = authFile
+	s := startTLS(t, cfg)
+	waitLeaderOf(t, s)
+	acquire := func(c *tls.Config, name string) error {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c}}
+		defer hc.CloseIdleConnections()
+		lc := lockdv1connect.NewLockServiceClient(hc, s.URL())
+		ctx := t.Context()
+		sess, err := lc.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}))
+		if err != nil {
+			return err
+		}
+		_, err = lc.Acquire(ctx, connect.NewRequest(&lockdv1.AcquireRequest{SessionId: sess.Msg.SessionId, Secret: sess.Msg.Secret, Seq: 1, Name: name}))
+		return err
+	}
+	alice := p.tlsConfigFor(t, aliceCrt, aliceKey)
+	if err := acquire(alice, "billing/x"); err != nil {
+		t.Errorf("alice (certificate) acquires billing/x: %v", err)
+	}
+	if err := acquire(alice, "payments/x"); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("alice acquires payments/x: %v, want PermissionDenied", err)
+	}
+	if err := acquire(p.tlsConfigFor(t, "", ""), "billing/x"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("no certificate, no token: %v, want Unauthenticated", err)
+	}
+	// "alice" from another CA: the handshake is refused (verify-if-given
+	// checks a given certificate), so no identity either way.
+	if err := acquire(p.tlsConfigFor(t, eveCrt, eveKey), "billing/x"); err == nil {
+		t.Error("a certificate named alice from another CA was served")
 	}
 }

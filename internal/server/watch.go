@@ -155,8 +155,12 @@ var _ lockdv1connect.WatchServiceHandler = (*watchAPI)(nil)
 // Watch implements lockdv1connect.WatchServiceHandler. An idle stream gets
 // an event without a kind whose position is the stream's cursor.
 func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
-	err := w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor pos) error {
-		return stream.Send(&lockdv1.WatchResponse{Position: cursor.String()})
+	// A stream passes no unary interceptor: guard it here (read on the
+	// prefix).
+	err := w.s.guard(ctx, req.Msg, "Watch", func(ctx context.Context) error {
+		return w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor pos) error {
+			return stream.Send(&lockdv1.WatchResponse{Position: cursor.String()})
+		})
 	})
 	switch {
 	case errors.Is(err, errBadPosition):
@@ -186,46 +190,55 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	if err := rc.Flush(); err != nil {
-		return
-	}
-	send := func(ev *lockdv1.WatchResponse) error {
-		var err error
-		switch ev.Kind {
-		case lockdv1.EventKind_EVENT_KIND_RESET:
-			_, err = fmt.Fprintf(w, "event: reset\ndata: {\"position\":%q}\n\n", ev.Position)
-		case lockdv1.EventKind_EVENT_KIND_SYNCED:
-			_, err = fmt.Fprintf(w, "event: synced\ndata: {\"position\":%q}\n\n", ev.Position)
-		default:
-			var b []byte
-			if b, err = sseJSON.Marshal(ev); err == nil {
-				// protojson varies its spacing on purpose; a stream for
-				// curl and browsers is easier to read (and grep) compact.
-				var c bytes.Buffer
-				if err = json.Compact(&c, b); err == nil {
-					_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", ev.Position, c.Bytes())
+	called := false
+	err := s.guard(r.Context(), &lockdv1.WatchRequest{Prefix: q.Get("prefix")}, "Watch", func(context.Context) error {
+		called = true
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		h := w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+		w.WriteHeader(http.StatusOK)
+		if err := rc.Flush(); err != nil {
+			return err
+		}
+		send := func(ev *lockdv1.WatchResponse) error {
+			var err error
+			switch ev.Kind {
+			case lockdv1.EventKind_EVENT_KIND_RESET:
+				_, err = fmt.Fprintf(w, "event: reset\ndata: {\"position\":%q}\n\n", ev.Position)
+			case lockdv1.EventKind_EVENT_KIND_SYNCED:
+				_, err = fmt.Fprintf(w, "event: synced\ndata: {\"position\":%q}\n\n", ev.Position)
+			default:
+				var b []byte
+				if b, err = sseJSON.Marshal(ev); err == nil {
+					// protojson varies its spacing on purpose; a stream for
+					// curl and browsers is easier to read (and grep) compact.
+					var c bytes.Buffer
+					if err = json.Compact(&c, b); err == nil {
+						_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", ev.Position, c.Bytes())
+					}
 				}
 			}
+			if err != nil {
+				return err
+			}
+			return rc.Flush()
 		}
-		if err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	err := s.streamEvents(r.Context(), q.Get("prefix"), from, q.Get("state") == "1" || q.Get("state") == "true", send, func(pos) error {
-		if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return s.streamEvents(r.Context(), q.Get("prefix"), from, q.Get("state") == "1" || q.Get("state") == "true", send, func(pos) error {
+			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
+				return err
+			}
+			return rc.Flush()
+		})
 	})
+	if err != nil && !called {
+		// Refused: the same status codes Connect uses for these codes.
+		http.Error(w, err.Error(), connectHTTPStatus(connect.CodeOf(err)))
+		return
+	}
 	if err != nil && !errors.Is(err, errServerClosing) {
 		s.log.Debug("watch stream ended", "err", err)
 	}

@@ -3600,7 +3600,9 @@ type SetValueRequest struct {
 	// The token of this session's hold.
 	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
 	// The new value (at most 1 KiB).
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// The session's secret (CreateSessionResponse.secret).
+	Secret        string `protobuf:"bytes,7,opt,name=secret,proto3" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3675,6 +3677,13 @@ func (x *SetValueRequest) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *SetValueRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
 }
 
 type SetValueResponse struct {
@@ -4170,7 +4179,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rclose_session\x18\t \x01(\v2\x1e.lockd.v1.CloseSessionResponseH\x00R\fcloseSession\x12-\n" +
 	"\x05error\x18\n" +
 	" \x01(\v2\x15.lockd.v1.StreamErrorH\x00R\x05errorB\x06\n" +
-	"\x04body\"\x94\x01\n" +
+	"\x04body\"\xac\x01\n" +
 	"\x0fSetValueRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4178,7 +4187,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"\x12\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x16\n" +
+	"\x06secret\x18\a \x01(\tR\x06secret\"\x12\n" +
 	"\x10SetValueResponse\"P\n" +
 	"\fWatchRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x12\n" +

@@ -1793,13 +1793,17 @@ func (x *Restore) GetEpoch() uint64 {
 
 // SetValue replaces the value of a hold (an election leader's Proclaim).
 type SetValue struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Ack           uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
-	Token         uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
-	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Name      string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Token     uint64                 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	Value     []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// SHA-256 of the secret the call presented, and the caller's identity:
+	// Apply refuses the command unless they match the session's.
+	SecretHash    []byte `protobuf:"bytes,7,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity      string `protobuf:"bytes,8,opt,name=identity,proto3" json:"identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1874,6 +1878,20 @@ func (x *SetValue) GetValue() []byte {
 		return x.Value
 	}
 	return nil
+}
+
+func (x *SetValue) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *SetValue) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
 }
 
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
@@ -2052,7 +2070,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\fR\bsnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x14\n" +
-	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\x8d\x01\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"\xca\x01\n" +
 	"\bSetValue\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2060,7 +2078,10 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05valueB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1f\n" +
+	"\vsecret_hash\x18\a \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\b \x01(\tR\bidentityB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
