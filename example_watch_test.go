@@ -26,8 +26,8 @@ func ExampleClient_Watch() {
 	}
 	// Start the watch where the state is: the holds now, then the changes.
 	events := client.Watch(ctx, "example-watch/", lockd.WatchState())
-	worked := make(chan struct{})
-	go func() {
+	worked, started := make(chan struct{}), false
+	work := func() {
 		defer close(worked)
 		m := s.NewMutex("example-watch/2025-02")
 		if err := m.Lock(ctx); err != nil {
@@ -36,7 +36,7 @@ func ExampleClient_Watch() {
 		if err := m.Unlock(ctx); err != nil {
 			log.Fatal(err)
 		}
-	}()
+	}
 	for ev, err := range events {
 		if errors.Is(err, lockd.ErrWatchReset) {
 			continue // the state follows (WatchState)
@@ -45,7 +45,12 @@ func ExampleClient_Watch() {
 			log.Fatal(err)
 		}
 		if ev.Kind == lockd.EventSynced {
+			// The watch is open (iterating opens it): now do the work.
 			fmt.Println("synced")
+			if !started {
+				started = true
+				go work()
+			}
 			continue
 		}
 		fmt.Println(ev.Kind, ev.Name, ev.Owner)
