@@ -26,7 +26,7 @@ import (
 // and waited for by one owned by "waiter@b"; it returns the holder's token.
 func heldWithWaiter(t *testing.T, url, name string) uint64 {
 	t.Helper()
-	svc := lockdv1connect.NewLockServiceClient(http.DefaultClient, url)
+	svc := lockdv1connect.NewLockServiceClient(http.DefaultClient, url, connect.WithInterceptors(lockdtest.Secrets()))
 	ctx := context.Background()
 	session := func(owner string) string {
 		r, err := svc.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute), Owner: owner}))

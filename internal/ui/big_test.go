@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockd-dev/lockd/lockdtest"
@@ -27,7 +28,7 @@ func TestDashboardBig(t *testing.T) {
 	}
 	srv := lockdtest.New(t)
 	ctx := browser(t, 1280, 900)
-	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL())}
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
 	const sessions, perSession = 1000, 10
 	start := time.Now()
 	ids := make([]string, sessions)

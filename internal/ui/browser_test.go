@@ -119,7 +119,7 @@ func poll(t *testing.T, ctx context.Context, what, expr string) {
 func TestDashboardShowsHolderQueueAndRelease(t *testing.T) {
 	srv := lockdtest.New(t)
 	ctx := browser(t, 1280, 900)
-	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL())}
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
 
 	// Some company for the screenshot: a shared lock, a completed job.
 	worker := c.session("billing-worker-1@host-a", time.Minute)

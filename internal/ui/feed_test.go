@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockd-dev/lockd/lockdtest"
@@ -92,7 +93,7 @@ func TestDashboardFeedFollowsWatchContract(t *testing.T) {
 	t.Cleanup(front.Close)
 	t.Cleanup(func() { close(watch.done) })
 	ctx := browser(t, 1000, 800)
-	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL())}
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(front.URL+"/ui/?refresh=60000")); err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestDashboardFeedLive(t *testing.T) {
 	}
 	cancel()
 	ctx := browser(t, 1000, 800)
-	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL())}
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL()+"/ui/?refresh=60000&prefix=live/")); err != nil {
 		t.Fatal(err)
 	}
