@@ -164,8 +164,12 @@ func (w *watcher) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("watch %q: %w", w.prefix, ctx.Err())
 		}
-		if connect.CodeOf(err) == connect.CodeInvalidArgument {
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument:
 			return fmt.Errorf("watch %q: %w: %w", w.prefix, ErrInvalidArgument, err)
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			// Asking again changes nothing: the caller's credentials.
+			return fmt.Errorf("watch %q: %w", w.prefix, mapError(err, ""))
 		}
 		if got {
 			// It worked for a while: a fresh schedule, at once.
@@ -184,7 +188,7 @@ func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) 
 	defer cancel()
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, url)
+	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, url, w.c.clientOptions()...)
 	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor, State: w.state}))
 	if err != nil {
 		return false, err
@@ -200,7 +204,15 @@ func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) 
 			}
 			continue
 		}
-		w.cursor = m.Position
+		switch {
+		case w.state && (m.Kind == lockdv1.EventKind_EVENT_KIND_HELD || m.Kind == lockdv1.EventKind_EVENT_KIND_RESET):
+			// A state dump (after the start or a reset) is whole only at
+			// its SYNCED: the cursor stays before it, so a stream broken
+			// midway starts the dump again instead of resuming after a
+			// part of it.
+		default:
+			w.cursor = m.Position
+		}
 		ev := Event{Position: m.Position, Kind: EventKind(m.Kind), Name: m.Name, Session: m.Session, Owner: m.Owner,
 			Token: m.Token, Shared: m.Mode == lockdv1.Mode_MODE_SHARED, Limit: m.Limit, Value: m.Value, EntryEnd: m.EntryEnd}
 		var everr error

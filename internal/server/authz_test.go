@@ -325,4 +325,30 @@ func TestGoClientToken(t *testing.T) {
 	if _, err := nobody.NewSession(t.Context()); !errors.Is(err, lockd.ErrUnauthenticated) {
 		t.Errorf("NewSession without a token: %v, want ErrUnauthenticated", err)
 	}
+
+	// Watch presents the token too, and ends (does not retry) on a refusal.
+	watchFirst := func(c *lockd.Client, prefix string) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		defer cancel()
+		for ev, err := range c.Watch(ctx, prefix, lockd.WatchState()) {
+			if err != nil || ev.Kind == lockd.EventSynced {
+				return err
+			}
+		}
+		return errors.New("watch ended without an event")
+	}
+	billing, err := lockd.New(lockd.WithEndpoints(srv.URL()), lockd.WithToken(billingToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer billing.Close(context.Background())
+	if err := watchFirst(billing, "billing/"); err != nil {
+		t.Errorf("billing watches billing/: %v", err)
+	}
+	if err := watchFirst(billing, "payments/"); !errors.Is(err, lockd.ErrPermissionDenied) {
+		t.Errorf("billing watches payments/: %v, want ErrPermissionDenied", err)
+	}
+	if err := watchFirst(nobody, "billing/"); !errors.Is(err, lockd.ErrUnauthenticated) {
+		t.Errorf("watch without a token: %v, want ErrUnauthenticated", err)
+	}
 }
