@@ -78,11 +78,13 @@ func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 	// Leadership must be verified after the request was received, or a
 	// deposed leader could extend a lease the new leader already expired;
 	// and in the term whose leases this node runs (see linearizable).
-	if err := a.s.linearizable(); err != nil {
-		return nil, a.s.raftError(err)
-	}
+	// The secret first: a refused call costs no VerifyLeader (keepalives
+	// are not rate-limited).
 	if err := a.s.checkSession(ctx, req.Msg.SessionId, req.Msg.Secret); err != nil {
 		return nil, err
+	}
+	if err := a.s.linearizable(); err != nil {
+		return nil, a.s.raftError(err)
 	}
 	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
 	if err != nil {
@@ -100,6 +102,17 @@ func (a *api) CloseSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
 	if req.Msg.SessionId == "" {
 		return nil, a.s.invalid("session_id is required")
+	}
+	// Checked here too (Apply checks again) so that calls with a wrong
+	// secret, or on a session that is gone, cost no log entry: CloseSession
+	// is not rate-limited. On a leader whose term's barrier is done every
+	// acknowledged session is applied, so an unknown one is already closed
+	// (the answer Apply would give).
+	if err := a.s.checkSession(ctx, req.Msg.SessionId, req.Msg.Secret); err != nil {
+		return nil, err
+	}
+	if _, known := a.s.fsm.Session(req.Msg.SessionId); !known && a.s.promotedTerm.Load() != 0 {
+		return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 	}
 	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,
 		SecretHash: hashSecret(req.Msg.Secret), Identity: identityOf(ctx)}); err != nil {

@@ -237,6 +237,11 @@ func (s *Server) guard(ctx context.Context, msg any, op string, call func(contex
 func (s *Server) guardInterceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if p := req.Spec().Procedure; strings.HasPrefix(p, "/grpc.health.") || strings.HasPrefix(p, "/grpc.reflection.") {
+				// Open to all, like /healthz: load balancers and probes
+				// carry no token, and the API's schema is public.
+				return next(ctx, req)
+			}
 			var resp connect.AnyResponse
 			op := req.Spec().Procedure
 			if i := strings.LastIndexByte(op, '/'); i >= 0 {

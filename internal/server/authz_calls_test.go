@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +96,34 @@ func TestAuthCoversEveryCall(t *testing.T) {
 	}
 	if got := sse(readerToken, ""); got != http.StatusOK {
 		t.Errorf("SSE reader watches everything: %d, want 200", got)
+	}
+
+	// The gRPC health service is open (probes carry no token); the
+	// dashboard's member health, which makes the node probe every member,
+	// is not.
+	get := func(method, path, token, body string) int {
+		req, _ := http.NewRequestWithContext(ctx, method, srv.URL()+path, strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get(http.MethodPost, "/grpc.health.v1.Health/Check", "", "{}"); got != http.StatusOK {
+		t.Errorf("gRPC health check without a token: %d, want 200", got)
+	}
+	if got := get(http.MethodGet, "/ui/api/health", "", ""); got != http.StatusUnauthorized {
+		t.Errorf("member health without a token: %d, want 401", got)
+	}
+	if got := get(http.MethodGet, "/ui/api/health", readerToken, ""); got != http.StatusOK {
+		t.Errorf("member health with a token: %d, want 200", got)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/lockd-dev/lockd/internal/ui"
 )
 
@@ -19,7 +20,19 @@ import (
 func (s *Server) uiRoutes(mux *http.ServeMux) {
 	mux.Handle("/ui/", http.StripPrefix("/ui/", ui.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-	mux.HandleFunc("GET /ui/api/health", s.serveMemberHealth)
+	mux.HandleFunc("GET /ui/api/health", func(w http.ResponseWriter, r *http.Request) {
+		// Like Status: any known caller (it makes this node probe every
+		// member, so not for anonymous callers under --auth-file).
+		called := false
+		err := s.guard(r.Context(), memberHealthRequest{}, "MemberHealth", func(context.Context) error {
+			called = true
+			s.serveMemberHealth(w, r)
+			return nil
+		})
+		if err != nil && !called {
+			http.Error(w, err.Error(), connectHTTPStatus(connect.CodeOf(err)))
+		}
+	})
 }
 
 // memberHealth is one member's answer to /readyz.
@@ -69,3 +82,7 @@ func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(out)
 }
+
+// memberHealthRequest stands for GET /ui/api/health in guard: no
+// permission beyond valid credentials, but rate-limited like any call.
+type memberHealthRequest struct{}
