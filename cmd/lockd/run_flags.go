@@ -166,6 +166,11 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 			return nil, usageError{fmt.Errorf("usage: %s", electUsage)}
 		}
 		pos, f.value = pos[:1], []byte(pos[1])
+		if len(f.redis) > 0 {
+			// Observe, Proclaim and the leader's value live in lockd's
+			// watch; a Redis lock would carry none of them.
+			return nil, usageError{errors.New("lockd elect runs on lockd only: --backend is not supported")}
+		}
 	}
 	if len(pos) != 1 || len(command) == 0 {
 		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}

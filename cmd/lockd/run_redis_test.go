@@ -41,6 +41,12 @@ func TestRunRedisParse(t *testing.T) {
 			t.Errorf("parse %q: got %v, want a usage error", args, err)
 		}
 	}
+	// lockd elect has no Redis form: its value and observers live in lockd.
+	e := &RunCommand{Stderr: io.Discard, Getenv: func(string) string { return "" }, elect: true}
+	var ue usageError
+	if _, err := e.parse([]string{"--backend", "redis://a:1", "x", "v", "--", "true"}); !errors.As(err, &ue) {
+		t.Errorf("elect --backend: got %v, want a usage error", err)
+	}
 	var stderr bytes.Buffer
 	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
 	_ = m.Run(context.Background(), []string{"run", "-h"})
