@@ -55,7 +55,18 @@ func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	c.authorize(req)
-	resp, err := c.cfg.httpClient.Do(req)
+	// A follower redirects to the leader's API URL. Go drops the
+	// Authorization header on a redirect to another host; the leader is
+	// of the same cluster, so it gets the token again.
+	hc := *c.cfg.httpClient
+	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		c.authorize(r)
+		return nil
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
