@@ -206,11 +206,19 @@ func (j *cronJob) attempt(ctx context.Context, p cronjob.Period) cronjob.Outcome
 	rf.name, rf.once = name, retention
 	log.Info("running job", "lock", name, "token", m.Token())
 	start := time.Now()
-	err = (&RunCommand{Stderr: j.stderr}).supervise(&rf, &lockdLease{sess: sess, lock: m, dl: dl}, j.sigs)
+	rc := &RunCommand{Stderr: j.stderr}
+	err = rc.supervise(&rf, &lockdLease{sess: sess, lock: m, dl: dl}, j.sigs)
 	took := time.Since(start).Round(time.Millisecond)
 	var ee *exitError
 	if !errors.As(err, &ee) {
 		ee = &exitError{code: exitFailure, err: err}
+	}
+	if ee.code == exitOK && rc.markErr != nil {
+		// The job ran but the period is not marked (the lease ended, or
+		// the cluster did not answer in time): another server may run
+		// it again. This server does not: it did the work.
+		log.Error("job succeeded but the period could not be marked done: another server may run it again", "took", took, "err", oneLine(rc.markErr))
+		return cronjob.Done
 	}
 	if ee.code == exitOK {
 		log.Info("job succeeded: period done", "took", took, "mark_kept", retention.Round(time.Second))

@@ -42,6 +42,9 @@ type RunCommand struct {
 	Getenv func(string) string
 
 	elect bool // lockd elect: campaign with a value (elect.go)
+	// markErr is why --once's completion mark could not be set after the
+	// command succeeded (lockd cron reads it), or nil.
+	markErr error
 }
 
 // heldLock is the lock taken, whichever its kind.
@@ -296,6 +299,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 			// The job ran; only the mark is missing: a later run may repeat
 			// it. Say so, but the command's status stands.
 			fmt.Fprintf(c.Stderr, "lockd: warning: could not mark %q done: %s\n", f.name, oneLine(err))
+			c.markErr = err
 		}
 	}
 	c.release(l, releaseTimeout)
