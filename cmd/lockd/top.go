@@ -182,11 +182,23 @@ func (t *topState) read(ctx context.Context, cf *clientFlags, cl *lockd.Client) 
 	}
 	snap.sessions = ss.Msg.GetSessions()
 	t.reads++
+	seen := make(map[string]bool, len(snap.locks))
 	for _, l := range snap.locks {
+		seen[l.GetName()] = true
 		for _, h := range l.GetHolders() {
 			if h.GetToken() > t.tokens[l.GetName()] {
 				t.tokens[l.GetName()] = h.GetToken()
 				t.changes[l.GetName()]++
+			}
+		}
+	}
+	if !snap.truncated {
+		// Forget locks that are gone (cron's NAME@START names are new every
+		// period): top's memory follows the table, not its history.
+		for name := range t.tokens {
+			if !seen[name] {
+				delete(t.tokens, name)
+				delete(t.changes, name)
 			}
 		}
 	}
