@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -158,6 +159,12 @@ func (w *watcher) run(ctx context.Context) error {
 			return ErrClosed
 		}
 		got, err := w.stream(ctx, w.c.watchEndpoint(r.Attempt()))
+		if errors.Is(err, ErrClusterMismatch) {
+			// Another cluster's node (a wrong endpoint, or a cluster
+			// restored from a backup): its positions mean nothing here.
+			r.Fail(err)
+			continue
+		}
 		if w.stopped {
 			return nil
 		}
@@ -183,18 +190,25 @@ func (w *watcher) run(ctx context.Context) error {
 
 // stream runs one stream on url until it breaks; got reports it received
 // something.
-func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) {
+func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, url, w.c.clientOptions()...)
+	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, ep.url, w.c.clientOptions()...)
 	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor, State: w.state}))
 	if err != nil {
 		return false, err
 	}
 	defer st.Close()
+	checked := false
 	for st.Receive() {
+		if !checked {
+			checked = true
+			if err := w.c.checkCluster(ep, st.ResponseHeader().Get(endpoint.ClusterIDHeader)); err != nil {
+				return false, err
+			}
+		}
 		idle.Reset(watchIdle)
 		got = true
 		m := st.Msg()
@@ -233,8 +247,8 @@ func (w *watcher) stream(ctx context.Context, url string) (got bool, err error) 
 
 // watchEndpoint picks the endpoint of a watch attempt: the client's current
 // one first, then the others in turn. Any node serves a watch.
-func (c *Client) watchEndpoint(attempt int) string {
+func (c *Client) watchEndpoint(attempt int) *node {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.eps[(c.cur+attempt)%len(c.eps)].url
+	return c.eps[(c.cur+attempt)%len(c.eps)]
 }
