@@ -57,7 +57,7 @@ func shortRun(t *testing.T, broken string, seed uint64) *Report {
 		}
 		_ = os.RemoveAll(out)
 	})
-	cfg := &config{Seed: seed, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
+	cfg := &config{Seed: seed, Backend: backendLockd, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var log io.Writer = &syncWriter{t: t}
@@ -79,7 +79,7 @@ func TestShortProfile(t *testing.T) {
 	if len(r.Violations) != 0 {
 		t.Errorf("violations on a correct lockd:\n%s", strings.Join(r.Violations, "\n"))
 	}
-	for _, kind := range faultsFor(3) {
+	for _, kind := range faultsFor(&config{Nodes: 3, Backend: backendLockd}) {
 		if r.Faults[kind] != 1 {
 			t.Errorf("fault %s injected %d times, want 1 (faults %v)", kind, r.Faults[kind], r.Faults)
 		}

@@ -42,11 +42,19 @@ var allFaults = []string{
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
 }
 
-// faultsFor lists the kinds that apply to a cluster of n nodes.
-func faultsFor(n int) []string {
+// faultsFor lists the kinds the run injects: --faults if given, else every
+// kind that applies to the backend (and, on lockd, to a cluster of
+// cfg.Nodes).
+func faultsFor(cfg *config) []string {
+	if len(cfg.Faults) > 0 {
+		return slices.Clone(cfg.Faults)
+	}
+	if isRedis(cfg.Backend) {
+		return slices.Clone(redisFaults)
+	}
 	var out []string
 	for _, k := range allFaults {
-		if k != faultPartBridge || n == 5 {
+		if k != faultPartBridge || cfg.Nodes == 5 {
 			out = append(out, k)
 		}
 	}
@@ -65,7 +73,9 @@ func ids(nodes []*node) string {
 // nemesis injects faults into the cluster and the clients and records each
 // as a fault and a heal event in the register's history.
 type nemesis struct {
-	c      *cluster
+	c      *cluster    // nil on a Redis backend
+	rf     *redisFleet // nil on lockd
+	t      timing
 	reg    *register
 	slots  []*slot
 	rng    *rand.Rand
@@ -84,10 +94,12 @@ func sleep(ctx context.Context, d time.Duration) { pause(ctx, d) }
 // inject runs one fault of the kind from injection to heal. It returns
 // false when there was nothing to inject it into (no holder to pause).
 func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
-	t := m.c.timing
+	t := m.t
 	m.n++
 	id := m.n
 	switch kind {
+	case faultRedisKill, faultRedisPause:
+		return true, m.injectRedis(ctx, kind, id)
 	case faultKillLeader, faultKillFollower, faultKillRandom:
 		leader := m.c.leader(ctx)
 		var cands []*node
