@@ -37,9 +37,10 @@ const (
 )
 
 // redisFaults is every kind the tool injects on a Redis backend, each once
-// in the short profile (kills twice: they are what breaks a Redis lock).
+// in the short profile, except kills: four, as a kill breaks a lock only
+// when a holder is inside its critical section across the restart.
 var redisFaults = []string{
-	faultRedisKill, faultRedisKill, faultRedisPause,
+	faultRedisKill, faultRedisKill, faultRedisKill, faultRedisKill, faultRedisPause,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn,
 }
 
