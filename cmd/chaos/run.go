@@ -78,6 +78,8 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		ttl: t.TTL, until: hardEnd, seed: cfg.Seed, broken: cfg.Broken, logDir: work, backend: cfg.Backend}
 	if tg.rf != nil {
 		sr.endpoints, sr.redisURLs = tg.rf.addrs(), tg.rf.urls()
+	} else {
+		sr.endpoints = tg.c.endpoints()
 	}
 	var slots []*slot
 	for i := range cfg.Clients {
