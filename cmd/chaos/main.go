@@ -10,6 +10,11 @@
 // locks, injects faults on a seeded schedule, and checks the recorded
 // history. Exit codes: 0 no violation, 1 violations found, 2 the harness
 // failed, 64 usage. `chaos check FILE` re-checks a recorded history.
+//
+// With --backend redis, redis-aof or redlock it runs the same clients and
+// checks against redis-server processes it starts, and reports what those
+// backends do under Redis kills and pauses (exit 0 unless --strict: there
+// violations are the measurement). See docs/chaos.md.
 package main
 
 import (
