@@ -222,8 +222,9 @@ func checkFile(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	ttl := fs.Duration("ttl", 2*time.Second, "the run's session TTL")
 	election := fs.Duration("election", 500*time.Millisecond, "the run's election timeout (and grace)")
+	unfenced := fs.Bool("unfenced", false, "the history is from a backend without tokens (redlock)")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: chaos check [--ttl D] [--election D] HISTORY")
+		fmt.Fprintln(stderr, "usage: chaos check [--ttl D] [--election D] [--unfenced] HISTORY")
 		return exitUsage
 	}
 	events, err := readHistory(fs.Arg(0))
@@ -232,7 +233,9 @@ func checkFile(args []string, stdout, stderr io.Writer) int {
 		return exitHarness
 	}
 	r := &Report{History: fs.Arg(0)}
-	check(events, params(timing{Election: *election, Grace: *election, TTL: *ttl}), r)
+	p := params(timing{Election: *election, Grace: *election, TTL: *ttl})
+	p.Unfenced = *unfenced
+	check(events, p, r)
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(r)
