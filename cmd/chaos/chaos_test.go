@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/signal"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd"
 )
 
 // TestMain lets the test binary stand in for the chaos binary: the tool
@@ -57,7 +60,7 @@ func shortRun(t *testing.T, broken string, seed uint64) *Report {
 		}
 		_ = os.RemoveAll(out)
 	})
-	cfg := &config{Seed: seed, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
+	cfg := &config{Seed: seed, Backend: backendLockd, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var log io.Writer = &syncWriter{t: t}
@@ -79,7 +82,7 @@ func TestShortProfile(t *testing.T) {
 	if len(r.Violations) != 0 {
 		t.Errorf("violations on a correct lockd:\n%s", strings.Join(r.Violations, "\n"))
 	}
-	for _, kind := range faultsFor(3) {
+	for _, kind := range faultsFor(&config{Nodes: 3, Backend: backendLockd}) {
 		if r.Faults[kind] != 1 {
 			t.Errorf("fault %s injected %d times, want 1 (faults %v)", kind, r.Faults[kind], r.Faults)
 		}
@@ -159,5 +162,42 @@ func TestClusterPartition(t *testing.T) {
 		if err := c.waitStable(ctx, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
+	}
+	checkWallOffset(ctx, t, c)
+}
+
+// checkWallOffset: the offset file node-clock-jump writes reaches the
+// nodes' wall clock (a hold's granted-at time, which a busy TryLock
+// reports, is the leader's wallclock.Now).
+func checkWallOffset(ctx context.Context, t *testing.T, c *cluster) {
+	for _, n := range c.nodes {
+		if err := os.WriteFile(n.wall, []byte("-3h"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(n.wall)
+	}
+	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	var ms []*lockd.Mutex
+	for range 2 {
+		s, err := cl.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.Background())
+		ms = append(ms, s.NewMutex("chaos/wall"))
+	}
+	if err := ms[0].Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var busy *lockd.BusyError
+	if err := ms[1].TryLock(ctx); !errors.As(err, &busy) || len(busy.Holders) != 1 {
+		t.Fatalf("TryLock on a held lock: %v, want a BusyError with one holder", err)
+	}
+	if ago := time.Since(busy.Holders[0].GrantedAt); ago < 3*time.Hour-time.Minute || ago > 3*time.Hour+time.Minute {
+		t.Errorf("granted %v ago with the nodes' wall clocks 3h behind, want about 3h", ago.Round(time.Second))
 	}
 }

@@ -22,12 +22,17 @@ type checkParams struct {
 	// LinearTimeout bounds the porcupine search; an exhausted search is
 	// reported as unknown, not as a pass.
 	LinearTimeout time.Duration
+	// Unfenced: the backend issues no fencing token (Redlock), so grants
+	// carry 0; otherwise a grant without a token is a violation.
+	Unfenced bool
 }
 
 // Report is the JSON report of one run.
 type Report struct {
 	// Seed replays the run's schedule and choices (--seed).
 	Seed uint64 `json:"seed"`
+	// Backend is lockd, redis, redis-aof or redlock.
+	Backend string `json:"backend,omitempty"`
 	// Profile is short or long.
 	Profile string `json:"profile,omitempty"`
 	// Nodes is the cluster size.
@@ -94,6 +99,12 @@ type Overlaps struct {
 	// Fenced overlaps are stale holders the register rejected right after
 	// their client was paused: fencing working.
 	Fenced int `json:"fenced"`
+	// Unfenced counts the unsafe overlaps whose writes the register
+	// accepted on both sides, interleaved: the resource itself saw two
+	// holders at once (with tokens only a shared token allows that;
+	// without, as on Redlock, every overlap is one). The other unsafe
+	// overlaps were caught by the register's token check.
+	Unfenced int `json:"unfenced"`
 }
 
 // Latency is acquire latency percentiles in milliseconds.
@@ -236,7 +247,7 @@ func (c *checker) fencing() {
 		}
 	}
 	for tok, cl := range owners {
-		if len(cl) > 1 {
+		if len(cl) > 1 && tok != 0 {
 			c.r.Shared++
 			c.violate("shared token: token %d began critical sections of %d holders: %s", tok, len(cl), strings.Join(sortedKeys(cl), ", "))
 		}
@@ -253,6 +264,7 @@ func (c *checker) fencing() {
 		for i := 1; i < len(rs); i++ {
 			if prev := rs[i-1]; rs[i].first < prev.last {
 				c.r.Overlaps.Unsafe++
+				c.r.Overlaps.Unfenced++
 				c.violate("unsafe overlap on %q: accepted writes of %s (token %d, #%d..#%d) and %s (token %d, #%d..#%d) interleave",
 					lock, prev.client, prev.token, prev.first, prev.last, rs[i].client, rs[i].token, rs[i].first, rs[i].last)
 			}
@@ -328,6 +340,12 @@ func (c *checker) tokens(ops []lockOp) {
 	holder := map[uint64]string{}
 	for _, o := range ops {
 		if o.op != opAcquire || o.result != resOK {
+			continue
+		}
+		if o.token == 0 {
+			if !c.p.Unfenced {
+				c.violate("grant without a token: %s on %q", o.session, o.lock)
+			}
 			continue
 		}
 		if h, ok := holder[o.token]; ok && h != o.session {

@@ -16,9 +16,10 @@ import (
 // planted builds a history as the register would record it: events at
 // given milliseconds, fed to a register in time order when checked.
 type planted struct {
-	t      *testing.T
-	events []plantedEvent
-	ids    int64
+	t        *testing.T
+	events   []plantedEvent
+	ids      int64
+	unfenced bool // a backend without tokens (Redlock)
 }
 
 type plantedEvent struct {
@@ -67,6 +68,7 @@ func (p *planted) cs(slot, client, lock string, token uint64, times ...int64) {
 func (p *planted) check() *Report {
 	p.t.Helper()
 	reg := newRegister()
+	reg.unfenced = p.unfenced
 	evs := slices.Clone(p.events)
 	slices.SortStableFunc(evs, func(a, b plantedEvent) int { return cmp.Compare(a.ms, b.ms) })
 	for _, pe := range evs {
@@ -75,7 +77,7 @@ func (p *planted) check() *Report {
 		}
 	}
 	r := &Report{}
-	check(reg.close(), checkParams{Slack: 500 * time.Millisecond, Liveness: 5 * time.Second, LinearTimeout: 10 * time.Second}, r)
+	check(reg.close(), checkParams{Slack: 500 * time.Millisecond, Liveness: 5 * time.Second, LinearTimeout: 10 * time.Second, Unfenced: p.unfenced}, r)
 	return r
 }
 
@@ -331,4 +333,63 @@ func TestCheckManyLostSessions(t *testing.T) {
 		t.Fatalf("linearizable %s, violations %q; want illegal", r.Linear, r.Violations)
 	}
 	t.Logf("%d lost sessions and a double grant: illegal in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// A backend without tokens (Redlock): the register accepts token 0, so two
+// holders acting at once interleave their accepted writes, reported as an
+// unsafe overlap that is also unfenced, and the mutex model finds the
+// double grant; one token 0 shared by every holder is not a shared token.
+// A clean token-0 history passes. With tokens, a grant without one is a
+// violation.
+func TestCheckUnfenced(t *testing.T) {
+	p := newPlanted(t)
+	p.unfenced = true
+	p.op(0, 10, "w0", "s1", opAcquire, "L", resOK, 0)
+	p.cs("w0", "w0:s1:0", "L", 0, 20, 30, 40)
+	p.op(50, 60, "w0", "s1", opRelease, "L", resOK, 0)
+	p.op(55, 70, "w1", "s2", opAcquire, "L", resOK, 0)
+	p.cs("w1", "w1:s2:0", "L", 0, 80, 90, 100)
+	p.op(110, 120, "w1", "s2", opRelease, "L", resOK, 0)
+	if r := p.check(); len(r.Violations) != 0 || r.Linear != "ok" || r.Ops.Runs != 2 {
+		t.Fatalf("clean token-0 history: violations %v, linearizable %s, ops %+v", r.Violations, r.Linear, r.Ops)
+	}
+	// A third holder granted while the second still holds, acting at once.
+	p.op(85, 88, "w2", "s3", opAcquire, "L", resOK, 0)
+	p.cs("w2", "w2:s3:0", "L", 0, 89, 95, 105)
+	r := p.check()
+	if r.Overlaps.Unsafe != 1 || r.Overlaps.Unfenced != 1 || r.Shared != 0 || r.Linear != "illegal" {
+		t.Fatalf("overlaps %+v, shared %d, linearizable %s; want 1 unsafe, 1 unfenced, 0 shared, illegal; violations %v", r.Overlaps, r.Shared, r.Linear, r.Violations)
+	}
+	if !hasViolation(r, "interleave") {
+		t.Errorf("no interleaving reported: %v", r.Violations)
+	}
+
+	q := newPlanted(t)
+	q.op(0, 10, "w0", "s1", opAcquire, "L", resOK, 0)
+	if r := q.check(); !hasViolation(r, "grant without a token") {
+		t.Errorf("lockd grant with token 0 not reported: %v", r.Violations)
+	}
+}
+
+// On a Redis backend the violations are the measurement: exit 0 unless
+// --strict; on lockd they fail the run.
+func TestExitForBackend(t *testing.T) {
+	bad := &Report{Violations: []string{"unsafe overlap"}}
+	for _, tc := range []struct {
+		backend string
+		strict  bool
+		r       *Report
+		want    int
+	}{
+		{backendLockd, false, bad, exitViolation},
+		{backendLockd, false, &Report{}, exitOK},
+		{backendRedis, false, bad, exitOK},
+		{backendRedlock, false, bad, exitOK},
+		{backendRedisAOF, true, bad, exitViolation},
+		{backendRedisAOF, true, &Report{}, exitOK},
+	} {
+		if got := exitFor(&config{Backend: tc.backend, Strict: tc.strict}, tc.r); got != tc.want {
+			t.Errorf("backend %s strict %v violations %d: exit %d, want %d", tc.backend, tc.strict, len(tc.r.Violations), got, tc.want)
+		}
+	}
 }

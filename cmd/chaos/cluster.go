@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/wallclock"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -33,6 +34,7 @@ type timing struct {
 // while the process is killed and restarted.
 type node struct {
 	id, data, api, raft string
+	wall                string // the node's wall-clock offset file (wallclock.EnvOffsetFile)
 	raftProxy, apiProxy *proxy // what the other nodes dial
 	join                string
 	log                 string
@@ -50,7 +52,26 @@ type cluster struct {
 	timing timing
 	nodes  []*node
 	mu     sync.Mutex
-	cuts   map[[2]string]bool // (from, to) node ids whose connections the proxies drop
+	cuts   map[[2]string]bool          // (from, to) node ids whose connections the proxies drop
+	delays map[[2]string]time.Duration // (from, to) node ids: latency the proxies add to those bytes
+}
+
+// delayOf returns the latency added to bytes from node from to node to.
+func (c *cluster) delayOf(from, to string) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.delays[[2]string{from, to}]
+}
+
+// delay sets the latency of the bytes between a and each node of others:
+// out from a to them, in from them to a.
+func (c *cluster) delay(a *node, others []*node, out, in time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, o := range others {
+		c.delays[[2]string{a.id, o.id}] = out
+		c.delays[[2]string{o.id, a.id}] = in
+	}
 }
 
 // isCut reports whether connections from src to dst are cut. A source
@@ -83,6 +104,7 @@ func (c *cluster) partition(from, to []*node, both bool) {
 func (c *cluster) heal() {
 	c.mu.Lock()
 	clear(c.cuts)
+	clear(c.delays)
 	c.mu.Unlock()
 }
 
@@ -159,9 +181,10 @@ func buildBinary(ctx context.Context, dir string) (string, error) {
 // connection another node opens to it, Raft and forwarded API calls,
 // passes a proxy the tool can cut. Clients talk to the API directly.
 func newCluster(bin, dir string, n int, t timing) (*cluster, error) {
-	c := &cluster{bin: bin, dir: dir, timing: t, cuts: map[[2]string]bool{}}
+	c := &cluster{bin: bin, dir: dir, timing: t, cuts: map[[2]string]bool{}, delays: map[[2]string]time.Duration{}}
 	for i := range n {
-		nd := &node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), log: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1))}
+		nd := &node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), log: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
+			wall: filepath.Join(dir, fmt.Sprintf("n%d.wall", i+1))}
 		var err error
 		if nd.api, err = freeAddr(); err != nil {
 			return nil, err
@@ -169,10 +192,10 @@ func newCluster(bin, dir string, n int, t timing) (*cluster, error) {
 		if nd.raft, err = freeAddr(); err != nil {
 			return nil, err
 		}
-		if nd.raftProxy, err = newProxy(nd.raft, nd.id, c.isCut, c.owner); err != nil {
+		if nd.raftProxy, err = newProxy(nd.raft, nd.id, c.isCut, c.delayOf, c.owner); err != nil {
 			return nil, err
 		}
-		if nd.apiProxy, err = newProxy(nd.api, nd.id, c.isCut, c.owner); err != nil {
+		if nd.apiProxy, err = newProxy(nd.api, nd.id, c.isCut, c.delayOf, c.owner); err != nil {
 			return nil, err
 		}
 		if i > 0 {
@@ -200,6 +223,7 @@ func (c *cluster) start(ctx context.Context, n *node) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(c.bin, args...)
+	cmd.Env = append(os.Environ(), wallclock.EnvOffsetFile+"="+n.wall)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -151,7 +151,10 @@ var lockModel = porcupine.NondeterministicModel{
 			if unknown {
 				next = append(next, s)
 			}
-			if s.holder == "" && (unknown || out.token > s.last) {
+			// Token 0: a backend without tokens (Redlock); only the
+			// mutex is checked. A lockd grant without one is reported
+			// by the token check.
+			if s.holder == "" && (unknown || out.token == 0 || out.token > s.last) {
 				n := lockState{holder: in.session, last: max(s.last, out.token)}
 				next = append(next, n)
 			}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,6 +34,8 @@ const (
 	faultClientKillGo  = "client-kill-go"
 	faultClientKillRn  = "client-kill-run"
 	faultRevoke        = "admin-revoke"
+	faultClockJump     = "node-clock-jump"      // a node's wall clock minutes forward, then minutes back
+	faultPartDelay     = "node-partition-delay" // 200–800 ms latency each way on a node's links to its peers
 )
 
 // allFaults is every kind the tool injects, each once in the short
@@ -40,13 +44,22 @@ var allFaults = []string{
 	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode,
 	faultPartLeader, faultPartRandom, faultPartInbound, faultPartBridge,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
+	faultClockJump, faultPartDelay,
 }
 
-// faultsFor lists the kinds that apply to a cluster of n nodes.
-func faultsFor(n int) []string {
+// faultsFor lists the kinds the run injects: --faults if given, else every
+// kind that applies to the backend (and, on lockd, to a cluster of
+// cfg.Nodes).
+func faultsFor(cfg *config) []string {
+	if len(cfg.Faults) > 0 {
+		return slices.Clone(cfg.Faults)
+	}
+	if isRedis(cfg.Backend) {
+		return slices.Clone(redisFaults)
+	}
 	var out []string
 	for _, k := range allFaults {
-		if k != faultPartBridge || n == 5 {
+		if k != faultPartBridge || cfg.Nodes == 5 {
 			out = append(out, k)
 		}
 	}
@@ -65,7 +78,9 @@ func ids(nodes []*node) string {
 // nemesis injects faults into the cluster and the clients and records each
 // as a fault and a heal event in the register's history.
 type nemesis struct {
-	c      *cluster
+	c      *cluster    // nil on a Redis backend
+	rf     *redisFleet // nil on lockd
+	t      timing
 	reg    *register
 	slots  []*slot
 	rng    *rand.Rand
@@ -84,10 +99,12 @@ func sleep(ctx context.Context, d time.Duration) { pause(ctx, d) }
 // inject runs one fault of the kind from injection to heal. It returns
 // false when there was nothing to inject it into (no holder to pause).
 func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
-	t := m.c.timing
+	t := m.t
 	m.n++
 	id := m.n
 	switch kind {
+	case faultRedisKill, faultRedisPause:
+		return true, m.injectRedis(ctx, kind, id)
 	case faultKillLeader, faultKillFollower, faultKillRandom:
 		leader := m.c.leader(ctx)
 		var cands []*node
@@ -163,6 +180,46 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 			// The proxies did not cut it off: the run would prove less
 			// than it claims.
 			return true, fmt.Errorf("partition ineffective: %s isolated for %v, the others still follow it", n.id, d)
+		}
+	case faultPartDelay:
+		// A slow network, not a cut: every byte between the node and its
+		// peers (Raft, forwarded calls) arrives late, a different amount
+		// each way. Clients reach it directly, at full speed.
+		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
+		var others []*node
+		for _, o := range m.c.nodes {
+			if o != n {
+				others = append(others, o)
+			}
+		}
+		out := time.Duration(200+m.rng.IntN(601)) * time.Millisecond
+		in := time.Duration(200+m.rng.IntN(601)) * time.Millisecond
+		d := t.TTL + time.Second
+		m.record(kindFault, kind, n.id, fmt.Sprintf("links to its peers delayed %v out, %v in, for %v", out, in, d), id)
+		m.c.delay(n, others, out, in)
+		sleep(ctx, d)
+		m.c.heal()
+		m.record(kindHeal, kind, n.id, "healed", id)
+	case faultClockJump:
+		// The node's wall clock (wallclock.Now, through its offset file)
+		// jumps minutes forward, then as far back behind the real time;
+		// leases and timers run on the monotonic clock and must not notice.
+		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
+		jump := time.Duration(2+m.rng.IntN(4)) * time.Minute
+		d := t.TTL + t.Grace + time.Second
+		m.record(kindFault, kind, n.id, fmt.Sprintf("wall clock +%v for %v, then -%v for %v", jump, d, jump, d), id)
+		err := os.WriteFile(n.wall, []byte(jump.String()), 0o600)
+		sleep(ctx, d)
+		if err == nil {
+			err = os.WriteFile(n.wall, []byte((-jump).String()), 0o600)
+		}
+		sleep(ctx, d)
+		if rerr := os.Remove(n.wall); err == nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = rerr
+		}
+		m.record(kindHeal, kind, n.id, "wall clock back to real time", id)
+		if err != nil {
+			return true, fmt.Errorf("clock jump of %s: %w", n.id, err)
 		}
 	case faultPartBridge:
 		// Five nodes as A B | C | D E: C talks to both sides, the sides

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // proxy forwards TCP connections from its own 127.0.0.1 port to one node's
@@ -21,18 +22,19 @@ type proxy struct {
 	target string
 	dst    string // node id behind the proxy
 	cut    func(src, dst string) bool
-	owner  func(port, peer int) string // node id owning the socket 127.0.0.1:port → 127.0.0.1:peer, "" if none
+	delay  func(from, to string) time.Duration // latency added to bytes from node from to node to
+	owner  func(port, peer int) string         // node id owning the socket 127.0.0.1:port → 127.0.0.1:peer, "" if none
 	mu     sync.Mutex
 	conns  map[net.Conn]string // → source node id
 	closed bool
 }
 
-func newProxy(target, dst string, cut func(src, dst string) bool, owner func(port, peer int) string) (*proxy, error) {
+func newProxy(target, dst string, cut func(src, dst string) bool, delay func(from, to string) time.Duration, owner func(port, peer int) string) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, target: target, dst: dst, cut: cut, owner: owner, conns: map[net.Conn]string{}}
+	p := &proxy{ln: ln, target: target, dst: dst, cut: cut, delay: delay, owner: owner, conns: map[net.Conn]string{}}
 	go p.serve()
 	return p, nil
 }
@@ -90,9 +92,56 @@ func (p *proxy) pipe(in net.Conn) {
 	}
 	defer p.untrack(out)
 	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+	go func() { p.copy(out, in, src, p.dst); done <- struct{}{} }()
+	go func() { p.copy(in, out, p.dst, src); done <- struct{}{} }()
 	<-done
+}
+
+// chunk is bytes read from one side, due on the other at a time.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// copy forwards from r to w, each chunk held back by the delay from node
+// from to node to at the time it was read (0 unless a delaying partition
+// is on), in order: a latency, not a bandwidth limit.
+func (p *proxy) copy(w io.Writer, r io.Reader, from, to string) {
+	q := make(chan chunk, 1024)
+	go func() {
+		defer close(q)
+		for {
+			b := make([]byte, 32<<10)
+			n, err := r.Read(b)
+			if n > 0 {
+				var d time.Duration
+				if from != "" && to != "" {
+					d = p.delay(from, to)
+				}
+				q <- chunk{b[:n], time.Now().Add(d)}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for c := range q {
+		if d := time.Until(c.due); d > 0 {
+			t.Reset(d)
+			<-t.C
+		}
+		if _, err := w.Write(c.b); err != nil {
+			// Unblock the reader: closing the other side ends its Read.
+			if cl, ok := r.(io.Closer); ok {
+				cl.Close()
+			}
+			for range q {
+			}
+			return
+		}
+	}
 }
 
 // enforce closes the open connections the partition table now cuts.

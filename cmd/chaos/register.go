@@ -27,6 +27,7 @@ type register struct {
 	limit    int               // bound on recorded events: a runaway client cannot eat memory
 	lastLock map[string]string // slot → lock of its last fenced message
 	inCS     map[string]bool   // slot → in a critical section (its last message an accepted begin or write)
+	unfenced bool              // Redlock: messages carry no token (0) and are all accepted
 }
 
 // maxEvents bounds one run's history.
@@ -96,7 +97,9 @@ func (r *register) recordAt(e Event, at int64) (bool, error) {
 	e.Seq = int64(len(r.events)) + 1
 	e.At = at
 	if e.fenced() {
-		e.Accepted = e.Token != 0 && e.Token >= r.max[e.Lock]
+		// Token 0 is no token: rejected, except from a backend that
+		// issues none (Redlock), whose holders nothing can fence.
+		e.Accepted = e.Token != 0 && e.Token >= r.max[e.Lock] || r.unfenced && e.Token == 0
 		if e.Accepted {
 			r.max[e.Lock] = e.Token
 		}

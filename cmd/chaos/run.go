@@ -51,21 +51,21 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	}
 	t := defaultTiming
 	reg := newRegister()
+	reg.unfenced = cfg.Backend == backendRedlock
 	regURL, err := reg.start()
 	if err != nil {
 		return nil, err
 	}
 	defer reg.stop()
-	c, err := newCluster(bin, work, cfg.Nodes, t)
+	tg, err := newTarget(ctx, cfg, bin, work, t)
+	if tg != nil {
+		defer tg.down()
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer c.down()
 	start := time.Now()
-	if err := c.up(ctx); err != nil {
-		return nil, err
-	}
-	logf("cluster of %d up in %v; data and logs in %s", cfg.Nodes, time.Since(start).Round(time.Millisecond), work)
+	logf("%s up; data and logs in %s", tg.describe(), work)
 
 	// Clients: half Go workers, half lockd run loops. The hard end bounds
 	// them even if the tool is stuck; normally they are stopped earlier.
@@ -74,8 +74,13 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		locks = append(locks, fmt.Sprintf("chaos/%c", 'a'+i))
 	}
 	hardEnd := time.Now().Add(max(cfg.Duration, 5*time.Minute) + 2*time.Minute)
-	sr := &slotRunner{self: self, lockd: bin, register: regURL, endpoints: c.endpoints(), locks: locks,
-		ttl: t.TTL, until: hardEnd, seed: cfg.Seed, broken: cfg.Broken, logDir: work}
+	sr := &slotRunner{self: self, lockd: bin, register: regURL, locks: locks,
+		ttl: t.TTL, until: hardEnd, seed: cfg.Seed, broken: cfg.Broken, logDir: work, backend: cfg.Backend}
+	if tg.rf != nil {
+		sr.endpoints, sr.redisURLs = tg.rf.addrs(), tg.rf.urls()
+	} else {
+		sr.endpoints = tg.c.endpoints()
+	}
 	var slots []*slot
 	for i := range cfg.Clients {
 		s := &slot{name: fmt.Sprintf("w%d", i), kind: "go"}
@@ -120,8 +125,9 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 
 	// Faults.
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6e656d65))
-	nem := &nemesis{c: c, reg: reg, slots: slots, rng: rng, broken: cfg.Broken, log: logf}
+	nem := &nemesis{c: tg.c, rf: tg.rf, t: t, reg: reg, slots: slots, rng: rng, broken: cfg.Broken, log: logf}
 	p := params(t)
+	p.Unfenced = reg.unfenced
 	var harness []string
 	sleep(ctx, 4*time.Second) // warm-up: grants before the first fault
 	plan := schedule(cfg, rng)
@@ -132,7 +138,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		case i < len(plan):
 			kind = plan[i]
 		case cfg.Profile == "long" && time.Since(runStart) < cfg.Duration:
-			kinds := faultsFor(cfg.Nodes)
+			kinds := faultsFor(cfg)
 			kind = kinds[rng.IntN(len(kinds))]
 		}
 		if kind == "" {
@@ -150,7 +156,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 			logf("fault %s: nothing to inject it into", kind)
 		}
 		sleep(ctx, time.Second+time.Duration(rng.IntN(2000))*time.Millisecond)
-		if err := c.waitStable(ctx, 30*time.Second); err != nil {
+		if err := tg.waitStable(ctx, 30*time.Second); err != nil {
 			harness = append(harness, fmt.Sprintf("after %s: %v", kind, err))
 		}
 	}
@@ -167,7 +173,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	}
 	var probe error
 	if ctx.Err() == nil {
-		probe = probeLocks(ctx, c, locks, p.Liveness+t.TTL)
+		probe = tg.probe(ctx, locks, p.Liveness+t.TTL)
 	}
 	// A client that panicked or, built with -race, raced is a harness
 	// failure: its data dir and logs are kept for a look.
@@ -180,7 +186,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	}
 
 	events := reg.close()
-	r := &Report{Seed: cfg.Seed, Profile: cfg.Profile, Nodes: cfg.Nodes, Clients: cfg.Clients, Broken: cfg.Broken,
+	r := &Report{Seed: cfg.Seed, Backend: cfg.Backend, Profile: cfg.Profile, Nodes: tg.nodes(), Clients: cfg.Clients, Broken: cfg.Broken,
 		Duration: time.Since(start).Round(time.Second).String(), Errors: harness}
 	r.History = filepath.Join(out, "history.jsonl")
 	hf, err := os.Create(r.History)
@@ -212,7 +218,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 // schedule is the seeded order of the profile's planned faults: the short
 // profile injects every kind once.
 func schedule(cfg *config, rng *rand.Rand) []string {
-	plan := faultsFor(cfg.Nodes)
+	plan := faultsFor(cfg)
 	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
 	return plan
 }

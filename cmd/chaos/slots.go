@@ -87,6 +87,8 @@ type slotRunner struct {
 	seed      uint64
 	broken    string
 	logDir    string
+	backend   string   // backendLockd or a Redis backend (endpoints are then Redis host:port)
+	redisURLs []string // a Redis backend: the servers, for lockd run --backend
 }
 
 // exec starts cmd in its own process group, killed if the tool dies.
@@ -134,15 +136,21 @@ func (r *slotRunner) loop(ctx context.Context, s *slot, index int) {
 			_ = r.exec(ctx, s, r.self, "worker", "--register", r.register, "--slot", s.name,
 				"--endpoints", eps, "--locks", strings.Join(r.locks, ","), "--ttl", r.ttl.String(),
 				"--until", strconv.FormatInt(r.until.UnixNano(), 10), "--seed", strconv.FormatUint(rng.Uint64(), 10),
-				"--broken", r.broken)
+				"--broken", r.broken, "--backend", r.backend)
 		case "run":
 			// Start the endpoints list at a different node each time.
 			off := rng.IntN(len(r.endpoints))
 			rot := append(clone(r.endpoints[off:]), r.endpoints[:off]...)
 			lock := r.locks[rng.IntN(len(r.locks))]
-			_ = r.exec(ctx, s, r.lockd, "run", "--endpoints", strings.Join(rot, ","), "--ttl", r.ttl.String(),
+			target := []string{"--endpoints", strings.Join(rot, ",")}
+			if r.backend != backendLockd {
+				target = []string{"--backend", strings.Join(r.redisURLs, ",")}
+			}
+			args := append([]string{"run"}, target...)
+			args = append(args, "--ttl", r.ttl.String(),
 				"--wait", "10s", lock, "--", r.self, "write", "--register", r.register, "--slot", s.name,
 				"--client", fmt.Sprintf("%s:%d", s.name, i), "--lock", lock, "--writes", strconv.Itoa(2+rng.IntN(4)))
+			_ = r.exec(ctx, s, r.lockd, args...)
 		}
 		pause(ctx, time.Duration(10+rng.IntN(40))*time.Millisecond)
 	}

@@ -81,6 +81,7 @@ func (r *reporter) send(ctx context.Context, e Event) error {
 // workerConfig is `chaos worker`'s flags.
 type workerConfig struct {
 	register, slot, broken string
+	backend                string
 	endpoints, locks       []string
 	ttl                    time.Duration
 	until                  time.Time
@@ -94,6 +95,7 @@ func parseWorker(args []string) (*workerConfig, error) {
 	fs.StringVar(&c.register, "register", "", "register URL")
 	fs.StringVar(&c.slot, "slot", "w0", "client slot name")
 	fs.StringVar(&c.broken, "broken", "", "deliberate client bug: ignore-lease")
+	fs.StringVar(&c.backend, "backend", backendLockd, "lockd, or redis (--endpoints are then Redis host:port; several: Redlock)")
 	eps := fs.String("endpoints", "", "comma-separated lockd API URLs")
 	locks := fs.String("locks", "chaos/a", "comma-separated lock names")
 	fs.DurationVar(&c.ttl, "ttl", 2*time.Second, "session TTL")
@@ -116,6 +118,9 @@ func parseWorker(args []string) (*workerConfig, error) {
 // until an error, which ends the session (its holds end by Close or by
 // expiry). It reports every call before and after it to the register.
 func runWorker(ctx context.Context, c *workerConfig) error {
+	if isRedis(c.backend) {
+		return runRedisWorker(ctx, c)
+	}
 	ctx, cancel := context.WithDeadline(ctx, c.until)
 	defer cancel()
 	rep := newReporter(c.register, c.slot)
@@ -196,7 +201,7 @@ func (c *workerConfig) session(ctx context.Context, rep *reporter, s *lockd.Sess
 		if err != nil {
 			return n
 		}
-		c.critical(ctx, rep, s, m, rng)
+		c.critical(ctx, rep, c.slot+":"+s.ID(), s.ID(), m, rng)
 		id = opID.Add(1)
 		_ = rep.send(context.Background(), Event{Kind: kindInvoke, Op: opRelease, OpID: id, Session: s.ID(), Lock: name})
 		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -216,9 +221,8 @@ func (c *workerConfig) session(ctx context.Context, rep *reporter, s *lockd.Sess
 // by the token. A correct worker checks its lock before every message and
 // stops at the first rejection; the ignore-lease worker does neither, and
 // once its lease is lost it keeps writing for another two TTLs.
-func (c *workerConfig) critical(ctx context.Context, rep *reporter, s *lockd.Session, m *lockd.Mutex, rng *rand.Rand) {
-	client := c.slot + ":" + s.ID()
-	ev := Event{Kind: kindBegin, Client: client, Session: s.ID(), Lock: m.Name(), Token: m.Token()}
+func (c *workerConfig) critical(ctx context.Context, rep *reporter, client, session string, m lockd.Locker, rng *rand.Rand) {
+	ev := Event{Kind: kindBegin, Client: client, Session: session, Lock: m.Name(), Token: m.Token()}
 	writes := 2 + rng.IntN(5)
 	var overtime time.Time
 	for i := 0; i <= writes+1 && ctx.Err() == nil; i++ {
@@ -262,9 +266,14 @@ func runWrite(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	tok, err := strconv.ParseUint(os.Getenv("LOCKD_TOKEN"), 10, 64)
-	if err != nil {
-		return fmt.Errorf("LOCKD_TOKEN: %w", err)
+	// Redlock issues no token (LOCKD_TOKEN unset): the messages carry 0,
+	// which a register in unfenced mode accepts and any other rejects.
+	var tok uint64
+	if v := os.Getenv("LOCKD_TOKEN"); v != "" {
+		var err error
+		if tok, err = strconv.ParseUint(v, 10, 64); err != nil {
+			return fmt.Errorf("LOCKD_TOKEN: %w", err)
+		}
 	}
 	rep := newReporter(*url, *slot)
 	ev := Event{Kind: kindBegin, Client: *client, Session: os.Getenv("LOCKD_SESSION"), Lock: *lock, Token: tok}

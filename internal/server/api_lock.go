@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -65,7 +66,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		}
 		delay = m.LockDelay.AsDuration()
 	}
-	proposed := time.Now()
+	proposed := wallclock.Now() // recorded in the lock table (queued or granted at): wall time
 	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, TimeUnixNano: proposed.UnixNano(), LockDelayMs: delay.Milliseconds(),
@@ -110,7 +111,7 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, a.s.invalid("%v", err)
 	}
 	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: time.Now().UnixNano(),
+	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: time.Now().UnixNano(),
+	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
 	if err != nil {
 		return nil, err
@@ -163,7 +164,7 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	}
 	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
 	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
-		RetentionMs: ret.Milliseconds(), TimeUnixNano: time.Now().UnixNano(),
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
 		return nil, err
 	}
@@ -197,13 +198,13 @@ func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.For
 	a.s.log.Warn("force release", "lock", req.Msg.Name, "sessions", resp.SessionIds, "unsafe_now", req.Msg.UnsafeNow)
 	if req.Msg.UnsafeNow {
 		for _, id := range resp.SessionIds {
-			if _, err := a.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+			if _, err := a.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano()}); err != nil {
 				return nil, err
 			}
 		}
 		return connect.NewResponse(resp), nil
 	}
-	if _, err := a.propose(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: resp.SessionIds, TimeUnixNano: time.Now().UnixNano()}); err != nil {
+	if _, err := a.propose(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: resp.SessionIds, TimeUnixNano: wallclock.Now().UnixNano()}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -52,7 +53,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 		return nil, a.s.invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
 	}
 	r, err := a.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{
-		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: time.Now().UnixNano(),
+		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(secret), Identity: identityOf(ctx),
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/lockd-dev/lockd/internal/wallclock"
 )
 
 // The audit log: one JSON object a line for every admin operation (with
@@ -58,7 +59,7 @@ func (l *auditLog) record(ctx context.Context, a *access, err error) {
 		return
 	}
 	c := callerOf(ctx)
-	e := AuditEntry{Time: time.Now().UTC(), Node: l.node, Identity: c.identity, ForwardedBy: c.forwardedBy, Peer: c.addr, Outcome: "ok"}
+	e := AuditEntry{Time: wallclock.Now().UTC(), Node: l.node, Identity: c.identity, ForwardedBy: c.forwardedBy, Peer: c.addr, Outcome: "ok"}
 	if a != nil {
 		e.Op, e.Lock, e.Member = a.op, a.name, a.member
 	}

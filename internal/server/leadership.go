@@ -15,6 +15,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -127,7 +128,7 @@ func (s *Server) establish(gen uint64) {
 		end()
 		if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
 			var r *fsm.Result
-			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(time.Now().UnixMicro())})
+			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(wallclock.Now().UnixMicro())})
 			if err == nil && r.Code != fsm.OK {
 				// Apply refused the backup: every retry would too.
 				s.fatal(fmt.Errorf("restore from backup %s: %w", s.cfg.Restore, r.Err()))
@@ -140,8 +141,8 @@ func (s *Server) establish(gen uint64) {
 		if err == nil && s.fsm.ClusterID() == "" {
 			_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
 				ClusterId:    randomID(16),
-				Epoch:        uint64(time.Now().UnixMicro()),
-				TimeUnixNano: time.Now().UnixNano(),
+				Epoch:        uint64(wallclock.Now().UnixMicro()),
+				TimeUnixNano: wallclock.Now().UnixNano(),
 			})
 		}
 		if err == nil {
@@ -212,7 +213,7 @@ func (s *Server) demoteTimers() {
 // passed in leadership term.
 func (s *Server) expire(id string, term uint64) {
 	holds := s.fsm.HoldTimes(id)
-	if s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: time.Now().UnixNano(), Term: term}) {
+	if s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano(), Term: term}) {
 		s.metrics.sessionsExpired.Inc()
 		if len(holds) > 0 {
 			s.metrics.lock.expiredHolding.Inc()
@@ -266,7 +267,7 @@ func (s *Server) clearMark(key string, term uint64) {
 // leader; grant again.
 func (s *Server) undelay(key string, term uint64) {
 	if name, token, ok := parseMarkKey(key); ok {
-		s.proposeTimed(s.delays, key, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Token: token, Term: term, TimeUnixNano: time.Now().UnixNano()})
+		s.proposeTimed(s.delays, key, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Token: token, Term: term, TimeUnixNano: wallclock.Now().UnixNano()})
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lockd-dev/lockd/internal/wallclock"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -122,7 +123,8 @@ func (m *lockMetrics) acquired(start, queuedAt time.Time, resp *connect.Response
 	end := time.Now()
 	m.acquire.WithLabelValues(o).Observe(end.Sub(start).Seconds())
 	if !queuedAt.IsZero() && o != outcomeBusy {
-		m.wait.WithLabelValues(o).Observe(max(0, end.Sub(queuedAt).Seconds()))
+		// queuedAt is the lock table's wall time: compared with wall time.
+		m.wait.WithLabelValues(o).Observe(max(0, wallclock.Now().Sub(queuedAt).Seconds()))
 	}
 }
 
@@ -165,7 +167,7 @@ func acquireOutcome(resp *connect.Response[lockdv1.AcquireResponse], err error) 
 
 // holdEnded observes a hold granted at granted that ended now.
 func (m *lockMetrics) holdEnded(end string, granted time.Time) {
-	m.hold.WithLabelValues(end).Observe(max(0, time.Since(granted).Seconds()))
+	m.hold.WithLabelValues(end).Observe(max(0, wallclock.Now().Sub(granted).Seconds()))
 }
 
 // countLeaderChanges counts the leader changes Raft reports until done
