@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +29,7 @@ import (
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/fence"
 	"github.com/lockd-dev/lockd/fence/pgfence"
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 func main() {
@@ -72,12 +72,12 @@ func run(ctx context.Context, endpoint, dsn string) (outcome, error) {
 	// Server A's requests go through a transport that can pause, so that
 	// its keepalives stop as a paused process's would. Unary calls only:
 	// an open stream would carry them past the pause.
-	pause := &pausable{base: http.DefaultTransport}
+	pause := lockdtest.NewPause(nil) // holds A's requests, like a stopped process
 	ca, err := lockd.New(lockd.WithEndpoints(endpoint), lockd.WithHTTPClient(&http.Client{Transport: pause}), lockd.WithStream(false))
 	if err != nil {
 		return outcome{}, err
 	}
-	defer func() { pause.resume(); ca.Close(context.Background()) }()
+	defer func() { pause.Resume(); ca.Close(context.Background()) }()
 	cb, err := lockd.New(lockd.WithEndpoints(endpoint))
 	if err != nil {
 		return outcome{}, err
@@ -101,7 +101,7 @@ func run(ctx context.Context, endpoint, dsn string) (outcome, error) {
 	if left, err := inStock(ctx, db); err != nil || left != 1 {
 		return outcome{}, fmt.Errorf("A sees %d left: %v", left, err)
 	}
-	pause.pause() // A stops between its check and its write
+	pause.Pause() // A stops between its check and its write
 
 	mb := sb.NewMutex("stock/laptop")
 	if err := mb.Lock(ctx); err != nil { // granted when A's session expires
@@ -114,7 +114,7 @@ func run(ctx context.Context, endpoint, dsn string) (outcome, error) {
 		return outcome{}, err
 	}
 
-	pause.resume() // A wakes up, still sure it holds the lock
+	pause.Resume() // A wakes up, still sure it holds the lock
 	if res.a, err = sell(ctx, db, tokenA, "a"); err != nil {
 		return outcome{}, err
 	}
@@ -139,42 +139,4 @@ func sell(ctx context.Context, db *pgx.Conn, token uint64, to string) (string, e
 		return fmt.Sprintf("refused (token %d is stale): sold out", token), nil
 	}
 	return fmt.Sprintf("sold (token %d)", token), nil
-}
-
-// pausable holds every request while paused, like a stopped process.
-type pausable struct {
-	base    http.RoundTripper
-	mu      sync.Mutex
-	resumed chan struct{}
-}
-
-func (p *pausable) pause() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.resumed == nil {
-		p.resumed = make(chan struct{})
-	}
-}
-
-func (p *pausable) resume() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.resumed != nil {
-		close(p.resumed)
-		p.resumed = nil
-	}
-}
-
-func (p *pausable) RoundTrip(req *http.Request) (*http.Response, error) {
-	p.mu.Lock()
-	wait := p.resumed
-	p.mu.Unlock()
-	if wait != nil {
-		select {
-		case <-wait:
-		case <-req.Context().Done():
-			return nil, req.Context().Err()
-		}
-	}
-	return p.base.RoundTrip(req)
 }
