@@ -38,9 +38,7 @@ type node struct {
 	raftProxy, apiProxy *proxy // what the other nodes dial
 	join                string
 	log                 string
-	mu                  sync.Mutex
-	cmd                 *exec.Cmd
-	exited              chan struct{}
+	proc                // the running `lockd serve`
 }
 
 func (n *node) url() string { return "http://" + n.api }
@@ -275,30 +273,6 @@ func poll(ctx context.Context, timeout, every time.Duration, cond func() (bool, 
 		case <-ctx.Done():
 			return fmt.Errorf("not within %v: %w", timeout, context.Cause(ctx))
 		case <-tick.C:
-		}
-	}
-}
-
-// signal sends sig to the node's process group.
-func (n *node) signal(sig syscall.Signal) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil && n.cmd.Process != nil {
-		_ = syscall.Kill(-n.cmd.Process.Pid, sig)
-	}
-}
-
-// kill sends SIGKILL and waits until the process is gone.
-func (n *node) kill() {
-	n.mu.Lock()
-	exited := n.exited
-	n.mu.Unlock()
-	n.signal(syscall.SIGCONT)
-	n.signal(syscall.SIGKILL)
-	if exited != nil {
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
 		}
 	}
 }

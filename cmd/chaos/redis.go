@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -49,9 +48,7 @@ var redisFaults = []string{
 type redisServer struct {
 	id, addr, dir, log string
 	aof                bool
-	mu                 sync.Mutex
-	cmd                *exec.Cmd
-	exited             chan struct{}
+	proc               // the running redis-server
 }
 
 // redisFleet is the Redis side of a run: one server, or three for Redlock.
@@ -135,30 +132,6 @@ func (s *redisServer) ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	return c.Ping(ctx).Err()
-}
-
-// signal sends sig to the server's process group.
-func (s *redisServer) signal(sig syscall.Signal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = syscall.Kill(-s.cmd.Process.Pid, sig)
-	}
-}
-
-// kill sends SIGKILL and waits until the process is gone.
-func (s *redisServer) kill() {
-	s.mu.Lock()
-	exited := s.exited
-	s.mu.Unlock()
-	s.signal(syscall.SIGCONT)
-	s.signal(syscall.SIGKILL)
-	if exited != nil {
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-		}
-	}
 }
 
 // up starts every server.

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is a process the tool started (a lockd node or a Redis server),
+// in a process group of its own: its command and a channel closed when it
+// has exited, under one mutex.
+type proc struct {
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// signal sends sig to the process group.
+func (p *proc) signal(sig syscall.Signal) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	}
+}
+
+// kill sends SIGKILL (after SIGCONT, so a paused process dies too) and
+// waits until the process is gone, at most 10 s.
+func (p *proc) kill() {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	p.signal(syscall.SIGCONT)
+	p.signal(syscall.SIGKILL)
+	if exited != nil {
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
+	}
+}
