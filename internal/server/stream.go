@@ -34,7 +34,8 @@ import (
 const streamInFlight = 256
 
 // maxKeepAliveBatch bounds the sessions of one KeepAliveBatch (the client
-// splits larger rounds; a frame stays under maxRequestBytes).
+// splits larger rounds, and splits by size so that a frame stays under
+// maxRequestBytes: 1000 sessions with their secrets would not).
 const maxKeepAliveBatch = 1000
 
 // maxIdleWorkers bounds the workers of one stream kept waiting for its next
