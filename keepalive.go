@@ -32,8 +32,40 @@ import (
 func earlyBy(ttl time.Duration) time.Duration { return retry.RenewInterval(ttl) / 2 }
 
 // maxBatch is the most sessions one KeepAliveBatch frame names (the
-// server's bound; a frame stays well under its size limit).
+// server's bound).
 const maxBatch = 1000
+
+// maxBatchBytes bounds the encoded sessions of one KeepAliveBatch frame:
+// the server reads at most 64 KiB per frame, and a session with its secret
+// takes about 100 bytes (up to 300 with the longest secret), so a frame of
+// maxBatch sessions would not fit, and a frame too big breaks the whole
+// stream. The rest of the 64 KiB is room for the frame's envelope.
+const maxBatchBytes = 60 << 10
+
+// batchEntryBytes bounds the encoded size of one session in a frame: its
+// id and secret, each with a field tag and a length of up to 3 bytes, in
+// a message with its own tag and length.
+func batchEntryBytes(s *Session) int { return len(s.id) + len(s.secret) + 12 }
+
+// splitBatch cuts the sessions due in one round into frames of at most
+// maxBatch sessions and maxBatchBytes.
+func splitBatch(batch []*Session) [][]*Session {
+	var frames [][]*Session
+	for len(batch) > 0 {
+		n, size := 0, 0
+		for n < len(batch) && n < maxBatch {
+			e := batchEntryBytes(batch[n])
+			if n > 0 && size+e > maxBatchBytes {
+				break
+			}
+			size += e
+			n++
+		}
+		frames = append(frames, batch[:n])
+		batch = batch[n:]
+	}
+	return frames
+}
 
 // kaResult is a session's outcome of one batched round.
 type kaResult struct {
@@ -123,10 +155,8 @@ func (k *kaScheduler) run() {
 			}
 		}
 		k.mu.Unlock()
-		for len(batch) > 0 {
-			n := min(len(batch), maxBatch)
-			go k.send(batch[:n], now)
-			batch = batch[n:]
+		for _, f := range splitBatch(batch) {
+			go k.send(f, now)
 		}
 	}
 }

@@ -2,10 +2,16 @@ package lockd
 
 import (
 	"context"
+	"math"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // A stream being opened to a node that accepts connections and never
@@ -59,5 +65,37 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 3*time.Second {
 		t.Fatalf("a call with a 200ms deadline waited %v behind another call's open", waited)
+	}
+}
+
+// Every keepalive frame fits the server's 64 KiB read limit (a frame over
+// it breaks the whole stream, and every session of the client is lost):
+// 1000 sessions with the client's own secrets (64 characters) used to make
+// one frame of about 100 KiB.
+func TestKeepAliveFramesFitServerLimit(t *testing.T) {
+	const serverLimit = 64 << 10 // internal/server maxRequestBytes
+	for _, secretLen := range []int{64, 256} {
+		var batch []*Session
+		for range 2500 {
+			batch = append(batch, &Session{id: randomID(), secret: strings.Repeat("s", secretLen)})
+		}
+		seen := 0
+		for _, f := range splitBatch(batch) {
+			frame := &lockdv1.KeepAliveBatch{}
+			for _, s := range f {
+				if s != batch[seen] {
+					t.Fatalf("secret %d: frames do not cover the batch in order", secretLen)
+				}
+				seen++
+				frame.Sessions = append(frame.Sessions, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret})
+			}
+			req := &lockdv1.StreamRequest{CallId: math.MaxUint64, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}}
+			if n := proto.Size(req); n > serverLimit || len(f) > maxBatch || len(f) == 0 {
+				t.Fatalf("secret %d: frame of %d sessions is %d bytes (limit %d)", secretLen, len(f), n, serverLimit)
+			}
+		}
+		if seen != len(batch) {
+			t.Fatalf("secret %d: frames name %d of %d sessions", secretLen, seen, len(batch))
+		}
 	}
 }

@@ -85,6 +85,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --listen or --raft-listen without TLS (logs a warning)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	pprofListen := fs.String("pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this loopback address, apart from the API (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
 	}
@@ -108,6 +109,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	logger := slog.New(h)
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
+	}
+	if *pprofListen != "" {
+		stop, err := startPprof(*pprofListen, logger)
+		if err != nil {
+			return usageError{err}
+		}
+		defer stop()
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(cfg, server.WithLogger(logger), server.WithRegistry(reg), server.WithVersion(version))

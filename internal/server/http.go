@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -40,10 +41,12 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
-	// Frames are small: compressing each (Connect compresses every message
-	// of a stream whose client accepts gzip, by default) costs more CPU than
-	// it saves on the wire.
-	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
+	// Stream answers are never compressed: most frames are small, and the
+	// large ones, keepalive batch answers, cost more to gzip than all
+	// the rest of their serving (17 % of the server's CPU with 100 000
+	// sessions) to save a few KiB per client per round. A client may
+	// still send gzip.
+	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
 	handle(streamPath, streamHandler(stream))
 	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	watchPath, watch := lockdv1connect.NewWatchServiceHandler(&watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))

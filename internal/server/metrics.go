@@ -25,6 +25,7 @@ type metrics struct {
 	watchdogTrips   prometheus.Counter
 	streamsOpen     prometheus.Gauge
 	streamFrames    *prometheus.CounterVec
+	streamFrameOf   []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
 	watchStreams    prometheus.Gauge
 	watchResets     prometheus.Counter
 	lock            *lockMetrics // metrics_lock.go
@@ -63,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 		Name: "lockd_api_stream_frames_total", Help: "Calls received on session streams, by kind (a keep_alive frame is a batch).",
 	}, []string{"kind"})
 	for _, k := range streamKinds {
-		m.streamFrames.WithLabelValues(k)
+		m.streamFrameOf = append(m.streamFrameOf, m.streamFrames.WithLabelValues(k))
 	}
 	m.watchStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_watch_streams_open", Help: "Watch streams (Connect and SSE) open on this node.",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,27 +33,71 @@ import (
 // in flight than this (the Go client keeps at most half).
 const streamInFlight = 256
 
-// answer is a call's answer and the pool slot it frees once written.
-type answer struct {
-	resp  *lockdv1.StreamResponse
-	slots chan struct{}
-}
-
 // maxKeepAliveBatch bounds the sessions of one KeepAliveBatch (the client
-// splits larger rounds; a frame stays under maxRequestBytes).
+// splits larger rounds, and splits by size so that a frame stays under
+// maxRequestBytes: 1000 sessions with their secrets would not).
 const maxKeepAliveBatch = 1000
+
+// maxIdleWorkers bounds the workers of one stream kept waiting for its next
+// call (see streamServer.work).
+const maxIdleWorkers = 4
 
 // sessionAPI implements lockdv1connect.SessionServiceHandler.
 type sessionAPI struct{ a *api }
 
 var _ lockdv1connect.SessionServiceHandler = (*sessionAPI)(nil)
 
-// streamKinds are the values of the kind label of
-// lockd_api_stream_frames_total.
-var streamKinds = []string{"create_session", "keep_alive", "acquire", "release", "cancel", "complete", "close_session", "invalid"}
+// Frame kinds: indexes in streamKinds.
+const (
+	kindCreateSession = iota
+	kindKeepAlive
+	kindAcquire
+	kindRelease
+	kindCancel
+	kindComplete
+	kindCloseSession
+	kindInvalid
+)
 
-// Stream serves one session stream: one reader (this goroutine), a
-// goroutine per call in flight (at most streamInFlight) and one writer.
+// streamKinds are the values of the kind label of
+// lockd_api_stream_frames_total, by frame kind.
+var streamKinds = [...]string{"create_session", "keep_alive", "acquire", "release", "cancel", "complete", "close_session", "invalid"}
+
+// streamCall is a frame handed to a worker, with the pool slot it holds
+// until its answer is written.
+type streamCall struct {
+	req      *lockdv1.StreamRequest
+	received time.Time
+	slots    chan struct{}
+}
+
+// streamServer is one stream being served. Each answer is written by the
+// worker that made it (under sendMu) rather than handed to a writer
+// goroutine, and a worker serves the stream's next call when it is idle
+// rather than a goroutine being started per call: under workload own these
+// hand-offs and the stack growth of fresh goroutines cost more server CPU
+// than the stream's own code.
+type streamServer struct {
+	h          *sessionAPI
+	st         *connect.BidiStream[lockdv1.StreamRequest, lockdv1.StreamResponse]
+	ctx        context.Context
+	cancel     context.CancelFunc
+	waitSlots  chan struct{}
+	shortSlots chan struct{}
+	jobs       chan streamCall // unbuffered: a send succeeds only to an idle worker
+	idle       atomic.Int32
+
+	mu      sync.Mutex // guards stopped and orders calls.Add before calls.Wait
+	stopped bool
+	calls   sync.WaitGroup
+
+	sendMu  sync.Mutex
+	sendErr error
+}
+
+// Stream serves one session stream: a reader goroutine hands each frame to
+// a worker (at most streamInFlight calls in flight per pool), each worker
+// writes its own answer, and this goroutine ends the stream.
 func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.StreamRequest, lockdv1.StreamResponse]) error {
 	s := h.a.s
 	s.metrics.streamsOpen.Inc()
@@ -65,166 +110,200 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	if err := st.Send(&lockdv1.StreamResponse{ClusterId: h.a.clusterID()}); err != nil {
 		return err
 	}
-	out := make(chan answer, 2*streamInFlight)
-	waitSlots := make(chan struct{}, streamInFlight)
-	shortSlots := make(chan struct{}, streamInFlight)
-	writerDone := make(chan error, 1)
-	go func() {
-		// The single writer. A slot is freed only once its answer is
-		// written, so answers waiting for a slow reader count too.
-		var err error
-		for r := range out {
-			if err == nil {
-				if err = st.Send(r.resp); err != nil {
-					cancel() // the client is gone: stop the calls in flight
-				}
-			}
-			<-r.slots
-		}
-		writerDone <- err
-	}()
+	sv := &streamServer{
+		h: h, st: st, ctx: ctx, cancel: cancel,
+		waitSlots:  make(chan struct{}, streamInFlight),
+		shortSlots: make(chan struct{}, streamInFlight),
+		jobs:       make(chan streamCall),
+	}
 	// Frames are read in their own goroutine, so that a shutdown of this
 	// node ends the stream at once (the client goes elsewhere) instead of
 	// keeping it served until the HTTP server's shutdown times out.
-	frames := make(chan *lockdv1.StreamRequest)
 	readErr := make(chan error, 1)
 	quit := make(chan struct{})
-	defer close(quit)
-	go func() {
-		for {
-			req, err := st.Receive()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case frames <- req:
-			case <-quit:
-				return
-			}
-		}
-	}()
-	var calls sync.WaitGroup
+	go sv.read(readErr, quit)
 	var rerr error
-loop:
-	for {
-		var req *lockdv1.StreamRequest
-		select {
-		case req = <-frames:
-		case err := <-readErr:
-			if !errors.Is(err, io.EOF) {
-				rerr = err
-			}
-			break loop
-		case <-ctx.Done():
-			break loop
-		case <-s.done:
-			rerr = s.raftError(raft.ErrRaftShutdown)
-			break loop
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, io.EOF) {
+			rerr = err
 		}
-		slots := shortSlots
-		if _, ok := req.GetBody().(*lockdv1.StreamRequest_Acquire); ok {
-			slots = waitSlots
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			break loop
-		case <-s.done:
-			rerr = s.raftError(raft.ErrRaftShutdown)
-			break loop
-		}
-		received := time.Now()
-		calls.Go(func() { out <- answer{h.serve(ctx, req, received), slots} })
+	case <-ctx.Done():
+	case <-s.done:
+		rerr = s.raftError(raft.ErrRaftShutdown)
 	}
-	calls.Wait()
-	close(out)
-	werr := <-writerDone
+	close(quit)
+	sv.mu.Lock()
+	sv.stopped = true
+	sv.mu.Unlock()
+	sv.calls.Wait()
+	close(sv.jobs)
 	if rerr != nil {
 		return rerr
 	}
-	return werr
+	sv.sendMu.Lock()
+	defer sv.sendMu.Unlock()
+	return sv.sendErr
+}
+
+// read reads frames and hands each to a worker once its pool has a slot.
+// It stops reading while the pool of the next frame is full (see
+// streamInFlight).
+func (sv *streamServer) read(readErr chan<- error, quit <-chan struct{}) {
+	for {
+		req, err := sv.st.Receive()
+		if err != nil {
+			readErr <- err
+			return
+		}
+		slots := sv.shortSlots
+		if _, ok := req.GetBody().(*lockdv1.StreamRequest_Acquire); ok {
+			slots = sv.waitSlots
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-sv.ctx.Done():
+			return
+		case <-quit:
+			return
+		}
+		if !sv.dispatch(streamCall{req: req, received: time.Now(), slots: slots}) {
+			return
+		}
+	}
+}
+
+// dispatch hands a call to an idle worker or a new one; false once the
+// stream is ending (the call is dropped, as the client is going away).
+func (sv *streamServer) dispatch(c streamCall) bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.stopped {
+		<-c.slots
+		return false
+	}
+	sv.calls.Add(1)
+	select {
+	case sv.jobs <- c:
+	default:
+		go sv.work(c)
+	}
+	return true
+}
+
+// work serves c, then the stream's next calls for as long as it is one of
+// at most maxIdleWorkers idle ones: a worker's stack has already grown to
+// what a call needs, where a new goroutine's would grow again.
+func (sv *streamServer) work(c streamCall) {
+	for {
+		sv.answer(sv.h.serve(sv.ctx, c.req, c.received), c.slots)
+		sv.calls.Done()
+		if sv.idle.Add(1) > maxIdleWorkers {
+			sv.idle.Add(-1)
+			return
+		}
+		var ok bool
+		if c, ok = <-sv.jobs; !ok {
+			return
+		}
+		sv.idle.Add(-1)
+	}
+}
+
+// answer writes an answer, then frees its slot: answers waiting for a slow
+// reader hold their slots too. After a failed write (the client is gone)
+// it writes nothing and stops the calls in flight.
+func (sv *streamServer) answer(resp *lockdv1.StreamResponse, slots chan struct{}) {
+	sv.sendMu.Lock()
+	if sv.sendErr == nil {
+		if sv.sendErr = sv.st.Send(resp); sv.sendErr != nil {
+			sv.cancel()
+		}
+	}
+	sv.sendMu.Unlock()
+	<-slots
 }
 
 // serve answers one frame; it never fails, an error is an answer too.
 func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, received time.Time) *lockdv1.StreamResponse {
-	s, a := h.a.s, h.a
+	s := h.a.s
 	resp := &lockdv1.StreamResponse{CallId: req.GetCallId()}
 	var err error
 	if req.GetCallId() == 0 {
-		kind := "invalid"
 		// Not served: its answer could not be told from the open frame.
-		s.metrics.streamFrames.WithLabelValues(kind).Inc()
-		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(s.invalid("call_id 0 is reserved"))}
-		resp.ClusterId = a.clusterID()
-		return resp
+		s.metrics.streamFrameOf[kindInvalid].Inc()
+		err = s.invalid("call_id 0 is reserved")
+	} else {
+		kind, msg, call := h.frameCall(req, resp, received)
+		err = s.guard(ctx, msg, streamKinds[kind], call)
+		s.metrics.streamFrameOf[kind].Inc()
 	}
-	kind, msg := frameKind(req)
-	err = s.guard(ctx, msg, kind, func(ctx context.Context) error {
-		var err error
-		switch b := req.GetBody().(type) {
-		case nil:
-			err = s.invalid("stream request without a body")
-		case *lockdv1.StreamRequest_CreateSession:
-			var r *lockdv1.CreateSessionResponse
-			if r, err = unaryCall(ctx, a, b.CreateSession, a.CreateSession); err == nil {
-				resp.Body = &lockdv1.StreamResponse_CreateSession{CreateSession: r}
-			}
-		case *lockdv1.StreamRequest_KeepAlive:
-			var r *lockdv1.KeepAliveBatchResponse
-			if r, err = h.keepAliveBatch(ctx, b.KeepAlive, received); err == nil {
-				resp.Body = &lockdv1.StreamResponse_KeepAlive{KeepAlive: r}
-			}
-		case *lockdv1.StreamRequest_Acquire:
-			var r *lockdv1.AcquireResponse
-			if r, err = unaryCall(ctx, a, b.Acquire, a.Acquire); err == nil {
-				resp.Body = &lockdv1.StreamResponse_Acquire{Acquire: r}
-			}
-		case *lockdv1.StreamRequest_Release:
-			var r *lockdv1.ReleaseResponse
-			if r, err = unaryCall(ctx, a, b.Release, a.Release); err == nil {
-				resp.Body = &lockdv1.StreamResponse_Release{Release: r}
-			}
-		case *lockdv1.StreamRequest_Cancel:
-			var r *lockdv1.CancelResponse
-			if r, err = unaryCall(ctx, a, b.Cancel, a.Cancel); err == nil {
-				resp.Body = &lockdv1.StreamResponse_Cancel{Cancel: r}
-			}
-		case *lockdv1.StreamRequest_Complete:
-			var r *lockdv1.CompleteResponse
-			if r, err = unaryCall(ctx, a, b.Complete, a.Complete); err == nil {
-				resp.Body = &lockdv1.StreamResponse_Complete{Complete: r}
-			}
-		case *lockdv1.StreamRequest_CloseSession:
-			var r *lockdv1.CloseSessionResponse
-			if r, err = unaryCall(ctx, a, b.CloseSession, a.CloseSession); err == nil {
-				resp.Body = &lockdv1.StreamResponse_CloseSession{CloseSession: r}
-			}
-		default:
-			err = s.invalid("stream request without a known body")
-		}
-		return err
-	})
-	s.metrics.streamFrames.WithLabelValues(kind).Inc()
 	if err != nil {
 		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(err)}
 	}
-	resp.ClusterId = a.clusterID()
+	resp.ClusterId = h.a.clusterID()
 	return resp
 }
 
-// unaryCall runs a frame's request through the unary RPC's own handler
-// (which serves it here on the leader, forwards it from a follower, or
-// answers with the leader hint), so both paths share every rule.
-func unaryCall[Req, Res any](ctx context.Context, a *api, msg *Req, rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*Res, error) {
-	if msg == nil {
-		return nil, a.s.invalid("empty request")
+// frameCall returns a frame's kind, its request (which guard checks like
+// the unary call's) and the call that answers it into resp. resp.Body is
+// set before the call, for the call to fill: an error replaces it.
+func (h *sessionAPI) frameCall(req *lockdv1.StreamRequest, resp *lockdv1.StreamResponse, received time.Time) (int, any, func(context.Context) error) {
+	a := h.a
+	switch b := req.GetBody().(type) {
+	case *lockdv1.StreamRequest_CreateSession:
+		out := &lockdv1.StreamResponse_CreateSession{}
+		resp.Body = out
+		return kindCreateSession, b.CreateSession, rpc(a, b.CreateSession, (*api).CreateSession, &out.CreateSession)
+	case *lockdv1.StreamRequest_KeepAlive:
+		out := &lockdv1.StreamResponse_KeepAlive{}
+		resp.Body = out
+		return kindKeepAlive, b.KeepAlive, func(ctx context.Context) (err error) {
+			out.KeepAlive, err = h.keepAliveBatch(ctx, b.KeepAlive, received)
+			return err
+		}
+	case *lockdv1.StreamRequest_Acquire:
+		out := &lockdv1.StreamResponse_Acquire{}
+		resp.Body = out
+		return kindAcquire, b.Acquire, rpc(a, b.Acquire, (*api).Acquire, &out.Acquire)
+	case *lockdv1.StreamRequest_Release:
+		out := &lockdv1.StreamResponse_Release{}
+		resp.Body = out
+		return kindRelease, b.Release, rpc(a, b.Release, (*api).Release, &out.Release)
+	case *lockdv1.StreamRequest_Cancel:
+		out := &lockdv1.StreamResponse_Cancel{}
+		resp.Body = out
+		return kindCancel, b.Cancel, rpc(a, b.Cancel, (*api).Cancel, &out.Cancel)
+	case *lockdv1.StreamRequest_Complete:
+		out := &lockdv1.StreamResponse_Complete{}
+		resp.Body = out
+		return kindComplete, b.Complete, rpc(a, b.Complete, (*api).Complete, &out.Complete)
+	case *lockdv1.StreamRequest_CloseSession:
+		out := &lockdv1.StreamResponse_CloseSession{}
+		resp.Body = out
+		return kindCloseSession, b.CloseSession, rpc(a, b.CloseSession, (*api).CloseSession, &out.CloseSession)
+	case nil:
+		return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a body") }
 	}
-	r, err := rpc(ctx, connect.NewRequest(msg))
-	if err != nil {
-		return nil, err
+	return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a known body") }
+}
+
+// rpc returns the call that runs a frame's request through the unary RPC's
+// own handler (which serves it here on the leader, forwards it from a
+// follower, or answers with the leader hint), so both paths share every
+// rule, and stores the answer in *out.
+func rpc[Req, Res any](a *api, msg *Req, call func(*api, context.Context, *connect.Request[Req]) (*connect.Response[Res], error), out **Res) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if msg == nil {
+			return a.s.invalid("empty request")
+		}
+		r, err := call(a, ctx, connect.NewRequest(msg))
+		if err != nil {
+			return err
+		}
+		*out = r.Msg
+		return nil
 	}
-	return r.Msg, nil
 }
 
 // keepAliveBatch renews each session of a batch received at received. It
@@ -299,26 +378,4 @@ func streamHandler(h http.Handler) http.Handler {
 		_ = rc.SetWriteDeadline(time.Time{})
 		h.ServeHTTP(w, r)
 	})
-}
-
-// frameKind returns a frame's kind (the metrics label) and its request,
-// which guard checks like the unary call's.
-func frameKind(req *lockdv1.StreamRequest) (string, any) {
-	switch b := req.GetBody().(type) {
-	case *lockdv1.StreamRequest_CreateSession:
-		return "create_session", b.CreateSession
-	case *lockdv1.StreamRequest_KeepAlive:
-		return "keep_alive", b.KeepAlive
-	case *lockdv1.StreamRequest_Acquire:
-		return "acquire", b.Acquire
-	case *lockdv1.StreamRequest_Release:
-		return "release", b.Release
-	case *lockdv1.StreamRequest_Cancel:
-		return "cancel", b.Cancel
-	case *lockdv1.StreamRequest_Complete:
-		return "complete", b.Complete
-	case *lockdv1.StreamRequest_CloseSession:
-		return "close_session", b.CloseSession
-	}
-	return "invalid", nil
 }
