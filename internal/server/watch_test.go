@@ -185,11 +185,16 @@ func TestWatchResetFromCompacted(t *testing.T) {
 	cl := c.newClient("w")
 	churn(t, ctx, cl, "r/a", 20) // 40 events: the first 24 are gone
 	next := make(chan []uint64, 1)
-	go func() { next <- churn(t, ctx, cl, "r/b", 1) }()
 	var evs []lockd.Event
 	var errs []error
 	for ev, err := range cl.Watch(ctx, "r/b", lockd.WatchFrom("1.0")) {
 		evs, errs = append(evs, ev), append(errs, err)
+		if len(evs) == 1 {
+			// The reset goes on from the head it saw: only now make the
+			// events that must follow it (made earlier, on a busy
+			// machine, they could land before that head).
+			go func() { next <- churn(t, ctx, cl, "r/b", 1) }()
+		}
 		if len(evs) == 3 {
 			break
 		}
