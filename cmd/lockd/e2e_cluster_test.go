@@ -11,11 +11,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -205,25 +203,7 @@ func pollEvery(timeout, every time.Duration, cond func() bool) bool {
 // time, and returns stdout, stderr and the exit status.
 func lockdCLI(t *testing.T, endpoints string, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, lockdBin, args...)
-	cmd.Env = append(os.Environ(), "LOCKD_ENDPOINTS="+endpoints)
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("lockd %s still running after 30s", strings.Join(args, " "))
-	}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return stdout.String(), stderr.String(), 0
-	case errors.As(err, &ee):
-		return stdout.String(), stderr.String(), ee.ExitCode()
-	}
-	t.Fatalf("lockd %s: %v", strings.Join(args, " "), err)
-	return "", "", -1
+	return tlsCLI(t, "", []string{"LOCKD_ENDPOINTS=" + endpoints}, args...)
 }
 
 // countLines counts the lines of file that start with prefix.

@@ -81,8 +81,8 @@ func startTLSNode(t *testing.T, hc *http.Client, pki, dir, id, join string) *tls
 	return n
 }
 
-// tlsCLI runs `lockd ARGS...` in dir with env added, bounded in time, and
-// returns stdout, stderr and the exit status.
+// tlsCLI runs `lockd ARGS...` in dir ("" for the test's) with env added,
+// bounded in time, and returns stdout, stderr and the exit status.
 func tlsCLI(t *testing.T, dir string, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
