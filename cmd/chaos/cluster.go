@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -223,15 +222,10 @@ func (c *cluster) start(ctx context.Context, n *node) error {
 	cmd := exec.Command(c.bin, args...)
 	cmd.Env = append(os.Environ(), wallclock.EnvOffsetFile+"="+n.wall)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := n.start(cmd)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	n.mu.Lock()
-	n.cmd, n.exited = cmd, exited
-	n.mu.Unlock()
 	hc := &http.Client{Timeout: time.Second}
 	return poll(ctx, 30*time.Second, 20*time.Millisecond, func() (bool, error) {
 		select {

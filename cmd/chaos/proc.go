@@ -16,6 +16,21 @@ type proc struct {
 	exited chan struct{}
 }
 
+// start starts cmd in a process group of its own (killed if the tool
+// dies) and returns a channel closed when it has exited.
+func (p *proc) start(cmd *exec.Cmd) (chan struct{}, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	return exited, nil
+}
+
 // signal sends sig to the process group.
 func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Lock()

@@ -105,15 +105,10 @@ func (f *redisFleet) start(ctx context.Context, s *redisServer) error {
 	defer logf.Close()
 	cmd := exec.Command(f.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := s.start(cmd)
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
 	return poll(ctx, 20*time.Second, 20*time.Millisecond, func() (bool, error) {
 		select {
 		case <-exited:
