@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -81,14 +82,24 @@ type lockdServer struct {
 	exited chan struct{} // closed once the process has exited
 }
 
+// freePort returns a 127.0.0.1 address free now, for a server started
+// later. It is chosen below the kernel's ephemeral range (32768 and up on
+// Linux), so that between this check and the server's bind no outgoing
+// connection of another process can be given the port (the way
+// 127.0.0.1:0 was seen to collide when tests ran in parallel).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 200 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue
+		}
+		addr := l.Addr().String()
+		l.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port in 20000-31999")
+	return ""
 }
 
 // startServer starts `lockd serve` on a fresh data dir and free ports and
