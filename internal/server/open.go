@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/diskfault"
 )
 
 // This file opens what a node keeps on disk and talks to Raft through: the
@@ -98,8 +99,9 @@ func randomID(n int) string {
 
 // raftStores are the stores Raft runs on.
 type raftStores struct {
-	logs  raft.LogStore // the WAL, wrapped (counting, and by WithLogStoreWrapper)
-	snaps raft.SnapshotStore
+	logs   raft.LogStore    // the WAL, wrapped (counting, and by WithLogStoreWrapper)
+	stable raft.StableStore // the WAL
+	snaps  raft.SnapshotStore
 }
 
 // openStores opens the Raft log (raft-wal, with a metadata store the server
@@ -124,13 +126,16 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	if err != nil {
 		return raftStores{}, fmt.Errorf("open snapshot store: %w", err)
 	}
-	var ls raft.LogStore = s.wal
+	// Test-only slow or hung disk (diskfault.EnvDelayFile); nil, and
+	// nothing wrapped, unless the variable is set.
+	disk := diskfault.FromEnv()
+	ls := disk.LogStore(s.wal)
 	if o.logStore != nil {
 		ls = o.logStore(ls)
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
 	s.logSize = size
-	return raftStores{logs: newCountingLogStore(ls, reg, size), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
+	return raftStores{logs: newCountingLogStore(ls, reg, size), stable: disk.StableStore(s.wal), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
 }
 
 // raftConfig is Raft's configuration for this node; leadership changes are

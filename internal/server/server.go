@@ -272,11 +272,11 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		if len(o.bootstrap) > 0 {
 			conf.Servers = o.bootstrap
 		}
-		if err := raft.BootstrapCluster(rc, stores.logs, s.wal, stores.snaps, s.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, stores.logs, stores.stable, stores.snaps, s.trans, conf); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, s.wal, stores.snaps, s.trans); err != nil {
+	if s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, stores.stable, stores.snaps, s.trans); err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 
