@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/diskfault"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -27,6 +28,7 @@ type timing struct {
 	Election time.Duration // --heartbeat-timeout and --election-timeout
 	Grace    time.Duration // --grace
 	TTL      time.Duration // client session TTL
+	Watchdog time.Duration // --watchdog-timeout: a leader whose proposals stall this long exits
 }
 
 // node is one `lockd serve` process: its identity, data dir and ports stay
@@ -34,6 +36,7 @@ type timing struct {
 type node struct {
 	id, data, api, raft string
 	wall                string // the node's wall-clock offset file (wallclock.EnvOffsetFile)
+	disk                string // the node's disk delay file (diskfault.EnvDelayFile)
 	raftProxy, apiProxy *proxy // what the other nodes dial
 	join                string
 	log                 string
@@ -181,7 +184,7 @@ func newCluster(bin, dir string, n int, t timing) (*cluster, error) {
 	c := &cluster{bin: bin, dir: dir, timing: t, cuts: map[[2]string]bool{}, delays: map[[2]string]time.Duration{}}
 	for i := range n {
 		nd := &node{id: fmt.Sprintf("n%d", i+1), data: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), log: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
-			wall: filepath.Join(dir, fmt.Sprintf("n%d.wall", i+1))}
+			wall: filepath.Join(dir, fmt.Sprintf("n%d.wall", i+1)), disk: filepath.Join(dir, fmt.Sprintf("n%d.disk", i+1))}
 		var err error
 		if nd.api, err = freeAddr(); err != nil {
 			return nil, err
@@ -211,6 +214,9 @@ func (c *cluster) start(ctx context.Context, n *node) error {
 		"--advertise", "http://" + n.apiProxy.addr(), "--raft-advertise", n.raftProxy.addr(),
 		"--heartbeat-timeout", c.timing.Election.String(), "--election-timeout", c.timing.Election.String(),
 		"--grace", c.timing.Grace.String(), "--min-ttl", "500ms", "--log-level", "warn"}
+	if c.timing.Watchdog > 0 {
+		args = append(args, "--watchdog-timeout", c.timing.Watchdog.String())
+	}
 	if n.join != "" {
 		args = append(args, "--join", n.join)
 	}
@@ -220,7 +226,7 @@ func (c *cluster) start(ctx context.Context, n *node) error {
 	}
 	defer logf.Close()
 	cmd := exec.Command(c.bin, args...)
-	cmd.Env = append(os.Environ(), wallclock.EnvOffsetFile+"="+n.wall)
+	cmd.Env = append(os.Environ(), wallclock.EnvOffsetFile+"="+n.wall, diskfault.EnvDelayFile+"="+n.disk)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	exited, err := n.start(cmd)
 	if err != nil {

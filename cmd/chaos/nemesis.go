@@ -36,6 +36,8 @@ const (
 	faultRevoke        = "admin-revoke"
 	faultClockJump     = "node-clock-jump"      // a node's wall clock minutes forward, then minutes back
 	faultPartDelay     = "node-partition-delay" // 200–800 ms latency each way on a node's links to its peers
+	faultDiskSlow      = "node-disk-slow"       // every Raft disk write of a random node 100–400 ms late
+	faultDiskHang      = "node-disk-hang"       // the leader's Raft disk writes block past the watchdog limit
 )
 
 // allFaults is every kind the tool injects, each once in the short
@@ -44,7 +46,7 @@ var allFaults = []string{
 	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode,
 	faultPartLeader, faultPartRandom, faultPartInbound, faultPartBridge,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
-	faultClockJump, faultPartDelay,
+	faultClockJump, faultPartDelay, faultDiskSlow, faultDiskHang,
 }
 
 // faultsFor lists the kinds the run injects: --faults if given, else every
@@ -221,6 +223,8 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 		if err != nil {
 			return true, fmt.Errorf("clock jump of %s: %w", n.id, err)
 		}
+	case faultDiskSlow, faultDiskHang:
+		return m.injectDisk(ctx, kind, id)
 	case faultPartBridge:
 		// Five nodes as A B | C | D E: C talks to both sides, the sides
 		// not to each other. Raft keeps a leader that C follows.

@@ -31,6 +31,14 @@ func (p *proc) start(cmd *exec.Cmd) (chan struct{}, error) {
 	return exited, nil
 }
 
+// done returns a channel closed when the process last started has
+// exited (nil before the first start).
+func (p *proc) done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
 // signal sends sig to the process group.
 func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Lock()

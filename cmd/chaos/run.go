@@ -19,7 +19,12 @@ import (
 // defaultTiming is the cluster and client timing of a run: short, so a
 // pause longer than the TTL takes seconds, yet long enough for a loaded
 // two-core machine not to flap leaders on its own.
-var defaultTiming = timing{Election: 500 * time.Millisecond, Grace: 500 * time.Millisecond, TTL: 2 * time.Second}
+//
+// The watchdog limit is shorter than the server's default (10 s), so that
+// node-disk-hang takes seconds, yet longer than any other fault stalls a
+// leader's proposals: a leader SIGSTOPped for TTL + grace + 1 s (3.5 s)
+// finds its proposals that old when it resumes, and must not exit for it.
+var defaultTiming = timing{Election: 500 * time.Millisecond, Grace: 500 * time.Millisecond, TTL: 2 * time.Second, Watchdog: 6 * time.Second}
 
 // run is one chaos run: cluster, clients, faults, check. It returns the
 // report (nil if the harness could not start) and a harness error.
