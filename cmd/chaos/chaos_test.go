@@ -90,6 +90,19 @@ func TestShortProfile(t *testing.T) {
 	if r.Ops.Acquired < 50 || r.Ops.Runs < 100 || r.Linear != "ok" {
 		t.Errorf("operations %+v, linearizable %s; want some load, checked", r.Ops, r.Linear)
 	}
+	// The hung leader's disk made its watchdog exit the process (and the
+	// run then found one stable leader again, or it would have failed).
+	events, err := readHistory(r.History)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := false
+	for _, e := range events {
+		fired = fired || e.Kind == kindHeal && e.Fault == faultDiskHang && strings.Contains(e.Detail, "watchdog fired")
+	}
+	if !fired {
+		t.Errorf("%s: no heal event says the watchdog fired", faultDiskHang)
+	}
 }
 
 // Acceptance 2: Go workers that ignore lease loss (and the register's
