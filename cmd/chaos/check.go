@@ -401,6 +401,16 @@ func (c *checker) liveness(ops []lockOp) {
 		byLock[o.lock] = append(byLock[o.lock], o)
 	}
 	for lock, los := range byLock {
+		// When each session ended (closed, or lost): from then on it
+		// waits for nothing, even if its last acquire's outcome is open.
+		ended := map[string]int64{}
+		for _, o := range los {
+			if o.op == opExpire || o.op == opClose && o.result == resOK {
+				if at, ok := ended[o.session]; !ok || o.call < at {
+					ended[o.session] = o.call
+				}
+			}
+		}
 		for _, rel := range los {
 			if rel.op != opRelease || rel.result != resOK || rel.ret < healed {
 				continue
@@ -409,7 +419,8 @@ func (c *checker) liveness(ops []lockOp) {
 			var waiter *lockOp
 			for i := range los {
 				w := &los[i]
-				if w.op == opAcquire && w.session != rel.session && w.call < rel.ret && (w.ret > rel.ret || w.ret == never) {
+				end, gone := ended[w.session]
+				if w.op == opAcquire && w.session != rel.session && w.call < rel.ret && (w.ret > rel.ret || w.ret == never) && !(gone && end < rel.ret) {
 					waiter = w
 					break
 				}

@@ -236,6 +236,25 @@ func TestCheckLivenessDuringFault(t *testing.T) {
 	}
 }
 
+// A session whose acquire ended in an error and that was then lost (or
+// closed) waits for nothing: a release after that owes it no grant. Seen
+// in a short profile under load: a worker's session was lost during a
+// partition, and 60 s later a release of that lock counted it as a waiter
+// nobody served.
+func TestCheckLivenessEndedWaiter(t *testing.T) {
+	p := newPlanted(t)
+	p.at(0, Event{Kind: kindOpen, Slot: "w1", Session: "B"})
+	p.op(0, 5, "w0", "A", opAcquire, "x", resOK, 10)
+	p.op(2, 1000, "w1", "B", opAcquire, "x", resUnknown, 0)
+	p.at(1000, Event{Kind: kindLost, Slot: "w1", Session: "B"})
+	p.op(1001, 1002, "w1", "B", opClose, "", resOK, 0)
+	p.op(2000, 2002, "w0", "A", opRelease, "x", resOK, 0)
+	p.cs("r1", "r1:0", "y", 11, 9000, 9010)
+	if r := p.check(); r.Missed != 0 {
+		t.Fatalf("missed %d (%q); want 0: B's session had ended", r.Missed, r.Violations)
+	}
+}
+
 // The register over HTTP: equal and higher tokens pass, a lower one is
 // rejected (and recorded).
 func TestRegisterFences(t *testing.T) {
