@@ -160,3 +160,29 @@ func TestSetValue(t *testing.T) {
 		t.Fatalf("after restore: %+v", l)
 	}
 }
+
+// An operator's forced expiry (`lockd release --force --unsafe-now`) ends
+// the holds as force-released; a lease expiry, even of a revoked session
+// in the log before Forced existed, stays as it was.
+func TestEventsForcedExpiry(t *testing.T) {
+	rec := &sink{}
+	f := fsm.New(nil)
+	f.SetEventSink(rec)
+	logOf(t, f,
+		&fsmv1.Init{ClusterId: "c", Epoch: epoch}, // 1
+		newSession("a"), newSession("b"), // 2, 3
+		acq("a", 1, "x", excl, false),                      // 4
+		acq("b", 1, "y", excl, false),                      // 5
+		&fsmv1.ExpireSession{SessionId: "a", Forced: true}, // 6
+		&fsmv1.ExpireSession{SessionId: "b", Term: 1},      // 7
+	)
+	want := []string{
+		fmt.Sprintf(`4.1 1 x a host/a %d 1 ""`, epoch+1),
+		fmt.Sprintf(`5.1 1 y b host/b %d 1 ""`, epoch+2),
+		fmt.Sprintf(`6.1 %d x a host/a %d 1 ""`, fsm.EventForceReleased, epoch+1),
+		fmt.Sprintf(`7.1 %d y b host/b %d 1 ""`, fsm.EventExpired, epoch+2),
+	}
+	if !slices.Equal(rec.lines, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", join(rec.lines), join(want))
+	}
+}

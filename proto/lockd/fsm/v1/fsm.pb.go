@@ -261,7 +261,10 @@ type ExpireSession struct {
 	// The term of the leadership that decided the expiry; Apply ignores the
 	// command when its log entry has another term (a stale decision of an
 	// earlier leadership). 0: no check (operator-forced expiry).
-	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Term uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// Forced: an operator ended the session (`lockd release --force
+	// --unsafe-now`), so its holds end as force-released, not expired.
+	Forced        bool `protobuf:"varint,4,opt,name=forced,proto3" json:"forced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +318,13 @@ func (x *ExpireSession) GetTerm() uint64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *ExpireSession) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
 }
 
 // RevokeSession marks sessions so they accept no more keepalives and drops
@@ -1921,12 +1931,13 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"h\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"\x80\x01\n" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"V\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06forced\x18\x04 \x01(\bR\x06forced\"V\n" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
