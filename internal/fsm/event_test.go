@@ -160,3 +160,70 @@ func TestSetValue(t *testing.T) {
 		t.Fatalf("after restore: %+v", l)
 	}
 }
+
+// An operator's forced expiry (`lockd release --force --unsafe-now`) ends
+// the holds as force-released; a lease expiry, even of a revoked session
+// in the log before Forced existed, stays as it was.
+func TestEventsForcedExpiry(t *testing.T) {
+	rec := &sink{}
+	f := fsm.New(nil)
+	f.SetEventSink(rec)
+	logOf(t, f,
+		&fsmv1.Init{ClusterId: "c", Epoch: epoch}, // 1
+		newSession("a"), newSession("b"), // 2, 3
+		acq("a", 1, "x", excl, false),                      // 4
+		acq("b", 1, "y", excl, false),                      // 5
+		&fsmv1.ExpireSession{SessionId: "a", Forced: true}, // 6
+		&fsmv1.ExpireSession{SessionId: "b", Term: 1},      // 7
+	)
+	want := []string{
+		fmt.Sprintf(`4.1 1 x a host/a %d 1 ""`, epoch+1),
+		fmt.Sprintf(`5.1 1 y b host/b %d 1 ""`, epoch+2),
+		fmt.Sprintf(`6.1 %d x a host/a %d 1 ""`, fsm.EventForceReleased, epoch+1),
+		fmt.Sprintf(`7.1 %d y b host/b %d 1 ""`, fsm.EventExpired, epoch+2),
+	}
+	if !slices.Equal(rec.lines, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", join(rec.lines), join(want))
+	}
+}
+
+// A Raft snapshot records its last applied index, so restoring it resets
+// the sink at once with the next entry's index (an idle follower's
+// watchers must not wait for a write); a backup (State) does not carry it.
+func TestEventsAfterSnapshotInstall(t *testing.T) {
+	f := fsm.New(nil)
+	logOf(t, f, &fsmv1.Init{ClusterId: "c", Epoch: epoch}, newSession("a"), acq("a", 1, "z", excl, false))
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := raft.NewInmemSnapshotStore()
+	out, err := store.Create(raft.SnapshotVersionMax, 3, 1, raft.Configuration{}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(out); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := store.Open(out.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sink{}
+	g := fsm.New(nil)
+	g.SetEventSink(rec)
+	if err := g.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"reset 4"}; !slices.Equal(rec.lines, want) {
+		t.Fatalf("events after the restore:\n%s\nwant:\n%s", join(rec.lines), join(want))
+	}
+	g.Apply(&raft.Log{Index: 4, Type: raft.LogCommand, Data: cmd(t, &fsmv1.Release{SessionId: "a", Seq: 2, Name: "z", Token: epoch + 1})})
+	want := []string{"reset 4", fmt.Sprintf(`4.1 2 z a host/a %d 1 ""`, epoch+1)}
+	if !slices.Equal(rec.lines, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", join(rec.lines), join(want))
+	}
+	if f.State().AppliedIndex != 0 {
+		t.Fatal("State (a backup) carries the applied index")
+	}
+}

@@ -160,6 +160,7 @@ type FSM struct {
 	pending   []Event                // events of the entry being applied
 	inLog     bool                   // applying a Raft log entry (events have a position)
 	restored  bool                   // the state was replaced: tell the sink at the next entry
+	applied   uint64                 // index of the last Raft log entry applied (0: none known)
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 }
 
@@ -190,6 +191,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *FSM) applyLog(l *raft.Log) any {
+	f.applied = l.Index
 	if l.Type != raft.LogCommand {
 		return nil
 	}

@@ -114,7 +114,7 @@ func (f *FSM) applyCloseSession(c *fsmv1.CloseSession) *Result {
 		return r
 	}
 	if s := f.sessions[c.SessionId]; s != nil {
-		f.removeSession(s, 0, false)
+		f.removeSession(s, 0, EventReleased)
 	}
 	return &Result{}
 }
@@ -127,7 +127,13 @@ func (f *FSM) applyExpireSession(c *fsmv1.ExpireSession, term uint64) *Result {
 	}
 	if s := f.sessions[c.SessionId]; s != nil {
 		f.stats.Expired++
-		f.removeSession(s, c.TimeUnixNano, true)
+		end := EventExpired
+		if c.Forced || s.revoked {
+			// An operator ended it: now (--unsafe-now) or by revoking it
+			// and letting its lease run out.
+			end = EventForceReleased
+		}
+		f.removeSession(s, c.TimeUnixNano, end)
 	}
 	return &Result{}
 }
@@ -162,9 +168,11 @@ func (f *FSM) dropWaits(s *session, now int64) {
 }
 
 // removeSession releases every hold and drops every wait of s, then grants
-// the next waiters of each affected lock, in lock-name order. An expired
-// holder of a lock with a lock-delay leaves the lock delayed instead.
-func (f *FSM) removeSession(s *session, now int64, expired bool) {
+// the next waiters of each affected lock, in lock-name order. end is the
+// holds' event: EventReleased (closed), EventExpired or EventForceReleased.
+// An expired or force-released holder of a lock with a lock-delay leaves
+// the lock delayed instead.
+func (f *FSM) removeSession(s *session, now int64, end EventKind) {
 	// Sorted, so the Observer hears the same events in the same order on
 	// every replica.
 	waits := slices.Sorted(maps.Keys(s.waits))
@@ -172,17 +180,10 @@ func (f *FSM) removeSession(s *session, now int64, expired bool) {
 	for _, name := range waits {
 		f.removeWait(f.locks[name], s.waits[name])
 	}
-	kind := EventReleased
-	switch {
-	case expired && s.revoked:
-		kind = EventForceReleased
-	case expired:
-		kind = EventExpired
-	}
 	for _, name := range holds {
 		l, h := f.locks[name], s.holds[name]
-		f.removeHold(l, h, kind)
-		if expired && l.delayMs > 0 {
+		f.removeHold(l, h, end)
+		if end != EventReleased && l.delayMs > 0 {
 			f.startDelay(l, h)
 		}
 	}

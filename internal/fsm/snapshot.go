@@ -23,6 +23,11 @@ const snapshotVersion = 1
 func (f *FSM) State() *fsmv1.Snapshot {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.stateLocked()
+}
+
+// stateLocked is State with f.mu held.
+func (f *FSM) stateLocked() *fsmv1.Snapshot {
 	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
 	for _, s := range f.sessions {
 		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
@@ -54,9 +59,16 @@ func (f *FSM) State() *fsmv1.Snapshot {
 }
 
 // Snapshot implements raft.FSM. The copy is taken under the read lock; it is
-// serialized later, concurrently with Apply.
+// serialized later, concurrently with Apply. Unlike State (and so backups),
+// it records the index of the last applied entry: a node that installs it
+// can place its watch history's floor at once instead of at the next entry,
+// which on an idle cluster may never come.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	return &snapshot{state: f.State()}, nil
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st := f.stateLocked()
+	st.AppliedIndex = f.applied
+	return &snapshot{state: st}, nil
 }
 
 type snapshot struct{ state *fsmv1.Snapshot }
@@ -161,11 +173,20 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	}
 	f.mu.Lock()
 	f.install(st)
+	f.applied = snap.AppliedIndex
 	if f.sink != nil {
-		// The next entry's index is not known here: the sink hears it
-		// with that entry.
-		f.restored, f.pending = true, nil
-		f.sink.Reset(0)
+		f.pending = nil
+		if snap.AppliedIndex != 0 {
+			// The next entry's events start after the snapshot's index:
+			// readers reset now, not at the next write.
+			f.restored = false
+			f.sink.Reset(snap.AppliedIndex + 1)
+		} else {
+			// A snapshot without its index: the sink hears the index
+			// with the next entry.
+			f.restored = true
+			f.sink.Reset(0)
+		}
 	}
 	f.mu.Unlock()
 	if f.obs != nil {

@@ -198,7 +198,7 @@ func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.For
 	a.s.log.Warn("force release", "lock", req.Msg.Name, "sessions", resp.SessionIds, "unsafe_now", req.Msg.UnsafeNow)
 	if req.Msg.UnsafeNow {
 		for _, id := range resp.SessionIds {
-			if _, err := a.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano()}); err != nil {
+			if _, err := a.propose(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano(), Forced: true}); err != nil {
 				return nil, err
 			}
 		}

@@ -235,6 +235,7 @@ type clusterOpts struct {
 	grace     time.Duration // lease grace on the leader
 	request   time.Duration // client per-attempt timeout
 	history   int           // Config.WatchHistory; 0: the default
+	trailing  uint64        // Config.TrailingLogs (and 4 KiB WAL segments, so truncation drops entries); 0: the defaults
 	security  Security      // auth file, peer token, limits
 }
 
@@ -323,6 +324,10 @@ func (c *tcluster) config(nd *tnode) Config {
 	cfg.SnapshotLogBytes = 0
 	cfg.SnapshotInterval = time.Hour
 	cfg.WatchHistory = c.opts.history
+	if c.opts.trailing > 0 {
+		cfg.TrailingLogs = c.opts.trailing
+		cfg.WALSegmentSize = 4096
+	}
 	cfg.Security = c.opts.security
 	return cfg
 }

@@ -261,7 +261,10 @@ type ExpireSession struct {
 	// The term of the leadership that decided the expiry; Apply ignores the
 	// command when its log entry has another term (a stale decision of an
 	// earlier leadership). 0: no check (operator-forced expiry).
-	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Term uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	// Forced: an operator ended the session (`lockd release --force
+	// --unsafe-now`), so its holds end as force-released, not expired.
+	Forced        bool `protobuf:"varint,4,opt,name=forced,proto3" json:"forced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -315,6 +318,13 @@ func (x *ExpireSession) GetTerm() uint64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *ExpireSession) GetForced() bool {
+	if x != nil {
+		return x.Forced
+	}
+	return false
 }
 
 // RevokeSession marks sessions so they accept no more keepalives and drops
@@ -711,13 +721,18 @@ func (x *Cancel) GetIdentity() string {
 
 // Snapshot is the whole state machine, written in a deterministic order.
 type Snapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClusterId     string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	LastToken     uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
-	Sessions      []*Session             `protobuf:"bytes,4,rep,name=sessions,proto3" json:"sessions,omitempty"` // by id
-	Locks         []*Lock                `protobuf:"bytes,5,rep,name=locks,proto3" json:"locks,omitempty"`       // by name
-	Members       []*MemberInfo          `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`   // by node id
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Epoch     uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	LastToken uint64                 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	Sessions  []*Session             `protobuf:"bytes,4,rep,name=sessions,proto3" json:"sessions,omitempty"` // by id
+	Locks     []*Lock                `protobuf:"bytes,5,rep,name=locks,proto3" json:"locks,omitempty"`       // by name
+	Members   []*MemberInfo          `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`   // by node id
+	// applied_index is the index of the last Raft log entry applied into this
+	// state, so a node that installs the snapshot knows where the next
+	// entry's events start. 0 in backups (GET /v1/snapshot) and in snapshots
+	// written before it existed.
+	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -792,6 +807,13 @@ func (x *Snapshot) GetMembers() []*MemberInfo {
 		return x.Members
 	}
 	return nil
+}
+
+func (x *Snapshot) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
 }
 
 type Result struct {
@@ -1921,12 +1943,13 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"h\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\"\x80\x01\n" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\"V\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06forced\x18\x04 \x01(\bR\x06forced\"V\n" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
@@ -1970,7 +1993,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
 	"\vsecret_hash\x18\a \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\b \x01(\tR\bidentity\"\xef\x01\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\"\x94\x02\n" +
 	"\bSnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -1979,7 +2002,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x121\n" +
 	"\bsessions\x18\x04 \x03(\v2\x15.lockd.fsm.v1.SessionR\bsessions\x12(\n" +
 	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\x122\n" +
-	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\"\x96\x01\n" +
+	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\x12#\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\"\x96\x01\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +

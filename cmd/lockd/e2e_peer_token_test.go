@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestSecureClusterWalkthrough follows docs/security.md with real
-// processes: tokens made by `lockd token`, three nodes that join and
-// forward with their peer token, a client token limited to billing/, the
-// CLI with --token-file, and the audit log.
-func TestAuthClusterWalkthrough(t *testing.T) {
+// TestPeerTokenCluster: nodes without TLS authenticate to each other with
+// a peer token (docs/security.md, *Forwarded calls*), the other way than
+// the member certificates of TestSecureClusterWalkthrough. Tokens made by
+// `lockd token`; three processes that join and are polled for catch-up
+// with their peer token and forward with it, keeping the caller's
+// identity; a client token limited to billing/; the CLI with
+// --token-file; the audit log, which never carries a token.
+func TestPeerTokenCluster(t *testing.T) {
 	needBinary(t)
 	dir := t.TempDir()
 	file := func(name string) string { return filepath.Join(dir, name) }
@@ -67,6 +72,19 @@ func TestAuthClusterWalkthrough(t *testing.T) {
 	}
 	if out, errOut, code := lockdCLI(t, all, "ls", "--token-file", file("ops.token")); code != 0 {
 		t.Fatalf("lockd ls as ops: exit %d: %s%s", code, out, errOut)
+	}
+	// A node with a token that is not a peer's cannot join: the join is
+	// refused and the node gives up.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, lockdBin, "serve", "--node-id", "n4", "--data-dir", file("n4"),
+		"--listen", freePort(t), "--raft-listen", freePort(t), "--auth-file", file("auth.txt"),
+		"--peer-token-file", file("billing.token"), "--join", nodes[0].url, "--join-timeout", "3s").CombinedOutput()
+	if ctx.Err() != nil || err == nil || !strings.Contains(string(out), "may not Join") {
+		t.Fatalf("n4 joining with billing's token: %v, %v:\n%s", ctx.Err(), err, out)
+	}
+	if out, _, _ := lockdCLI(t, all, "members", "--token-file", file("ops.token")); strings.Contains(out, "n4") {
+		t.Fatalf("n4 became a member:\n%s", out)
 	}
 	var audit string
 	for _, id := range []string{"n1", "n2", "n3"} {
