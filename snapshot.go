@@ -46,6 +46,10 @@ func (c *Client) Snapshot(ctx context.Context, dst io.Writer) (int64, error) {
 	return int64(w), err
 }
 
+// errPlainRedirect is a redirect from https to http, refused so the token
+// never travels in plaintext.
+var errPlainRedirect = errors.New("plaintext redirect")
+
 // download makes one snapshot attempt at n. Its errors are shaped like the
 // API's (a *connect.Error with a code), so that the retry loop judges them
 // the same way.
@@ -57,16 +61,24 @@ func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
 	c.authorize(req)
 	// A follower redirects to the leader's API URL. Go drops the
 	// Authorization header on a redirect to another host; the leader is
-	// of the same cluster, so it gets the token again.
+	// of the same cluster, so it gets the token again; but never over
+	// plaintext when the call began over TLS (a misconfigured or hostile
+	// node must not learn the token by redirecting to http).
 	hc := *c.cfg.httpClient
 	hc.CheckRedirect = func(r *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
 			return errors.New("stopped after 10 redirects")
 		}
+		if via[0].URL.Scheme == "https" && r.URL.Scheme != "https" {
+			return fmt.Errorf("%w: refused redirect from %s to plaintext %s", errPlainRedirect, via[0].URL.Host, r.URL.Host)
+		}
 		c.authorize(r)
 		return nil
 	}
 	resp, err := hc.Do(req)
+	if errors.Is(err, errPlainRedirect) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err) // no retry heals it
+	}
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
