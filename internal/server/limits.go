@@ -44,7 +44,27 @@ type bucket struct {
 	last   time.Time
 	rate   float64
 	burst  float64
+
+	// refusal is the answer to a call over this bucket's rate, made at
+	// the first one and shared by the next (under a flood, building the
+	// message and its error detail for each refused call was most of the
+	// refusal's cost); cluster is the cluster id it carries.
+	refusal *limitError
+	cluster string
 }
+
+// limitError is a refusal by a limit: the Connect error, and the same as a
+// session-stream frame's error. It is shared by concurrent answers, so
+// neither is ever modified once made.
+type limitError struct {
+	ce *connect.Error
+	se *lockdv1.StreamError
+}
+
+func (e *limitError) Error() string { return e.ce.Error() }
+
+// Unwrap lets connect (and connect.CodeOf) find the Connect error.
+func (e *limitError) Unwrap() error { return e.ce }
 
 func (b *bucket) take(now time.Time) bool {
 	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
@@ -67,7 +87,13 @@ func (l *limiter) limitsOf(identity string) auth.Limits {
 // reason (lockd_limit_hits_total).
 func (l *limiter) exhausted(reason, msg string) error {
 	l.s.metrics.limitHits.WithLabelValues(reason).Inc()
-	return l.s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, msg)
+	return l.refusal(msg)
+}
+
+// refusal makes the answer to a call over a limit.
+func (l *limiter) refusal(msg string) *limitError {
+	ce := l.s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, msg)
+	return &limitError{ce: ce, se: streamError(ce)}
 }
 
 // admit takes a token from the caller's bucket. KeepAlive and CloseSession
@@ -95,6 +121,7 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		return func() {}, nil
 	}
 	now := time.Now()
+	cluster := l.s.fsm.ClusterID()
 	l.mu.Lock()
 	b := l.buckets[key]
 	if b == nil {
@@ -109,12 +136,18 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		b = &bucket{tokens: burst, last: now, rate: lim.Rate, burst: burst}
 		l.buckets[key] = b
 	}
-	ok := b.take(now)
-	l.mu.Unlock()
-	if !ok {
-		return nil, l.exhausted("rate", fmt.Sprintf("rate limit of %s reached (%g requests/s, burst %d); retry later", keyName(key), lim.Rate, max(lim.Burst, 1)))
+	if b.take(now) {
+		l.mu.Unlock()
+		return func() {}, nil
 	}
-	return func() {}, nil
+	refusal := b.refusal
+	if refusal == nil || b.cluster != cluster {
+		refusal = l.refusal(fmt.Sprintf("rate limit of %s reached (%g requests/s, burst %d); retry later", keyName(key), lim.Rate, max(lim.Burst, 1)))
+		b.refusal, b.cluster = refusal, cluster
+	}
+	l.mu.Unlock()
+	l.s.metrics.rateHits.Inc()
+	return nil, refusal
 }
 
 func keyName(key string) string {

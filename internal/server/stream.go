@@ -353,6 +353,9 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 // streamError carries an RPC error in a frame: its Connect code, message
 // and ErrorDetail.
 func streamError(err error) *lockdv1.StreamError {
+	if le, ok := err.(*limitError); ok {
+		return le.se
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		ce = connect.NewError(connect.CodeOf(err), err)
