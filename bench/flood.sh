@@ -10,14 +10,18 @@
 #
 #   bench/flood.sh [--sessions 2000] [--flood-clients 1] [--clients 10]
 #                  [--phase 5s] [--pin both|on|off] [--no-audit]
-#                  [--profile FILE]
+#                  [--profile FILE] [--lockd BINARY]
 #
 # --pin on emulates attackers on other machines on this one box: the server
-# runs on CPU 0 alone (taskset), the good process and the flooder on CPU 1,
-# the flooder at nice 19 (it stands for other machines' CPU, so it must not
-# take the good clients' core either). --pin off runs all three unpinned on
-# every core (the flooder's CPU then competes with the server's). both
+# runs on CPU 0 (taskset; other work on the box may share it), the good
+# process and the flooder on CPU 1, the flooder under SCHED_IDLE and nice
+# 19 (chrt --idle 0): it stands for other machines' CPU, so it only gets
+# what the good clients leave and never delays their wake-ups. --pin off
+# runs all three unpinned on every core, the flooder at normal priority
+# (its CPU then competes with the server's and the good clients'). both
 # (default) runs one then the other, each on a fresh server.
+# --lockd BINARY runs that lockd binary instead of building ./cmd/lockd
+# (to compare builds).
 # --profile FILE saves a 5 s CPU profile of the server taken during the
 # (last) flood phase (the server runs with --pprof-listen).
 #
@@ -29,7 +33,7 @@
 # temporary directory, removed on exit.
 set -euo pipefail
 
-SESSIONS=2000 FLOOD_CLIENTS=1 CLIENTS=10 PHASE=5s PIN=both AUDIT=1 PROFILE=""
+SESSIONS=2000 FLOOD_CLIENTS=1 CLIENTS=10 PHASE=5s PIN=both AUDIT=1 PROFILE="" LOCKD_BIN=""
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -40,7 +44,8 @@ while [ $# -gt 0 ]; do
 	--pin) PIN=$2; shift 2 ;;
 	--no-audit) AUDIT=0; shift ;;
 	--profile) PROFILE=$(realpath -m "$2"); shift 2 ;;
-	-h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+	--lockd) LOCKD_BIN=$(realpath "$2"); shift 2 ;;
+	-h | --help) sed -n '2,33p' "$0"; exit 0 ;;
 	*) echo "flood.sh: unknown argument $1" >&2; exit 64 ;;
 	esac
 done
@@ -61,7 +66,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 log "building lockd and flood in $WORK"
-(cd "$ROOT" && timeout 600 go build -o "$WORK/lockd" ./cmd/lockd)
+if [ -n "$LOCKD_BIN" ]; then
+	cp "$LOCKD_BIN" "$WORK/lockd"
+else
+	(cd "$ROOT" && timeout 600 go build -o "$WORK/lockd" ./cmd/lockd)
+fi
 (cd "$ROOT/bench" && timeout 600 go build -o "$WORK/flood" ./cmd/flood)
 (cd "$ROOT/bench" && timeout 600 go build -o "$WORK/compare" ./cmd/compare)
 
@@ -95,7 +104,7 @@ run_mode() { # on|off
 	local pin=$1 d=$WORK/run-$1 port pport rport server good hammer
 	local -a tserver=() tgood=() thammer=()
 	if [ "$pin" = on ]; then
-		tserver=(taskset -c 0) tgood=(taskset -c 1) thammer=(taskset -c 1 nice -n 19)
+		tserver=(taskset -c 0) tgood=(taskset -c 1) thammer=(taskset -c 1 chrt --idle 0 nice -n 19)
 	fi
 	mkdir -p "$d"
 	local -a ps
@@ -153,7 +162,7 @@ run_mode() { # on|off
 
 echo "## Flood run $(date -u +'%Y-%m-%d %H:%M UTC'), $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
-echo "Command: \`bench/flood.sh --sessions $SESSIONS --flood-clients $FLOOD_CLIENTS --clients $CLIENTS --phase $PHASE --pin $PIN$([ "$AUDIT" = 0 ] && echo ' --no-audit')\`$([ -n "${LOCKD_STREAM:-}" ] && echo " with LOCKD_STREAM=$LOCKD_STREAM")."
+echo "Command: \`bench/flood.sh --sessions $SESSIONS --flood-clients $FLOOD_CLIENTS --clients $CLIENTS --phase $PHASE --pin $PIN$([ "$AUDIT" = 0 ] && echo ' --no-audit')$([ -n "$LOCKD_BIN" ] && echo " --lockd $LOCKD_BIN")\`$([ -n "${LOCKD_STREAM:-}" ] && echo " with LOCKD_STREAM=$LOCKD_STREAM")."
 echo "Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before."
 echo
 for m in $MODES; do run_mode "$m"; done

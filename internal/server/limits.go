@@ -25,9 +25,11 @@ type limiter struct {
 	file *auth.File // nil: authentication off
 	def  auth.Limits
 
-	mu      sync.Mutex
+	bmu     sync.RWMutex // guards the buckets table; each bucket has its own lock
 	buckets map[string]*bucket
-	waits   map[string]int
+
+	mu    sync.Mutex // guards waits
+	waits map[string]int
 }
 
 // maxBuckets bounds the bucket table (a flood of distinct client IPs):
@@ -40,6 +42,7 @@ func newLimiter(s *Server, file *auth.File, def auth.Limits) *limiter {
 
 // bucket is a token bucket: rate tokens a second, at most burst.
 type bucket struct {
+	mu     sync.Mutex
 	tokens float64
 	last   time.Time
 	rate   float64
@@ -122,22 +125,10 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 	}
 	now := time.Now()
 	cluster := l.s.fsm.ClusterID()
-	l.mu.Lock()
-	b := l.buckets[key]
-	if b == nil {
-		if len(l.buckets) >= maxBuckets {
-			for k, ob := range l.buckets {
-				if ob.tokens+now.Sub(ob.last).Seconds()*ob.rate >= ob.burst {
-					delete(l.buckets, k)
-				}
-			}
-		}
-		burst := float64(max(lim.Burst, 1))
-		b = &bucket{tokens: burst, last: now, rate: lim.Rate, burst: burst}
-		l.buckets[key] = b
-	}
+	b := l.bucketOf(key, lim, now)
+	b.mu.Lock()
 	if b.take(now) {
-		l.mu.Unlock()
+		b.mu.Unlock()
 		return func() {}, nil
 	}
 	refusal := b.refusal
@@ -145,9 +136,43 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		refusal = l.refusal(fmt.Sprintf("rate limit of %s reached (%g requests/s, burst %d); retry later", keyName(key), lim.Rate, max(lim.Burst, 1)))
 		b.refusal, b.cluster = refusal, cluster
 	}
-	l.mu.Unlock()
+	b.mu.Unlock()
 	l.s.metrics.rateHits.Inc()
 	return nil, refusal
+}
+
+// bucketOf returns key's bucket, made full if it has none. Each bucket has
+// its own lock and the table is read under a shared one, so that a flood
+// of calls of one identity does not queue the other identities' calls
+// behind it.
+func (l *limiter) bucketOf(key string, lim auth.Limits, now time.Time) *bucket {
+	l.bmu.RLock()
+	b := l.buckets[key]
+	l.bmu.RUnlock()
+	if b != nil {
+		return b
+	}
+	l.bmu.Lock()
+	defer l.bmu.Unlock()
+	if b := l.buckets[key]; b != nil {
+		return b
+	}
+	if len(l.buckets) >= maxBuckets {
+		for k, ob := range l.buckets {
+			ob.mu.Lock()
+			full := ob.tokens+now.Sub(ob.last).Seconds()*ob.rate >= ob.burst
+			ob.mu.Unlock()
+			if full {
+				// A call still holding it takes a token from a full
+				// bucket that a new one replaces: the same as the new.
+				delete(l.buckets, k)
+			}
+		}
+	}
+	burst := float64(max(lim.Burst, 1))
+	b = &bucket{tokens: burst, last: now, rate: lim.Rate, burst: burst}
+	l.buckets[key] = b
+	return b
 }
 
 func keyName(key string) string {
