@@ -10,7 +10,13 @@
 #
 #   bench/flood.sh [--sessions 2000] [--flood-clients 1] [--clients 10]
 #                  [--phase 5s] [--pin both|on|off] [--no-audit]
-#                  [--profile FILE] [--lockd BINARY]
+#                  [--profile FILE] [--lockd BINARY] [--rounds 5] [--window 2s]
+#
+# After the idle phase and the flood phase, the good process runs --rounds
+# rounds of a --window with the flood then a --window with the flooder
+# paused (it polls a pause file), measured apart: on a box shared with
+# other work both then see the same background load, so the median of the
+# rounds' p99 ratios is the figure to read (0 skips them).
 #
 # --pin on emulates attackers on other machines on this one box: the server
 # runs on CPU 0 (taskset; other work on the box may share it), the good
@@ -33,7 +39,7 @@
 # temporary directory, removed on exit.
 set -euo pipefail
 
-SESSIONS=2000 FLOOD_CLIENTS=1 CLIENTS=10 PHASE=5s PIN=both AUDIT=1 PROFILE="" LOCKD_BIN=""
+SESSIONS=2000 FLOOD_CLIENTS=1 CLIENTS=10 PHASE=5s PIN=both AUDIT=1 PROFILE="" LOCKD_BIN="" ROUNDS=5 WINDOW=2s
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -45,7 +51,9 @@ while [ $# -gt 0 ]; do
 	--no-audit) AUDIT=0; shift ;;
 	--profile) PROFILE=$(realpath -m "$2"); shift 2 ;;
 	--lockd) LOCKD_BIN=$(realpath "$2"); shift 2 ;;
-	-h | --help) sed -n '2,33p' "$0"; exit 0 ;;
+	--rounds) ROUNDS=$2; shift 2 ;;
+	--window) WINDOW=$2; shift 2 ;;
+	-h | --help) sed -n '2,39p' "$0"; exit 0 ;;
 	*) echo "flood.sh: unknown argument $1" >&2; exit 64 ;;
 	esac
 done
@@ -125,16 +133,18 @@ run_mode() { # on|off
 	done
 	local phase_s budget
 	phase_s=$(secs "$PHASE")
-	budget=$((2 * phase_s + 240))
+	budget=$((2 * phase_s + 2 * ROUNDS * $(secs "$WINDOW") + 240))
 	log "pin $pin: good clients, idle phase ($PHASE)"
 	"${tgood[@]}" timeout "$budget" "$WORK/flood" good --endpoint "http://127.0.0.1:$port" --token-file "$WORK/good.token" \
-		--clients "$CLIENTS" --phase "$PHASE" --idle-done "$d/idle-done" --wait-for "$d/flooding" --server-pid "$server" >"$d/good.out" &
+		--clients "$CLIENTS" --phase "$PHASE" --idle-done "$d/idle-done" --wait-for "$d/flooding" --server-pid "$server" \
+		--rounds "$ROUNDS" --window "$WINDOW" --pause-file "$d/pause" >"$d/good.out" &
 	good=$!
 	PIDS+=("$good")
 	wait_file "$d/idle-done" $((phase_s + 120))
 	log "pin $pin: flooder, $SESSIONS sessions over $FLOOD_CLIENTS clients"
 	"${thammer[@]}" timeout "$budget" "$WORK/flood" hammer --endpoint "http://127.0.0.1:$port" --token-file "$WORK/flood.token" \
-		--sessions "$SESSIONS" --clients "$FLOOD_CLIENTS" --duration "$((phase_s + 180))s" --ready "$d/flooding" >"$d/hammer.out" &
+		--sessions "$SESSIONS" --clients "$FLOOD_CLIENTS" --duration "$((phase_s + 2 * ROUNDS * $(secs "$WINDOW") + 180))s" --ready "$d/flooding" \
+		--pause-file "$d/pause" >"$d/hammer.out" &
 	hammer=$!
 	PIDS+=("$hammer")
 	wait_file "$d/flooding" 180
@@ -147,7 +157,7 @@ run_mode() { # on|off
 	wait "$hammer" || true
 	local up=no
 	kill -0 "$server" 2>/dev/null && up=yes
-	echo "### pin $pin$([ "$pin" = on ] && echo ": server on CPU 0; good clients and flooder (nice 19) on CPU 1")"
+	echo "### pin $pin$([ "$pin" = on ] && echo ": server on CPU 0; good clients and flooder (SCHED_IDLE) on CPU 1")"
 	echo
 	echo '```'
 	cat "$d/good.out" "$d/hammer.out"
@@ -162,7 +172,7 @@ run_mode() { # on|off
 
 echo "## Flood run $(date -u +'%Y-%m-%d %H:%M UTC'), $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo
-echo "Command: \`bench/flood.sh --sessions $SESSIONS --flood-clients $FLOOD_CLIENTS --clients $CLIENTS --phase $PHASE --pin $PIN$([ "$AUDIT" = 0 ] && echo ' --no-audit')$([ -n "$LOCKD_BIN" ] && echo " --lockd $LOCKD_BIN")\`$([ -n "${LOCKD_STREAM:-}" ] && echo " with LOCKD_STREAM=$LOCKD_STREAM")."
+echo "Command: \`bench/flood.sh --sessions $SESSIONS --flood-clients $FLOOD_CLIENTS --clients $CLIENTS --phase $PHASE --rounds $ROUNDS --window $WINDOW --pin $PIN$([ "$AUDIT" = 0 ] && echo ' --no-audit')$([ -n "$LOCKD_BIN" ] && echo " --lockd $LOCKD_BIN")\`$([ -n "${LOCKD_STREAM:-}" ] && echo " with LOCKD_STREAM=$LOCKD_STREAM")."
 echo "Machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) before."
 echo
 for m in $MODES; do run_mode "$m"; done

@@ -74,11 +74,22 @@ func hammer(ctx context.Context, args []string, out io.Writer) error {
 	lock := fs.String("lock", "hot", "the lock every session hammers")
 	duration := fs.Duration("duration", 60*time.Second, "stop after this long (bound)")
 	ready := fs.String("ready", "", "create this file once every loop runs")
+	pauseFile := fs.String("pause-file", "", "while this file exists, the loops pause")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
+	var paused atomic.Bool
+	if *pauseFile != "" {
+		go func() {
+			for ctx.Err() == nil {
+				_, err := os.Stat(*pauseFile)
+				paused.Store(err == nil)
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
 	var cs []*lockd.Client
 	for range max(*clients, 1) {
 		c, err := lockd.New(lockd.WithEndpoints(*endpoint), lockd.WithTokenFile(*tokenFile))
@@ -104,6 +115,10 @@ func hammer(ctx context.Context, args []string, out io.Writer) error {
 		wg.Go(func() {
 			m := s.NewMutex(*lock)
 			for ctx.Err() == nil {
+				if paused.Load() {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
 				err := m.TryLock(ctx)
 				switch {
 				case err == nil:
@@ -151,6 +166,9 @@ func good(ctx context.Context, args []string, out io.Writer) error {
 	waitFor := fs.String("wait-for", "", "start the flood phase once this file exists")
 	waitMax := fs.Duration("wait-max", 3*time.Minute, "give up waiting for --wait-for after this long")
 	serverPID := fs.Int("server-pid", 0, "the server's pid, to read its CPU time (Linux /proc)")
+	rounds := fs.Int("rounds", 0, "after the flood phase, this many rounds of a --window flood then a --window pause of the flooder (--pause-file), measured apart: both see the same background load")
+	window := fs.Duration("window", 2*time.Second, "length of each interleaved window")
+	pauseFile := fs.String("pause-file", "", "the flooder pauses while this file exists (with --rounds)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -202,9 +220,44 @@ func good(ctx context.Context, args []string, out io.Writer) error {
 	fmt.Fprintf(out, "good clients flood: %s\n", flood)
 	fmt.Fprintf(out, "p99 flood/idle: %.1fx (p50 %.1fx; p99 after each phase's first second %.1fx)\n", ratio,
 		float64(flood.p50)/float64(max(idle.p50, 1)), float64(flood.p99Settled)/float64(max(idle.p99Settled, 1)))
+	if *rounds > 0 && *pauseFile != "" {
+		var on, off []phaseResult
+		for range *rounds {
+			on = append(on, measure(ctx, ms, *window, pid))
+			if err := os.WriteFile(*pauseFile, nil, 0o644); err != nil {
+				return err
+			}
+			settle(ctx)
+			off = append(off, measure(ctx, ms, *window, pid))
+			if err := os.Remove(*pauseFile); err != nil {
+				return err
+			}
+			settle(ctx)
+		}
+		fmt.Fprintf(out, "interleaved, %d rounds of %v flood / %v flooder paused:\n", *rounds, *window, *window)
+		var ratios []float64
+		for i := range on {
+			r := float64(on[i].p99) / float64(max(off[i].p99, 1))
+			ratios = append(ratios, r)
+			fmt.Fprintf(out, "  round %d: paused p50 %v p99 %v (server CPU %s) | flood p50 %v p99 %v (server CPU %s) | p99 %.1fx\n", i+1,
+				off[i].p50.Round(10*time.Microsecond), off[i].p99.Round(10*time.Microsecond), off[i].serverCPU,
+				on[i].p50.Round(10*time.Microsecond), on[i].p99.Round(10*time.Microsecond), on[i].serverCPU, r)
+		}
+		slices.Sort(ratios)
+		fmt.Fprintf(out, "  median p99 flood/paused: %.1fx (range %.1f–%.1fx)\n", ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1])
+	}
 	fmt.Fprintf(out, "limit hits: %s\n", limitHits(ctx, *endpoint))
 	fmt.Fprintf(out, "server up after the flood (/healthz): %v\n", healthy(ctx, *endpoint))
 	return nil
+}
+
+// settle waits for the flooder to see its pause file change and its
+// calls in flight to end.
+func settle(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(300 * time.Millisecond):
+	}
 }
 
 type phaseResult struct {
