@@ -224,7 +224,6 @@ func (s *Server) guard(ctx context.Context, msg any, op string, call func(contex
 	release, err := s.limits.admit(ctx, msg)
 	if err != nil {
 		s.audit.limitRefused(ctx, a, err)
-		hold(ctx)
 		return err
 	}
 	defer release()

@@ -32,17 +32,19 @@ type limiter struct {
 	waits map[string]int
 }
 
-// refusalDelay is how long the answer to a call over its rate limit is
-// held (less if the caller gives up first). A client that ignores the
-// refusal and calls again at once, as a flood does, is then held to
-// (calls it keeps in flight) / refusalDelay instead of as fast as its CPU
-// allows: the Go client keeps at most 128 Acquires in flight on its
-// session stream, so about 1 300 refusals a second per client, where
-// without the delay one client on this 2-core box made the node answer 9
-// 000 a second. The held call costs a parked goroutine and a timer; it
-// holds its slot of the stream's pool (streamInFlight) too, so a flood
-// cannot make the node hold more than that per stream. KeepAlive and
-// CloseSession are never refused, so never held.
+// refusalDelay is how long the answer to a session-stream frame over its
+// rate limit is held (less if the stream ends first). A client that
+// ignores the refusal and calls again at once, as a flood does, is then
+// held to (calls it keeps in flight) / refusalDelay instead of as fast as
+// its CPU allows: the Go client keeps at most 128 Acquires in flight on a
+// stream, so about 1 300 refusals a second per client, where without the
+// delay one client on this 2-core box made the node answer 9 000 a
+// second. The held frame costs a parked goroutine and a timer and holds
+// its slot of the stream's pool (streamInFlight), so a stream cannot make
+// the node hold more than that. Unary calls are answered at once: holding
+// them only made an HTTP/1.1 client open more connections, each costing
+// the node more than a refusal (bench/flood.sh with LOCKD_STREAM=off).
+// KeepAlive and CloseSession are never refused, so never held.
 const refusalDelay = 100 * time.Millisecond
 
 // maxBuckets bounds the bucket table (a flood of distinct client IPs):
@@ -75,6 +77,9 @@ type bucket struct {
 type limitError struct {
 	ce *connect.Error
 	se *lockdv1.StreamError
+	// hold: a refusal by the rate limit, whose stream answer is held
+	// refusalDelay.
+	hold bool
 }
 
 func (e *limitError) Error() string { return e.ce.Error() }
@@ -147,6 +152,7 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 	refusal := b.refusal
 	if refusal == nil || b.cluster != cluster {
 		refusal = l.refusal(fmt.Sprintf("rate limit of %s reached (%g requests/s, burst %d); retry later", keyName(key), lim.Rate, max(lim.Burst, 1)))
+		refusal.hold = true
 		b.refusal, b.cluster = refusal, cluster
 	}
 	b.mu.Unlock()

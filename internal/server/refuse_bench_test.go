@@ -52,8 +52,8 @@ func BenchmarkRefusedFrame(b *testing.B) {
 	}
 }
 
-// TestRateRefusalHeld checks that the answer to a call over its rate
-// limit is held refusalDelay, or until its caller gives up.
+// TestRateRefusalHeld checks that the answer to a session-stream frame
+// over its rate limit is held refusalDelay, or until the stream ends.
 func TestRateRefusalHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, ctx, req := refusing(t)

@@ -237,6 +237,9 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 		kind, msg, call := h.frameCall(req, resp, received)
 		err = s.guard(ctx, msg, streamKinds[kind], call)
 		s.metrics.streamFrameOf[kind].Inc()
+		if le, ok := err.(*limitError); ok && le.hold {
+			hold(ctx)
+		}
 	}
 	if err != nil {
 		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(err)}
