@@ -53,7 +53,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	})
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "turn authentication on: tokens, identities, grants and limits (docs/security.md); default: off")
 	fs.StringVar(&cfg.PeerTokenFile, "peer-token-file", "", "this node's own token (an identity with the peer grant), for forwarding and joining with --auth-file")
-	fs.StringVar(&cfg.AuditLog, "audit-log", "", "append one JSON line per admin operation and refused call to this file (- for stdout)")
+	fs.StringVar(&cfg.AuditLog, "audit-log", "", "append one JSON line per admin operation and refused call to this file (- for stdout; limit refusals aggregated per second)")
 	fs.Float64Var(&cfg.RateLimit, "rate-limit", 0, "requests per second per identity, token bucket (default 10000 with --auth-file; without it, 0 = none, else per client IP)")
 	fs.IntVar(&cfg.RateBurst, "rate-burst", 0, "token bucket size (default: twice --rate-limit)")
 	fs.IntVar(&cfg.MaxSessionsPerIdentity, "max-sessions-per-identity", 0, "live sessions per identity, with --auth-file (default 10000)")

@@ -17,6 +17,15 @@ import (
 // permission not granted, a wrong session secret, a limit). The format is
 // documented in docs/security.md; fields are only ever added. It never
 // carries a secret or a token.
+//
+// Refusals by a per-identity limit are aggregated: a flood of them would
+// otherwise cost the node a JSON encoding and a write(2) per refused call
+// (a tenth of its CPU under acceptance 5's flood), the very cost the limit
+// is there to bound. The first refusal of an identity and operation gets
+// its own line at once; the next ones within auditWindow are counted and
+// written as one line with "count" when the window ends (or when the log
+// closes). Every other line, admin operations included, is written as it
+// happens.
 
 // AuditEntry is one line of the audit log.
 type AuditEntry struct {
@@ -45,6 +54,35 @@ type AuditEntry struct {
 	Code string `json:"code,omitempty"`
 	// Reason is the error message ("" when ok).
 	Reason string `json:"reason,omitempty"`
+	// Count, when set, is the number of limit refusals of Identity and Op
+	// this line stands for: the ones after the line written for the first
+	// refusal, from Since to Time. Lock, Peer, Code and Reason are those of
+	// the first refusal counted.
+	Count int `json:"count,omitempty"`
+	// Since is when the first refusal counted in Count was decided.
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// auditWindow is how long the limit refusals of one identity and operation
+// after a first one are counted into one line.
+const auditWindow = time.Second
+
+// maxAuditWindows bounds the windows open at once (distinct identities,
+// operations and, with authentication off, client addresses); beyond it
+// each refusal gets its own line.
+const maxAuditWindows = 4096
+
+// windowKey names the limit refusals counted together.
+type windowKey struct {
+	identity, op string
+	host         string // with authentication off (identity ""): the client's
+}
+
+// window counts the limit refusals of one key after its first line.
+type window struct {
+	first AuditEntry // the first refusal counted
+	count int
+	timer *time.Timer
 }
 
 // auditLog writes AuditEntry lines to w. A nil *auditLog writes nothing.
@@ -52,12 +90,95 @@ type auditLog struct {
 	node string
 	mu   sync.Mutex
 	w    io.Writer
+
+	windows map[windowKey]*window // open windows of limit refusals (under mu)
+	closed  bool                  // flush ran: count nothing more
 }
 
 func (l *auditLog) record(ctx context.Context, a *access, err error) {
 	if l == nil {
 		return
 	}
+	e := l.entry(ctx, a, err)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.write(e)
+}
+
+// limitRefused records a call refused by a per-identity limit: a line of
+// its own for the first of its identity and operation, else counted in the
+// open window's line.
+func (l *auditLog) limitRefused(ctx context.Context, a *access, err error) {
+	if l == nil {
+		return
+	}
+	c := callerOf(ctx)
+	k := windowKey{identity: c.identity}
+	if a != nil {
+		k.op = a.op
+	}
+	if c.identity == "" {
+		k.host = hostOf(c.addr)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.windows[k]; w != nil {
+		if w.count == 0 {
+			w.first = l.entry(ctx, a, err)
+		}
+		w.count++
+		return
+	}
+	if !l.closed && len(l.windows) < maxAuditWindows {
+		if l.windows == nil {
+			l.windows = map[windowKey]*window{}
+		}
+		w := &window{}
+		w.timer = time.AfterFunc(auditWindow, func() { l.endWindow(k, w) })
+		l.windows[k] = w
+	}
+	l.write(l.entry(ctx, a, err))
+}
+
+// endWindow writes the line of a window's refusals, if any.
+func (l *auditLog) endWindow(k windowKey, w *window) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.windows[k] != w {
+		return // flushed
+	}
+	delete(l.windows, k)
+	l.writeCount(w)
+}
+
+func (l *auditLog) writeCount(w *window) {
+	if w.count == 0 {
+		return
+	}
+	e := w.first
+	since := e.Time
+	e.Time, e.Since, e.Count = wallclock.Now().UTC(), &since, w.count
+	l.write(e)
+}
+
+// flush writes the lines of the open windows and counts nothing more
+// (every later limit refusal gets its own line): the log is closing.
+func (l *auditLog) flush() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for k, w := range l.windows {
+		w.timer.Stop()
+		delete(l.windows, k)
+		l.writeCount(w)
+	}
+}
+
+// entry makes the line of one call.
+func (l *auditLog) entry(ctx context.Context, a *access, err error) AuditEntry {
 	c := callerOf(ctx)
 	e := AuditEntry{Time: wallclock.Now().UTC(), Node: l.node, Identity: c.identity, ForwardedBy: c.forwardedBy, Peer: c.addr, Outcome: "ok"}
 	if a != nil {
@@ -75,11 +196,14 @@ func (l *auditLog) record(ctx context.Context, a *access, err error) {
 			e.Reason = ce.Message()
 		}
 	}
-	b, jerr := json.Marshal(e)
-	if jerr != nil {
+	return e
+}
+
+// write writes one line; l.mu is held.
+func (l *auditLog) write(e AuditEntry) {
+	b, err := json.Marshal(e)
+	if err != nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	_, _ = l.w.Write(append(b, '\n'))
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -222,13 +223,18 @@ func (s *Server) guard(ctx context.Context, msg any, op string, call func(contex
 	}
 	release, err := s.limits.admit(ctx, msg)
 	if err != nil {
-		s.audit.record(ctx, a, err)
+		s.audit.limitRefused(ctx, a, err)
 		return err
 	}
 	defer release()
 	err = call(ctx)
-	if a.admin || connect.CodeOf(err) == connect.CodePermissionDenied {
+	var le *limitError
+	switch {
+	case a.admin || connect.CodeOf(err) == connect.CodePermissionDenied:
 		s.audit.record(ctx, a, err)
+	case errors.As(err, &le):
+		// The session and wait caps of the identity (limits.go).
+		s.audit.limitRefused(ctx, a, err)
 	}
 	return err
 }

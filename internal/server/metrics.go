@@ -30,6 +30,7 @@ type metrics struct {
 	watchResets     prometheus.Counter
 	lock            *lockMetrics // metrics_lock.go
 	limitHits       *prometheus.CounterVec
+	rateHits        prometheus.Counter // limitHits{reason="rate"}, resolved once
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -76,7 +77,8 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits).",
 	}, []string{"reason"})
-	for _, r := range []string{"rate", "sessions", "waits"} {
+	m.rateHits = m.limitHits.WithLabelValues("rate")
+	for _, r := range []string{"sessions", "waits"} {
 		m.limitHits.WithLabelValues(r)
 	}
 	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits)

@@ -90,6 +90,7 @@ func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 }
 
 func (s *Server) closeAudit() error {
+	s.audit.flush()
 	if s.auditFile != nil {
 		return s.auditFile.Close()
 	}

@@ -237,6 +237,9 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 		kind, msg, call := h.frameCall(req, resp, received)
 		err = s.guard(ctx, msg, streamKinds[kind], call)
 		s.metrics.streamFrameOf[kind].Inc()
+		if le, ok := err.(*limitError); ok && le.hold {
+			hold(ctx)
+		}
 	}
 	if err != nil {
 		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(err)}
@@ -353,6 +356,9 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 // streamError carries an RPC error in a frame: its Connect code, message
 // and ErrorDetail.
 func streamError(err error) *lockdv1.StreamError {
+	if le, ok := err.(*limitError); ok {
+		return le.se
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		ce = connect.NewError(connect.CodeOf(err), err)
