@@ -66,6 +66,11 @@ type Report struct {
 	// Unavail is the longest stretch without any successful grant
 	// overlapping a fault, per fault kind, in milliseconds.
 	Unavail map[string]int64 `json:"unavailabilityMs"`
+	// UnavailAlone is the same, counting only stretches that overlap
+	// faults of that one kind: in a long run faults follow each other
+	// closely, and a stretch caused by one kind (a hung disk) also counts
+	// in Unavail for the kind injected next.
+	UnavailAlone map[string]int64 `json:"unavailabilityAloneMs"`
 	// Violations describes every violation found (at most 200).
 	Violations []string `json:"violations"`
 	// Errors describes harness failures (a node that did not restart, a
@@ -464,13 +469,29 @@ func (c *checker) unavailability(ops []lockOp) {
 	}
 	slices.Sort(grants)
 	c.r.Unavail = map[string]int64{}
+	c.r.UnavailAlone = map[string]int64{}
 	for _, w := range c.windows {
-		var longest int64
+		var longest, alone int64
 		for i := 1; i < len(grants); i++ {
 			if grants[i] >= w.start && grants[i-1] <= w.end {
-				longest = max(longest, grants[i]-grants[i-1])
+				gap := grants[i] - grants[i-1]
+				longest = max(longest, gap)
+				if c.onlyKind(w.kind, grants[i-1], grants[i]) {
+					alone = max(alone, gap)
+				}
 			}
 		}
 		c.r.Unavail[w.kind] = max(c.r.Unavail[w.kind], longest/1e6)
+		c.r.UnavailAlone[w.kind] = max(c.r.UnavailAlone[w.kind], alone/1e6)
 	}
+}
+
+// onlyKind reports whether every fault overlapping [from, to] is of kind.
+func (c *checker) onlyKind(kind string, from, to int64) bool {
+	for _, w := range c.windows {
+		if w.kind != kind && w.start <= to && w.end >= from {
+			return false
+		}
+	}
+	return true
 }

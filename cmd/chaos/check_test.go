@@ -236,6 +236,28 @@ func TestCheckLivenessDuringFault(t *testing.T) {
 	}
 }
 
+// Unavailability per kind: a gap overlapping two kinds counts for both in
+// Unavail, and only in UnavailAlone for a kind it overlaps alone.
+func TestCheckUnavailabilityAlone(t *testing.T) {
+	p := newPlanted(t)
+	p.cs("r1", "r1:0", "x", 1, 0, 10)
+	p.at(100, Event{Kind: kindFault, Fault: faultPauseNode, Target: "n1", OpID: 1})
+	p.at(3000, Event{Kind: kindHeal, Fault: faultPauseNode, Target: "n1", OpID: 1})
+	p.at(3500, Event{Kind: kindFault, Fault: faultKillLeader, Target: "n2", OpID: 2})
+	p.at(3600, Event{Kind: kindHeal, Fault: faultKillLeader, Target: "n2", OpID: 2})
+	p.cs("r1", "r1:1", "x", 2, 4000, 4010) // a 4 s gap over both faults
+	p.at(5000, Event{Kind: kindFault, Fault: faultKillLeader, Target: "n3", OpID: 3})
+	p.at(5100, Event{Kind: kindHeal, Fault: faultKillLeader, Target: "n3", OpID: 3})
+	p.cs("r1", "r1:2", "x", 3, 6000, 6010) // a 2 s gap over one kill alone
+	r := p.check()
+	if r.Unavail[faultPauseNode] != 4000 || r.Unavail[faultKillLeader] != 4000 {
+		t.Errorf("unavailability %v; want 4000 ms for both kinds", r.Unavail)
+	}
+	if r.UnavailAlone[faultPauseNode] != 0 || r.UnavailAlone[faultKillLeader] != 2000 {
+		t.Errorf("unavailability alone %v; want pause 0, leader kill 2000 ms", r.UnavailAlone)
+	}
+}
+
 // A session whose acquire ended in an error and that was then lost (or
 // closed) waits for nothing: a release after that owes it no grant. Seen
 // in a short profile under load: a worker's session was lost during a
