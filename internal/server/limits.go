@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -205,17 +206,23 @@ func keyName(key string) string {
 }
 
 // checkSessions refuses a new session of an identity at its session cap
-// (on the leader, before proposing).
-func (l *limiter) checkSessions(ctx context.Context) error {
+// (on the leader, before proposing: no Raft write for a refusal), and
+// returns the cap for the command, which Apply enforces exactly (0: none):
+// creations proposed together all pass this check, and Apply counts them
+// one after another.
+func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
 	if l == nil || l.s.authFile() == nil {
-		return nil
+		return 0, nil
 	}
 	id := identityOf(ctx)
 	lim := l.limitsOf(id)
-	if lim.Sessions > 0 && l.s.fsm.SessionsOf(id) >= lim.Sessions {
-		return l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	if id == "" || lim.Sessions <= 0 {
+		return 0, nil
 	}
-	return nil
+	if l.s.fsm.SessionsOf(id) >= lim.Sessions {
+		return 0, l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	}
+	return uint32(min(lim.Sessions, math.MaxUint32)), nil
 }
 
 // startWait counts a queued Acquire call in flight of the caller's
