@@ -56,6 +56,9 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	// grant ends the stream (PERMISSION_DENIED) instead of keeping it.
 	a := accessOf(&lockdv1.WatchRequest{Prefix: prefix}, "Watch")
 	aw := s.watchAuth()
+	if err := s.allowed(ctx, a); err != nil {
+		return err // the rules changed after guard's check, before aw saw them
+	}
 	// A first keepalive tells the client where the stream starts, so a
 	// stream cut before its first event resumes from there, not from a
 	// later "now".
