@@ -42,8 +42,9 @@ type authReloader struct {
 	log     *slog.Logger
 	reloads *prometheus.CounterVec // by outcome: ok, error
 
-	cur  atomic.Pointer[authRules]
-	next atomic.Int64 // unix nanoseconds of the next stat
+	cur   atomic.Pointer[authRules]
+	epoch time.Time    // when the reloader started (monotonic clock)
+	next  atomic.Int64 // when the next stat is due, in nanoseconds since epoch
 
 	mu    sync.Mutex // one read of the file at a time
 	stamp os.FileInfo
@@ -51,14 +52,14 @@ type authReloader struct {
 
 // newAuthReloader reads path; an error here stops the node from starting.
 func newAuthReloader(path string, log *slog.Logger, reloads *prometheus.CounterVec) (*authReloader, error) {
-	r := &authReloader{path: path, log: log, reloads: reloads}
+	r := &authReloader{path: path, log: log, reloads: reloads, epoch: time.Now()}
 	r.stamp, _ = os.Stat(path)
 	f, err := auth.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	r.cur.Store(&authRules{file: f, changed: make(chan struct{})})
-	r.next.Store(time.Now().Add(authCheckEvery).UnixNano())
+	r.next.Store(int64(authCheckEvery))
 	return r, nil
 }
 
@@ -66,9 +67,9 @@ func newAuthReloader(path string, log *slog.Logger, reloads *prometheus.CounterV
 // changed on disk (checked at most once per authCheckEvery, by one caller
 // while the others go on with the current rules).
 func (r *authReloader) rules() *authRules {
-	now := time.Now()
-	if now.UnixNano() >= r.next.Load() && r.mu.TryLock() {
-		r.next.Store(now.Add(authCheckEvery).UnixNano())
+	now := time.Since(r.epoch)
+	if int64(now) >= r.next.Load() && r.mu.TryLock() {
+		r.next.Store(int64(now + authCheckEvery))
 		fi, _ := os.Stat(r.path) // a missing file shows as a change, then a read error
 		if fileChanged(r.stamp, fi) {
 			r.stamp = fi
@@ -84,7 +85,7 @@ func (r *authReloader) reload() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stamp, _ = os.Stat(r.path)
-	r.next.Store(time.Now().Add(authCheckEvery).UnixNano())
+	r.next.Store(int64(time.Since(r.epoch) + authCheckEvery))
 	return r.readLocked("reload requested")
 }
 
