@@ -58,6 +58,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.RateBurst, "rate-burst", 0, "token bucket size (default: twice --rate-limit)")
 	fs.IntVar(&cfg.MaxSessionsPerIdentity, "max-sessions-per-identity", 0, "live sessions per identity, with --auth-file (default 10000)")
 	fs.IntVar(&cfg.MaxWaitsPerIdentity, "max-waits-per-identity", 0, "queued Acquire calls in flight per identity, with --auth-file (default 10000)")
+	fs.IntVar(&cfg.MaxStreamsPerIdentity, "max-streams-per-identity", 0, "open session and watch streams per identity on this node (per client IP without --auth-file); 0: 64, -1: no cap")
 	fs.StringVar(&cfg.Restore, "restore", "", "bootstrap a new cluster from this backup (lockd snapshot save); needs an empty data dir")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", cfg.JoinTimeout, "give up joining after this long")
 	fs.DurationVar(&cfg.HeartbeatTimeout, "heartbeat-timeout", cfg.HeartbeatTimeout, "Raft follower timeout before an election")
@@ -122,8 +123,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// SIGHUP reloads the certificates now; a changed file is also picked
-	// up by itself at the next handshake.
+	// SIGHUP reloads the certificates and the auth file now; a changed
+	// file is also picked up by itself (at the next handshake, or within a
+	// second for the auth file).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -132,6 +134,9 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		case <-hup:
 			if err := srv.ReloadTLS(); err != nil {
 				logger.Error("sighup: tls certificates not reloaded", "err", err)
+			}
+			if err := srv.ReloadAuth(); err != nil {
+				logger.Error("sighup: auth file not reloaded, the previous rules stay", "err", err)
 			}
 		case <-ctx.Done():
 		}

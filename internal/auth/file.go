@@ -63,6 +63,9 @@ type Limits struct {
 	Sessions int
 	// Waits caps the identity's queued Acquire calls in flight.
 	Waits int
+	// Streams caps the identity's open streams (session streams and
+	// watches) on one node.
+	Streams int
 }
 
 // File is a parsed auth file.
@@ -107,7 +110,7 @@ func ReadFile(path string) (*File, error) {
 //
 //	token sha256:<64 hex digits> <identity>
 //	grant <identity> read|lock|admin|peer [prefix]
-//	limit <identity>|* [rate=N] [burst=N] [sessions=N] [waits=N]
+//	limit <identity>|* [rate=N] [burst=N] [sessions=N] [waits=N] [streams=N]
 //
 // A grant's prefix is matched byte by byte ("billing/" covers
 // "billing/x"); no prefix or "*" means every lock name.
@@ -223,8 +226,10 @@ func (a *File) directive(f []string) error {
 				l.Sessions = n
 			case "waits":
 				l.Waits = n
+			case "streams":
+				l.Streams = n
 			default:
-				return fmt.Errorf("unknown limit %q (rate, burst, sessions or waits)", k)
+				return fmt.Errorf("unknown limit %q (rate, burst, sessions, waits or streams)", k)
 			}
 		}
 		a.Limits[f[1]] = l
@@ -315,6 +320,9 @@ func (a *File) LimitsOf(identity string, def Limits) Limits {
 	}
 	if l.Waits == 0 {
 		l.Waits = def.Waits
+	}
+	if l.Streams == 0 {
+		l.Streams = def.Streams
 	}
 	return l
 }

@@ -17,7 +17,7 @@ grant ops admin
 token ` + "%PEER%" + ` node
 grant node peer
 limit * rate=100 burst=200
-limit billing-app sessions=10 waits=5
+limit billing-app sessions=10 waits=5 streams=7
 `
 
 func exampleFile(t *testing.T) *auth.File {
@@ -70,11 +70,11 @@ func TestRules(t *testing.T) {
 			t.Errorf("Allows(%s, %v, %q) = %v, want %v", c.id, c.perm, c.name, got, c.want)
 		}
 	}
-	def := auth.Limits{Rate: 1, Burst: 2, Sessions: 3, Waits: 4}
-	if l := a.LimitsOf("billing-app", def); l != (auth.Limits{Rate: 1, Burst: 2, Sessions: 10, Waits: 5}) {
+	def := auth.Limits{Rate: 1, Burst: 2, Sessions: 3, Waits: 4, Streams: 6}
+	if l := a.LimitsOf("billing-app", def); l != (auth.Limits{Rate: 1, Burst: 2, Sessions: 10, Waits: 5, Streams: 7}) {
 		t.Errorf("billing-app limits %+v", l)
 	}
-	if l := a.LimitsOf("ops", def); l != (auth.Limits{Rate: 100, Burst: 200, Sessions: 3, Waits: 4}) {
+	if l := a.LimitsOf("ops", def); l != (auth.Limits{Rate: 100, Burst: 200, Sessions: 3, Waits: 4, Streams: 6}) {
 		t.Errorf("ops limits %+v", l)
 	}
 }

@@ -38,6 +38,9 @@ const (
 	// CodeForbidden: the command did not present the session's secret, or
 	// came from another identity than the session's.
 	CodeForbidden Code = 12
+	// CodeIdentityLimit: the identity is at its cap of live sessions
+	// (CreateSession.identity_sessions_cap).
+	CodeIdentityLimit Code = 13
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.

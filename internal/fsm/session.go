@@ -75,6 +75,10 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 		return fail(CodeInvalid, "session id %s already exists", c.SessionId)
 	case len(f.sessions) >= limits.sessions:
 		return fail(CodeTooMany, "too many sessions (%d)", limits.sessions)
+	case c.Identity != "" && c.IdentitySessionsCap > 0 && f.counts.byIdentity[c.Identity] >= int(c.IdentitySessionsCap):
+		// Here rather than only on the leader before proposing: creations
+		// proposed concurrently are counted one after another.
+		return fail(CodeIdentityLimit, "identity %s has %d live sessions, its cap", c.Identity, c.IdentitySessionsCap)
 	}
 	s := newSession(c.SessionId, c.RequestId, c.Owner, c.TtlMs, c.TimeUnixNano, false, 1)
 	s.secretHash, s.identity = c.SecretHash, c.Identity

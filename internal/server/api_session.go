@@ -43,7 +43,8 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if len(m.RequestId) > fsm.MaxRequestIDBytes {
 		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
 	}
-	if err := a.s.limits.checkSessions(ctx); err != nil {
+	sessionsCap, err := a.s.limits.checkSessions(ctx)
+	if err != nil {
 		return nil, err
 	}
 	secret := m.Secret
@@ -54,7 +55,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	}
 	r, err := a.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{
 		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(secret), Identity: identityOf(ctx),
+		SecretHash: hashSecret(secret), Identity: identityOf(ctx), IdentitySessionsCap: sessionsCap,
 	})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"net"
 	"net/http"
@@ -45,6 +46,13 @@ type caller struct {
 	// follower forwarded it (unverifiable: used only so that the rate
 	// limit of the client's IP is not charged again, to the follower's).
 	forwarded bool
+	// byToken reports credentials from a bearer token: tokenHash is its
+	// SHA-256 and tokenID the identity it named, so that a call judged
+	// later than the request began (a stream's frames and events) is
+	// refused once a reload removed the token (stillKnown).
+	byToken   bool
+	tokenHash [sha256.Size]byte
+	tokenID   string
 }
 
 type callerKey struct{}
@@ -73,13 +81,21 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 // certificate: one credential is judged, never a mix.
 func (s *Server) identify(r *http.Request) caller {
 	c := caller{addr: r.RemoteAddr}
-	if s.auth == nil {
+	f := s.authFile()
+	if f == nil {
 		c.forwarded = r.Header.Get(ForwardedHeader) != ""
 		return c
 	}
 	tok, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	tok = strings.TrimSpace(tok)
-	id, ok := s.auth.Identify(tok)
+	var id string
+	var ok bool
+	if tok != "" {
+		h := sha256.Sum256([]byte(tok))
+		if id, ok = f.Tokens[h]; ok {
+			c.byToken, c.tokenHash, c.tokenID = true, h, id
+		}
+	}
 	if tid, verified := s.TLSIdentity(r.TLS); verified {
 		c.tlsPeer = tid.Peer
 		if !ok && tok == "" && auth.ValidIdentity(tid.Name) {
@@ -90,7 +106,7 @@ func (s *Server) identify(r *http.Request) caller {
 		return c
 	}
 	c.identity, c.known = id, true
-	if fwd := r.Header.Get(ForwardedIdentityHeader); fwd != "" && (c.tlsPeer || s.trustedPeer(r, id)) && auth.ValidIdentity(fwd) {
+	if fwd := r.Header.Get(ForwardedIdentityHeader); fwd != "" && (c.tlsPeer || trustedPeer(f, id)) && auth.ValidIdentity(fwd) {
 		c.identity, c.forwardedBy = fwd, id
 	}
 	return c
@@ -100,8 +116,22 @@ func (s *Server) identify(r *http.Request) caller {
 // whose forwarded identities are believed: an identity with the peer
 // grant. (A cluster member's certificate, caller.tlsPeer, is the other
 // way; identify checks it.)
-func (s *Server) trustedPeer(_ *http.Request, identity string) bool {
-	return s.auth.Allows(identity, auth.Peer, "")
+func trustedPeer(f *auth.File, identity string) bool {
+	return f.Allows(identity, auth.Peer, "")
+}
+
+// stillKnown reports whether the caller's credentials are still those of
+// its identity under the rules f: its token still names the same identity
+// and, for a forwarded call, its forwarder is still a peer. identify
+// checked them against the rules of when the request began; a stream is
+// judged again after a reload.
+func (c caller) stillKnown(f *auth.File) bool {
+	if c.byToken {
+		if id, ok := f.Tokens[c.tokenHash]; !ok || id != c.tokenID {
+			return false
+		}
+	}
+	return c.forwardedBy == "" || c.tlsPeer || trustedPeer(f, c.forwardedBy)
 }
 
 // peerHeaders sets, on a call this node forwards, the original caller's
@@ -181,13 +211,18 @@ type snapshotRequest struct{}
 
 // allowed reports why the caller may not make the call, or nil.
 func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
-	if s.auth == nil {
+	f := s.authFile()
+	if f == nil {
 		return nil
 	}
 	c := callerOf(ctx)
 	if !c.known {
 		return s.apiError(connect.CodeUnauthenticated, lockdv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
 			"authentication required: send Authorization: Bearer <token> (lockd --token-file)")
+	}
+	if !c.stillKnown(f) {
+		// A stream opened before a reload removed its token.
+		return s.denied(ctx, "identity "+c.identity+": "+errRevoked.Error()+" (its token or peer grant was removed)")
 	}
 	if a.perm == 0 {
 		return nil
@@ -196,11 +231,11 @@ func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
 	switch {
 	case a.op == "Join":
 		// A joining node presents its peer token.
-		ok = c.tlsPeer || s.auth.Allows(c.identity, auth.Admin, "") || s.auth.Allows(c.identity, auth.Peer, "")
+		ok = c.tlsPeer || f.Allows(c.identity, auth.Admin, "") || f.Allows(c.identity, auth.Peer, "")
 	case a.any && a.perm == auth.Lock:
-		ok = s.auth.AnyLock(c.identity)
+		ok = f.AnyLock(c.identity)
 	default:
-		ok = s.auth.Allows(c.identity, a.perm, a.name)
+		ok = f.Allows(c.identity, a.perm, a.name)
 	}
 	if !ok {
 		what := a.perm.String()

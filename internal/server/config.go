@@ -239,6 +239,9 @@ func (c *Config) Validate() error {
 	if len(c.NodeID) > 64 {
 		bad("node-id is longer than 64 bytes")
 	}
+	if c.MaxStreamsPerIdentity < -1 {
+		bad("max-streams-per-identity %d: want a cap, 0 for the default or -1 for none", c.MaxStreamsPerIdentity)
+	}
 	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
 }

@@ -100,6 +100,9 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 		return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, r.Msg)
 	case fsm.CodeTooMany:
 		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_TOO_MANY, r.Msg)
+	case fsm.CodeIdentityLimit:
+		s.metrics.limitHits.WithLabelValues("sessions").Inc()
+		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, r.Msg)
 	case fsm.CodeCancelled:
 		return s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the acquire was cancelled before it arrived")
 	case fsm.CodeNotInitialized:

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -15,21 +17,35 @@ import (
 // Per-identity limits, beside the per-session and cluster-wide caps of the
 // FSM: a request rate (token bucket, on the node where a call enters), and
 // caps on the live sessions and on the queued Acquire calls in flight of
-// each identity (on the leader, which sees them all). With authentication
-// off there are no identities: the rate applies per client IP address when
-// --rate-limit is set, and the caps do not apply.
+// each identity (on the leader, which sees them all), and on the streams
+// each identity has open on a node. With authentication off there are no
+// identities: the rate applies per client IP address when --rate-limit is
+// set, the stream cap per client IP address, and the other caps do not
+// apply.
 
-// limiter holds the buckets and wait counts. A nil *limiter admits all.
+// limiter holds the buckets and the wait and stream counts. A nil
+// *limiter admits all. The limits are read from the auth rules in force at
+// each call, so a reload applies to the next call.
 type limiter struct {
-	s    *Server
-	file *auth.File // nil: authentication off
-	def  auth.Limits
+	s   *Server
+	def auth.Limits
 
-	bmu     sync.RWMutex // guards the buckets table; each bucket has its own lock
-	buckets map[string]*bucket
+	mu      sync.Mutex
+	buckets map[string]*list.Element // of *bucket, in lru
+	lru     list.List                // buckets, most recently used first
+	waits   map[string]int
+	streams map[string]int
+}
 
-	mu    sync.Mutex // guards waits
-	waits map[string]int
+// maxBuckets bounds the bucket table (a flood of distinct client IPs).
+// Idle buckets (full again: forgetting one changes nothing) are dropped as
+// calls come; past maxBuckets the least recently used one goes even if not
+// full, which at worst hands a client that was silent the longest a fresh
+// burst.
+const maxBuckets = 1 << 16
+
+func newLimiter(s *Server, def auth.Limits) *limiter {
+	return &limiter{s: s, def: def, buckets: map[string]*list.Element{}, waits: map[string]int{}, streams: map[string]int{}}
 }
 
 // refusalDelay is how long the answer to a session-stream frame over its
@@ -47,17 +63,9 @@ type limiter struct {
 // KeepAlive and CloseSession are never refused, so never held.
 const refusalDelay = 100 * time.Millisecond
 
-// maxBuckets bounds the bucket table (a flood of distinct client IPs):
-// when full, idle buckets (full ones) are dropped.
-const maxBuckets = 1 << 16
-
-func newLimiter(s *Server, file *auth.File, def auth.Limits) *limiter {
-	return &limiter{s: s, file: file, def: def, buckets: map[string]*bucket{}, waits: map[string]int{}}
-}
-
 // bucket is a token bucket: rate tokens a second, at most burst.
 type bucket struct {
-	mu     sync.Mutex
+	key    string
 	tokens float64
 	last   time.Time
 	rate   float64
@@ -97,11 +105,18 @@ func (b *bucket) take(now time.Time) bool {
 	return true
 }
 
+// full reports whether the bucket has refilled: dropping it and making a
+// new one later gives the same answers.
+func (b *bucket) full(now time.Time) bool {
+	return b.tokens+now.Sub(b.last).Seconds()*b.rate >= b.burst
+}
+
 func (l *limiter) limitsOf(identity string) auth.Limits {
-	if l.file == nil {
+	f := l.s.authFile()
+	if f == nil {
 		return l.def
 	}
-	return l.file.LimitsOf(identity, l.def)
+	return f.LimitsOf(identity, l.def)
 }
 
 // exhausted is the answer to a call over a limit; the hit is counted by
@@ -120,7 +135,8 @@ func (l *limiter) refusal(msg string) *limitError {
 // admit takes a token from the caller's bucket. KeepAlive and CloseSession
 // are never refused (a limit must not cost a client its lease or keep it
 // from cleaning up), nor are calls forwarded by a peer (counted where they
-// entered).
+// entered). A watch also takes one of the caller's stream slots, which the
+// returned func frees when the watch ends.
 func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 	if l == nil {
 		return func() {}, nil
@@ -133,21 +149,34 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 	if c.forwardedBy != "" || c.forwarded {
 		return func() {}, nil
 	}
+	if err := l.rate(c); err != nil {
+		return nil, err
+	}
+	if _, ok := msg.(*lockdv1.WatchRequest); ok {
+		return l.startStream(ctx)
+	}
+	return func() {}, nil
+}
+
+// rate takes a token from the bucket of c: its identity or, without auth,
+// its IP address.
+func (l *limiter) rate(c caller) error {
 	key := c.identity
-	if l.file == nil {
+	if l.s.authFile() == nil {
 		key = "ip:" + hostOf(c.addr)
 	}
 	lim := l.limitsOf(c.identity)
 	if lim.Rate <= 0 {
-		return func() {}, nil
+		return nil
 	}
+	burst := float64(max(lim.Burst, 1))
 	now := time.Now()
 	cluster := l.s.fsm.ClusterID()
-	b := l.bucketOf(key, lim, now)
-	b.mu.Lock()
+	l.mu.Lock()
+	b := l.bucketLocked(key, lim.Rate, burst, now)
 	if b.take(now) {
-		b.mu.Unlock()
-		return func() {}, nil
+		l.mu.Unlock()
+		return nil
 	}
 	refusal := b.refusal
 	if refusal == nil || b.cluster != cluster {
@@ -155,9 +184,9 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		refusal.hold = true
 		b.refusal, b.cluster = refusal, cluster
 	}
-	b.mu.Unlock()
+	l.mu.Unlock()
 	l.s.metrics.rateHits.Inc()
-	return nil, refusal
+	return refusal
 }
 
 // hold waits refusalDelay or until ctx ends: see refusalDelay.
@@ -170,38 +199,68 @@ func hold(ctx context.Context) {
 	}
 }
 
-// bucketOf returns key's bucket, made full if it has none. Each bucket has
-// its own lock and the table is read under a shared one, so that a flood
-// of calls of one identity does not queue the other identities' calls
-// behind it.
-func (l *limiter) bucketOf(key string, lim auth.Limits, now time.Time) *bucket {
-	l.bmu.RLock()
-	b := l.buckets[key]
-	l.bmu.RUnlock()
-	if b != nil {
-		return b
+// bucketLocked returns key's bucket with rate and burst (a reload may have
+// changed them), most recently used now, after dropping the idle buckets
+// at the cold end of the list (each bucket is dropped once: amortized
+// constant time per call).
+func (l *limiter) bucketLocked(key string, rate, burst float64, now time.Time) *bucket {
+	for e := l.lru.Back(); e != nil && e.Value.(*bucket).full(now); e = l.lru.Back() {
+		l.dropLocked(e)
 	}
-	l.bmu.Lock()
-	defer l.bmu.Unlock()
-	if b := l.buckets[key]; b != nil {
+	if e := l.buckets[key]; e != nil {
+		l.lru.MoveToFront(e)
+		b := e.Value.(*bucket)
+		if b.rate != rate || b.burst != burst {
+			b.refusal = nil // its message names the old limits
+		}
+		b.rate, b.burst, b.tokens = rate, burst, min(b.tokens, burst)
 		return b
 	}
 	if len(l.buckets) >= maxBuckets {
-		for k, ob := range l.buckets {
-			ob.mu.Lock()
-			full := ob.tokens+now.Sub(ob.last).Seconds()*ob.rate >= ob.burst
-			ob.mu.Unlock()
-			if full {
-				// A call still holding it takes a token from a full
-				// bucket that a new one replaces: the same as the new.
-				delete(l.buckets, k)
-			}
-		}
+		l.dropLocked(l.lru.Back())
 	}
-	burst := float64(max(lim.Burst, 1))
-	b = &bucket{tokens: burst, last: now, rate: lim.Rate, burst: burst}
-	l.buckets[key] = b
+	b := &bucket{key: key, tokens: burst, last: now, rate: rate, burst: burst}
+	l.buckets[key] = l.lru.PushFront(b)
 	return b
+}
+
+func (l *limiter) dropLocked(e *list.Element) {
+	delete(l.buckets, e.Value.(*bucket).key)
+	l.lru.Remove(e)
+}
+
+// startStream counts an open stream of the caller (session stream or
+// watch) on this node, refusing one over its cap; the returned func ends
+// it. The key is the caller's identity or, without valid credentials
+// (authentication off, or refused later), its IP address.
+func (l *limiter) startStream(ctx context.Context) (func(), error) {
+	if l == nil {
+		return func() {}, nil
+	}
+	c := callerOf(ctx)
+	key, lim := "ip:"+hostOf(c.addr), l.def
+	if c.known {
+		key, lim = c.identity, l.limitsOf(c.identity)
+	}
+	if lim.Streams <= 0 {
+		return func() {}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.streams[key] >= lim.Streams {
+		return nil, l.exhausted("streams", fmt.Sprintf("%s has %d streams open on this node, its cap (--max-streams-per-identity, limit streams=)", keyName(key), lim.Streams))
+	}
+	l.streams[key]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.streams[key]--; l.streams[key] <= 0 {
+				delete(l.streams, key)
+			}
+		})
+	}, nil
 }
 
 func keyName(key string) string {
@@ -212,23 +271,29 @@ func keyName(key string) string {
 }
 
 // checkSessions refuses a new session of an identity at its session cap
-// (on the leader, before proposing).
-func (l *limiter) checkSessions(ctx context.Context) error {
-	if l == nil || l.file == nil {
-		return nil
+// (on the leader, before proposing: no Raft write for a refusal), and
+// returns the cap for the command, which Apply enforces exactly (0: none):
+// creations proposed together all pass this check, and Apply counts them
+// one after another.
+func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
+	if l == nil || l.s.authFile() == nil {
+		return 0, nil
 	}
 	id := identityOf(ctx)
 	lim := l.limitsOf(id)
-	if lim.Sessions > 0 && l.s.fsm.SessionsOf(id) >= lim.Sessions {
-		return l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	if id == "" || lim.Sessions <= 0 {
+		return 0, nil
 	}
-	return nil
+	if l.s.fsm.SessionsOf(id) >= lim.Sessions {
+		return 0, l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	}
+	return uint32(min(lim.Sessions, math.MaxUint32)), nil
 }
 
 // startWait counts a queued Acquire call in flight of the caller's
 // identity, refusing one over its cap; the returned func ends it.
 func (l *limiter) startWait(ctx context.Context) (func(), error) {
-	if l == nil || l.file == nil {
+	if l == nil || l.s.authFile() == nil {
 		return func() {}, nil
 	}
 	id := identityOf(ctx)

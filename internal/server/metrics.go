@@ -31,6 +31,7 @@ type metrics struct {
 	lock            *lockMetrics // metrics_lock.go
 	limitHits       *prometheus.CounterVec
 	rateHits        prometheus.Counter // limitHits{reason="rate"}, resolved once
+	authReloads     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
@@ -75,13 +76,19 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	})
 	m.lock = newLockMetrics(reg)
 	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits).",
+		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits, streams).",
 	}, []string{"reason"})
 	m.rateHits = m.limitHits.WithLabelValues("rate")
-	for _, r := range []string{"sessions", "waits"} {
+	for _, r := range []string{"sessions", "waits", "streams"} {
 		m.limitHits.WithLabelValues(r)
 	}
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits)
+	m.authReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lockd_auth_reloads_total", Help: "Reads of the auth file after start (SIGHUP or a change on disk), by outcome (ok; error: the previous rules stay).",
+	}, []string{"outcome"})
+	for _, o := range []string{"ok", "error"} {
+		m.authReloads.WithLabelValues(o)
+	}
+	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits, m.authReloads)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,13 +22,19 @@ import (
 // flooder identity whose bucket is empty, the audit log on, and the
 // context of a call of that identity and an Acquire frame.
 func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamRequest) {
-	f, err := auth.Parse([]byte("token " + auth.HashToken("t") + " flooder\ngrant flooder lock\nlimit flooder rate=0.0001 burst=1\n"))
-	if err != nil {
+	path := filepath.Join(tb.TempDir(), "auth")
+	rules := "token " + auth.HashToken("t") + " flooder\ngrant flooder lock\nlimit flooder rate=0.0001 burst=1\n"
+	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &Server{auth: f, metrics: newMetrics(reg, reg), fsm: fsm.New(nil)}
-	s.limits = newLimiter(s, f, auth.Limits{})
+	m := newMetrics(reg, reg)
+	rl, err := newAuthReloader(path, slog.New(slog.DiscardHandler), m.authReloads)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{auth: rl, metrics: m, fsm: fsm.New(nil)}
+	s.limits = newLimiter(s, auth.Limits{})
 	s.audit = &auditLog{node: "n1", w: io.Discard}
 	ctx := context.WithValue(context.Background(), callerKey{}, caller{identity: "flooder", known: true, addr: "127.0.0.1:5000"})
 	req := &lockdv1.StreamRequest{CallId: 7, Body: &lockdv1.StreamRequest_Acquire{Acquire: &lockdv1.AcquireRequest{SessionId: "s", Name: "hot", Secret: "x"}}}

@@ -38,7 +38,17 @@ type Security struct {
 	// MaxWaitsPerIdentity caps an identity's queued Acquire calls in
 	// flight (AuthFile only). 0: 10000.
 	MaxWaitsPerIdentity int
+	// MaxStreamsPerIdentity caps the streams (session streams and watches,
+	// Connect and SSE) one identity has open on this node; without
+	// AuthFile, or for a caller without valid credentials, it applies per
+	// client IP address. 0: 64; -1: no cap.
+	MaxStreamsPerIdentity int
 }
+
+// defaultMaxStreams is MaxStreamsPerIdentity's default: far more than one
+// client process opens (a session stream per node it talks to, and its
+// watches), far fewer than would let one client exhaust a node.
+const defaultMaxStreams = 64
 
 // defaultLimits are the per-identity limits applied when neither the flags
 // nor the auth file set them, with authentication on.
@@ -46,13 +56,14 @@ var defaultLimits = auth.Limits{Rate: 10000, Sessions: 10000, Waits: 10000}
 
 func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 	// After openDataDir: the node id names this node in audit lines.
-	def := auth.Limits{Rate: c.RateLimit, Burst: c.RateBurst, Sessions: c.MaxSessionsPerIdentity, Waits: c.MaxWaitsPerIdentity}
+	def := auth.Limits{Rate: c.RateLimit, Burst: c.RateBurst, Sessions: c.MaxSessionsPerIdentity, Waits: c.MaxWaitsPerIdentity,
+		Streams: cmpInt(c.MaxStreamsPerIdentity, defaultMaxStreams)}
 	if c.AuthFile != "" {
-		f, err := auth.ReadFile(c.AuthFile)
+		r, err := newAuthReloader(c.AuthFile, s.log.With("component", "auth"), s.metrics.authReloads)
 		if err != nil {
 			return err
 		}
-		s.auth = f
+		s.auth = r
 		def.Rate = orDefault(def.Rate, defaultLimits.Rate)
 		def.Sessions = cmpInt(def.Sessions, defaultLimits.Sessions)
 		def.Waits = cmpInt(def.Waits, defaultLimits.Waits)
@@ -60,7 +71,7 @@ func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 	if def.Burst == 0 {
 		def.Burst = max(1, int(2*def.Rate))
 	}
-	s.limits = newLimiter(s, s.auth, def)
+	s.limits = newLimiter(s, def)
 	if c.PeerTokenFile != "" {
 		b, err := os.ReadFile(c.PeerTokenFile)
 		if err != nil {

@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
@@ -101,9 +100,9 @@ type Server struct {
 	hub       *hub          // the watch history (watch_hub.go)
 	keepalive time.Duration // watchKeepalive; shorter in tests
 
-	auth      *auth.File // nil: authentication off
-	peerToken string     // presented when forwarding and joining
-	audit     *auditLog  // nil: no audit log
+	auth      *authReloader // nil: authentication off
+	peerToken string        // presented when forwarding and joining
+	audit     *auditLog     // nil: no audit log
 	auditFile io.Closer
 	limits    *limiter
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lockd-dev/lockd/internal/auth"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -100,6 +101,20 @@ type streamServer struct {
 // writes its own answer, and this goroutine ends the stream.
 func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.StreamRequest, lockdv1.StreamResponse]) error {
 	s := h.a.s
+	// Opening needs what CreateSession needs, and one of the caller's
+	// stream slots; access is judged again when the auth rules change.
+	open := &access{op: "Stream", perm: auth.Lock, any: true}
+	aw := s.watchAuth()
+	if err := s.allowed(ctx, open); err != nil {
+		s.audit.record(ctx, open, err)
+		return err
+	}
+	release, err := s.limits.startStream(ctx)
+	if err != nil {
+		s.audit.record(ctx, open, err)
+		return err
+	}
+	defer release()
 	s.metrics.streamsOpen.Inc()
 	defer s.metrics.streamsOpen.Dec()
 	ctx, cancel := context.WithCancel(ctx)
@@ -123,14 +138,26 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	quit := make(chan struct{})
 	go sv.read(readErr, quit)
 	var rerr error
-	select {
-	case err := <-readErr:
-		if !errors.Is(err, io.EOF) {
-			rerr = err
+	for ended := false; !ended; {
+		select {
+		case err := <-readErr:
+			if !errors.Is(err, io.EOF) {
+				rerr = err
+			}
+			ended = true
+		case <-ctx.Done():
+			ended = true
+		case <-s.done:
+			rerr, ended = s.raftError(raft.ErrRaftShutdown), true
+		case <-aw.changed():
+			// A reload: the stream ends (PERMISSION_DENIED) if its caller
+			// lost its token or every lock grant; the frames already
+			// answer to the new rules (guard).
+			if err := aw.check(ctx, open); err != nil {
+				s.audit.record(ctx, open, err)
+				rerr, ended = err, true
+			}
 		}
-	case <-ctx.Done():
-	case <-s.done:
-		rerr = s.raftError(raft.ErrRaftShutdown)
 	}
 	close(quit)
 	sv.mu.Lock()

@@ -51,6 +51,14 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	}
 	s.metrics.watchStreams.Inc()
 	defer s.metrics.watchStreams.Dec()
+	// The caller was judged when the stream opened (guard); it is judged
+	// again when the auth rules change, so a revoked token or a narrowed
+	// grant ends the stream (PERMISSION_DENIED) instead of keeping it.
+	a := accessOf(&lockdv1.WatchRequest{Prefix: prefix}, "Watch")
+	aw := s.watchAuth()
+	if err := s.allowed(ctx, a); err != nil {
+		return err // the rules changed after guard's check, before aw saw them
+	}
 	// A first keepalive tells the client where the stream starts, so a
 	// stream cut before its first event resumes from there, not from a
 	// later "now".
@@ -61,6 +69,9 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	tick := time.NewTicker(s.keepalive)
 	defer tick.Stop()
 	for {
+		if err := aw.check(ctx, a); err != nil {
+			return err
+		}
 		r := s.hub.read(cursor, prefix, buf)
 		if r.reset {
 			s.metrics.watchResets.Inc()
@@ -97,6 +108,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 			if err := idle(cursor); err != nil {
 				return err
 			}
+		case <-aw.changed():
 		case <-ctx.Done():
 			return nil
 		case <-s.done:

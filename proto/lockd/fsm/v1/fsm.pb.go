@@ -99,9 +99,13 @@ type CreateSession struct {
 	// from before secrets, which accepts any.
 	SecretHash []byte `protobuf:"bytes,6,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
 	// The identity that created the session ("" with authentication off).
-	Identity      string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Identity string `protobuf:"bytes,7,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The identity's cap on live sessions, decided by the leader from its
+	// auth rules; Apply refuses the session when the identity has this many
+	// already, so concurrent creations cannot overshoot it. 0: no cap.
+	IdentitySessionsCap uint32 `protobuf:"varint,8,opt,name=identity_sessions_cap,json=identitySessionsCap,proto3" json:"identity_sessions_cap,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CreateSession) Reset() {
@@ -181,6 +185,13 @@ func (x *CreateSession) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *CreateSession) GetIdentitySessionsCap() uint32 {
+	if x != nil {
+		return x.IdentitySessionsCap
+	}
+	return 0
 }
 
 type CloseSession struct {
@@ -1925,7 +1936,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12$\n" +
-	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\xdd\x01\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\x91\x02\n" +
 	"\rCreateSession\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1936,7 +1947,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
 	"\vsecret_hash\x18\x06 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\a \x01(\tR\bidentity\"|\n" +
+	"\bidentity\x18\a \x01(\tR\bidentity\x122\n" +
+	"\x15identity_sessions_cap\x18\b \x01(\rR\x13identitySessionsCap\"|\n" +
 	"\fCloseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
