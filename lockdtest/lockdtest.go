@@ -41,6 +41,10 @@ func WithAuthFile(path string) Option { return func(s *settings) { s.cfg.AuthFil
 // WithAuditLog appends the server's audit log to the file at path.
 func WithAuditLog(path string) Option { return func(s *settings) { s.cfg.AuditLog = path } }
 
+// WithExactSessionCaps makes Apply enforce per-identity session caps
+// exactly (lockd serve --exact-session-caps).
+func WithExactSessionCaps() Option { return func(s *settings) { s.cfg.ExactSessionCaps = true } }
+
 // WithLogger sends the server's logs to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return func(s *settings) { s.logger = l } }
 

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/auth"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -258,4 +259,76 @@ func TestAuthReloadOnFileChange(t *testing.T) {
 			t.Errorf("reloads ok=%v error=%v, want 1 and 2", ok, bad)
 		}
 	})
+}
+
+// TestAuthReloadCancelsQueuedAcquire: when a reload ends a session stream,
+// the stream's calls in flight end with it: a queued Acquire of the
+// revoked caller is not answered QUEUED or GRANTED afterwards (before the
+// fix it was, when its poll ended, and the stream stayed open meanwhile).
+func TestAuthReloadCancelsQueuedAcquire(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "auth")
+	head := "token " + auth.HashToken("admin-token") + " ops\ngrant ops admin\ngrant ops lock\n"
+	billing := "token " + auth.HashToken("billing-token") + " billing-app\ngrant billing-app lock billing/\n"
+	replaceFile(t, path, head+billing)
+	opts := defaultClusterOpts()
+	opts.security = Security{AuthFile: path}
+	c := newTestCluster(t, 1, opts)
+	srv, url := c.server(0), c.nodes[0].url
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lock := func(token string) lockdv1connect.LockServiceClient {
+		return lockdv1connect.NewLockServiceClient(http.DefaultClient, url, connect.WithInterceptors(bearerTok(token)))
+	}
+	holder, err := lock("billing-token").CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock("billing-token").Acquire(ctx, connect.NewRequest(&lockdv1.AcquireRequest{
+		SessionId: holder.Msg.SessionId, Secret: holder.Msg.Secret, Seq: 1, Name: "billing/x"})); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := lock("billing-token").CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openSessionStream(t, ctx, url, "billing-token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&lockdv1.StreamRequest{CallId: 1, Body: &lockdv1.StreamRequest_Acquire{Acquire: &lockdv1.AcquireRequest{
+		SessionId: waiter.Msg.SessionId, Secret: waiter.Msg.Secret, Seq: 1, Name: "billing/x",
+		Wait: true, PollTimeout: durationpb.New(20 * time.Second)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for queued := false; !queued; { // the Acquire is in the queue
+		d, err := lock("admin-token").DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "billing/x"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued = len(d.Msg.GetLock().GetWaiters()) == 1
+		if !queued {
+			select {
+			case <-ctx.Done():
+				t.Fatal("the streamed Acquire never queued")
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	replaceFile(t, path, head)
+	if err := srv.ReloadAuth(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := st.Receive()
+		if err != nil {
+			if connect.CodeOf(err) != connect.CodePermissionDenied {
+				t.Errorf("stream ended with %v, want PERMISSION_DENIED", err)
+			}
+			break
+		}
+		if a := resp.GetAcquire(); a != nil {
+			t.Errorf("the revoked caller's queued Acquire was answered %v after the reload", a)
+		}
+	}
 }

@@ -29,6 +29,8 @@ import (
 type limiter struct {
 	s   *Server
 	def auth.Limits
+	// exactCaps: Security.ExactSessionCaps.
+	exactCaps bool
 
 	mu      sync.Mutex
 	buckets map[string]*list.Element // of *bucket, in lru
@@ -146,11 +148,13 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 		return func() {}, nil
 	}
 	c := callerOf(ctx)
-	if c.forwardedBy != "" || c.forwarded {
-		return func() {}, nil
-	}
-	if err := l.rate(c); err != nil {
-		return nil, err
+	// A forwarded call was charged where it entered. Watches are never
+	// forwarded, so a watch takes a stream slot whatever its headers say
+	// (without auth the forwarded header is the client's word).
+	if c.forwardedBy == "" && !c.forwarded {
+		if err := l.rate(c); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := msg.(*lockdv1.WatchRequest); ok {
 		return l.startStream(ctx)
@@ -272,9 +276,9 @@ func keyName(key string) string {
 
 // checkSessions refuses a new session of an identity at its session cap
 // (on the leader, before proposing: no Raft write for a refusal), and
-// returns the cap for the command, which Apply enforces exactly (0: none):
-// creations proposed together all pass this check, and Apply counts them
-// one after another.
+// returns the cap for the command, which Apply enforces exactly (0: none;
+// always 0 without exactCaps): creations proposed together all pass this
+// check, and Apply counts them one after another.
 func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
 	if l == nil || l.s.authFile() == nil {
 		return 0, nil
@@ -286,6 +290,9 @@ func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
 	}
 	if l.s.fsm.SessionsOf(id) >= lim.Sessions {
 		return 0, l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
+	}
+	if !l.exactCaps {
+		return 0, nil
 	}
 	return uint32(min(lim.Sessions, math.MaxUint32)), nil
 }

@@ -39,10 +39,19 @@ type Security struct {
 	// flight (AuthFile only). 0: 10000.
 	MaxWaitsPerIdentity int
 	// MaxStreamsPerIdentity caps the streams (session streams and watches,
-	// Connect and SSE) one identity has open on this node; without
-	// AuthFile, or for a caller without valid credentials, it applies per
-	// client IP address. 0: 64; -1: no cap.
+	// Connect and SSE) one identity has open on this node; for a caller
+	// without valid credentials, per client IP address. 0: 64 with
+	// AuthFile, none without (clients behind one NAT or proxy share an
+	// address, so a per-address cap is the operator's choice); -1: no cap.
 	MaxStreamsPerIdentity int
+	// ExactSessionCaps makes the leader carry an identity's session cap in
+	// CreateSession, so that Apply enforces it exactly. Off, the cap is
+	// checked on the leader before proposing, and creations proposed
+	// together can pass it together. Turn it on only once every node runs a
+	// version that knows the field: an older node ignores it and would
+	// create a session the others refuse (see docs/design.md, Mixed
+	// versions).
+	ExactSessionCaps bool
 }
 
 // defaultMaxStreams is MaxStreamsPerIdentity's default: far more than one
@@ -57,7 +66,7 @@ var defaultLimits = auth.Limits{Rate: 10000, Sessions: 10000, Waits: 10000}
 func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 	// After openDataDir: the node id names this node in audit lines.
 	def := auth.Limits{Rate: c.RateLimit, Burst: c.RateBurst, Sessions: c.MaxSessionsPerIdentity, Waits: c.MaxWaitsPerIdentity,
-		Streams: cmpInt(c.MaxStreamsPerIdentity, defaultMaxStreams)}
+		Streams: c.MaxStreamsPerIdentity}
 	if c.AuthFile != "" {
 		r, err := newAuthReloader(c.AuthFile, s.log.With("component", "auth"), s.metrics.authReloads)
 		if err != nil {
@@ -67,11 +76,13 @@ func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 		def.Rate = orDefault(def.Rate, defaultLimits.Rate)
 		def.Sessions = cmpInt(def.Sessions, defaultLimits.Sessions)
 		def.Waits = cmpInt(def.Waits, defaultLimits.Waits)
+		def.Streams = cmpInt(def.Streams, defaultMaxStreams)
 	}
 	if def.Burst == 0 {
 		def.Burst = max(1, int(2*def.Rate))
 	}
 	s.limits = newLimiter(s, def)
+	s.limits.exactCaps = c.ExactSessionCaps
 	if c.PeerTokenFile != "" {
 		b, err := os.ReadFile(c.PeerTokenFile)
 		if err != nil {

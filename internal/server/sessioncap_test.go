@@ -18,7 +18,7 @@ import (
 // another. The refusals are RESOURCE_EXHAUSTED and counted.
 func TestSessionCapConcurrent(t *testing.T) {
 	const limit, tries = 5, 60
-	srv := lockdtest.New(t, lockdtest.WithAuthFile(writeAuthFile(t, "limit billing-app sessions=5")))
+	srv := lockdtest.New(t, lockdtest.WithAuthFile(writeAuthFile(t, "limit billing-app sessions=5")), lockdtest.WithExactSessionCaps())
 	ctx := t.Context()
 	billing := tokenClient(srv.URL(), billingToken, nil)
 	start := make(chan struct{})

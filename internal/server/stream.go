@@ -149,13 +149,17 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 			ended = true
 		case <-s.done:
 			rerr, ended = s.raftError(raft.ErrRaftShutdown), true
+			cancel()
 		case <-aw.changed():
 			// A reload: the stream ends (PERMISSION_DENIED) if its caller
 			// lost its token or every lock grant; the frames already
-			// answer to the new rules (guard).
+			// answer to the new rules (guard). Its calls in flight are
+			// cancelled, so a queued Acquire of a revoked caller is not
+			// granted later.
 			if err := aw.check(ctx, open); err != nil {
 				s.audit.record(ctx, open, err)
 				rerr, ended = err, true
+				cancel()
 			}
 		}
 	}

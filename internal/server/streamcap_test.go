@@ -155,3 +155,31 @@ func TestStreamCapPerIdentity(t *testing.T) {
 	cancel()
 	waitStreamsFreed(t, srv)
 }
+
+// TestStreamCapForgedForwardHeader: a watch that says it was forwarded
+// (a header any client can send without auth) still takes a stream slot:
+// watches are never forwarded. Before the fix five such watches opened
+// from one address under a cap of one.
+func TestStreamCapForgedForwardHeader(t *testing.T) {
+	opts := defaultClusterOpts()
+	opts.security = Security{MaxStreamsPerIdentity: 1}
+	c := newTestCluster(t, 1, opts)
+	url := c.nodes[0].url
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := openWatch(ctx, url, "", "a/"); err != nil {
+		t.Fatal(err)
+	}
+	req := connect.NewRequest(&lockdv1.WatchRequest{Prefix: "b/"})
+	req.Header().Set(ForwardedHeader, "n9")
+	w, err := lockdv1connect.NewWatchServiceClient(h2cClient(), url).Watch(ctx, req)
+	if err == nil {
+		context.AfterFunc(ctx, func() { _ = w.Close() })
+		if !w.Receive() {
+			err = w.Err()
+		}
+	}
+	if connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Errorf("a watch with a forged %s header over the cap: %v, want resource exhausted", ForwardedHeader, err)
+	}
+}
