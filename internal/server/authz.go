@@ -267,8 +267,9 @@ func (s *Server) guard(ctx context.Context, msg any, op string, call func(contex
 	switch {
 	case a.admin || connect.CodeOf(err) == connect.CodePermissionDenied:
 		s.audit.record(ctx, a, err)
-	case errors.As(err, &le):
-		// The session and wait caps of the identity (limits.go).
+	case errors.As(err, &le), connect.CodeOf(err) == connect.CodeResourceExhausted:
+		// The session and wait caps of the identity (limits.go), and
+		// the refusals by Apply (the exact session cap, the table caps).
 		s.audit.limitRefused(ctx, a, err)
 	}
 	return err

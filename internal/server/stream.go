@@ -111,7 +111,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	}
 	release, err := s.limits.startStream(ctx)
 	if err != nil {
-		s.audit.record(ctx, open, err)
+		s.audit.limitRefused(ctx, open, err)
 		return err
 	}
 	defer release()
