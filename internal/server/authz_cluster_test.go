@@ -25,17 +25,7 @@ import (
 // grants decide.
 func TestForwardKeepsIdentity(t *testing.T) {
 	dir := t.TempDir()
-	authFile := filepath.Join(dir, "auth")
-	lines := "token " + auth.HashToken("billing-token") + " billing-app\ngrant billing-app lock billing/\n" +
-		"token " + auth.HashToken("admin-token") + " ops\ngrant ops admin\n" +
-		"token " + auth.HashToken("peer-token") + " node\ngrant node peer\n"
-	if err := os.WriteFile(authFile, []byte(lines), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	peerFile := filepath.Join(dir, "peer")
-	if err := os.WriteFile(peerFile, []byte("peer-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	authFile, peerFile := writePeerAuth(t, dir, "token "+auth.HashToken("billing-token")+" billing-app\ngrant billing-app lock billing/\n")
 	auditPath := filepath.Join(dir, "audit.log")
 	opts := defaultClusterOpts()
 	opts.security = Security{AuthFile: authFile, PeerTokenFile: peerFile, AuditLog: auditPath}
@@ -110,4 +100,22 @@ func TestRateLimitPerIPWithoutAuth(t *testing.T) {
 	if _, err := svc.KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: s.Msg.SessionId, Secret: s.Msg.Secret})); err != nil {
 		t.Fatalf("keepalive over the rate: %v", err)
 	}
+}
+
+// writePeerAuth writes to dir an auth file with extra lines, an admin
+// (admin-token, identity ops) and a peer (peer-token, identity node), and
+// the nodes' peer token file; it returns both paths.
+func writePeerAuth(t *testing.T, dir, extra string) (authFile, peerFile string) {
+	t.Helper()
+	authFile = filepath.Join(dir, "auth")
+	lines := extra + "token " + auth.HashToken("admin-token") + " ops\ngrant ops admin\n" +
+		"token " + auth.HashToken("peer-token") + " node\ngrant node peer\n"
+	if err := os.WriteFile(authFile, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peerFile = filepath.Join(dir, "peer")
+	if err := os.WriteFile(peerFile, []byte("peer-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return authFile, peerFile
 }

@@ -5,13 +5,10 @@ import (
 	"context"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/lockd-dev/lockd"
-	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/fsm"
 )
 
@@ -23,16 +20,7 @@ import (
 // advertised 127.0.0.1: another host to Go, with no second machine.
 func TestSnapshotRedirectKeepsToken(t *testing.T) {
 	dir := t.TempDir()
-	authFile := filepath.Join(dir, "auth")
-	lines := "token " + auth.HashToken("admin-token") + " ops\ngrant ops admin\n" +
-		"token " + auth.HashToken("peer-token") + " node\ngrant node peer\n"
-	if err := os.WriteFile(authFile, []byte(lines), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	peerFile := filepath.Join(dir, "peer")
-	if err := os.WriteFile(peerFile, []byte("peer-token\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	authFile, peerFile := writePeerAuth(t, dir, "")
 	opts := defaultClusterOpts()
 	opts.security = Security{AuthFile: authFile, PeerTokenFile: peerFile}
 	c := newTestCluster(t, 3, opts)
