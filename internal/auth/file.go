@@ -260,16 +260,19 @@ func ValidIdentity(id string) bool { return checkIdentity(id) == nil }
 
 // HashToken returns a token's auth-file line value, "sha256:<hex>".
 func HashToken(token string) string {
-	h := sha256.Sum256([]byte(token))
+	h := TokenKey(token)
 	return "sha256:" + hex.EncodeToString(h[:])
 }
+
+// TokenKey is a token's key in File.Tokens (its SHA-256).
+func TokenKey(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
 
 // Identify returns the identity of a bearer token, or false.
 func (a *File) Identify(token string) (string, bool) {
 	if token == "" {
 		return "", false
 	}
-	id, ok := a.Tokens[sha256.Sum256([]byte(token))]
+	id, ok := a.Tokens[TokenKey(token)]
 	return id, ok
 }
 

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -91,7 +90,7 @@ func (s *Server) identify(r *http.Request) caller {
 	var id string
 	var ok bool
 	if tok != "" {
-		h := sha256.Sum256([]byte(tok))
+		h := auth.TokenKey(tok)
 		if id, ok = f.Tokens[h]; ok {
 			c.byToken, c.tokenHash, c.tokenID = true, h, id
 		}
@@ -263,11 +262,10 @@ func (s *Server) guard(ctx context.Context, msg any, op string, call func(contex
 	}
 	defer release()
 	err = call(ctx)
-	var le *limitError
 	switch {
 	case a.admin || connect.CodeOf(err) == connect.CodePermissionDenied:
 		s.audit.record(ctx, a, err)
-	case errors.As(err, &le), connect.CodeOf(err) == connect.CodeResourceExhausted:
+	case connect.CodeOf(err) == connect.CodeResourceExhausted:
 		// The session and wait caps of the identity (limits.go), and
 		// the refusals by Apply (the exact session cap, the table caps).
 		s.audit.limitRefused(ctx, a, err)
