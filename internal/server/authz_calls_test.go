@@ -75,32 +75,7 @@ func TestAuthCoversEveryCall(t *testing.T) {
 		t.Errorf("billing watches billing/: %v", err)
 	}
 
-	// Watch over SSE: the same rule, as HTTP statuses.
-	sse := func(token, prefix string) int {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/v1/watch?prefix="+prefix, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	if got := sse(billingToken, "payments/"); got != http.StatusForbidden {
-		t.Errorf("SSE billing watches payments/: %d, want 403", got)
-	}
-	if got := sse("", "billing/"); got != http.StatusUnauthorized {
-		t.Errorf("SSE without a token: %d, want 401", got)
-	}
-	if got := sse(readerToken, ""); got != http.StatusOK {
-		t.Errorf("SSE reader watches everything: %d, want 200", got)
-	}
-
-	// The gRPC health service is open (probes carry no token); the
-	// dashboard's member health, which makes the node probe every member,
-	// is not.
+	// get makes one HTTP call and returns its status.
 	get := func(method, path, token, body string) int {
 		req, _ := http.NewRequestWithContext(ctx, method, srv.URL()+path, strings.NewReader(body))
 		if body != "" {
@@ -116,6 +91,22 @@ func TestAuthCoversEveryCall(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+
+	// Watch over SSE: the same rule, as HTTP statuses.
+	sse := func(token, prefix string) int { return get(http.MethodGet, "/v1/watch?prefix="+prefix, token, "") }
+	if got := sse(billingToken, "payments/"); got != http.StatusForbidden {
+		t.Errorf("SSE billing watches payments/: %d, want 403", got)
+	}
+	if got := sse("", "billing/"); got != http.StatusUnauthorized {
+		t.Errorf("SSE without a token: %d, want 401", got)
+	}
+	if got := sse(readerToken, ""); got != http.StatusOK {
+		t.Errorf("SSE reader watches everything: %d, want 200", got)
+	}
+
+	// The gRPC health service is open (probes carry no token); the
+	// dashboard's member health, which makes the node probe every member,
+	// is not.
 	if got := get(http.MethodPost, "/grpc.health.v1.Health/Check", "", "{}"); got != http.StatusOK {
 		t.Errorf("gRPC health check without a token: %d, want 200", got)
 	}
