@@ -19,8 +19,10 @@ type session struct {
 	created   int64
 	revoked   bool
 	// secretHash is the SHA-256 of the session secret; empty for a session
-	// from before secrets (restored from an old snapshot), which accepts
-	// any. identity is who created it ("" with authentication off).
+	// from before secrets (restored from an old snapshot), which Apply
+	// lets any secret use (the server refuses it in its handlers and a new
+	// leader expires it). identity is who created it ("" with
+	// authentication off).
 	secretHash []byte
 	identity   string
 	// ack is the session's acknowledged floor: every table seq is at or

@@ -173,6 +173,10 @@ type SessionInfo struct {
 	// Identity is who created it ("" with authentication off). The secret
 	// and its hash are never part of a view.
 	Identity string
+	// Secretless reports a session without a secret hash: restored from a
+	// snapshot written before session secrets, it would accept any secret,
+	// so a new leader revokes it (the server's promoteTimers).
+	Secretless bool
 }
 
 // Session returns the session with id, or false.
@@ -187,7 +191,7 @@ func (f *FSM) Session(id string) (SessionInfo, bool) {
 }
 
 func sessionInfo(s *session) SessionInfo {
-	return SessionInfo{ID: s.id, Owner: s.owner, TTL: time.Duration(s.ttlMs) * time.Millisecond, CreatedAt: time.Unix(0, s.created), Holds: len(s.holds), Waits: len(s.waits), Revoked: s.revoked, Identity: s.identity}
+	return SessionInfo{ID: s.id, Owner: s.owner, TTL: time.Duration(s.ttlMs) * time.Millisecond, CreatedAt: time.Unix(0, s.created), Holds: len(s.holds), Waits: len(s.waits), Revoked: s.revoked, Identity: s.identity, Secretless: len(s.secretHash) == 0}
 }
 
 // SessionAuth returns what a call on session id must match, for checks

@@ -229,3 +229,45 @@ func TestExpiryDecisionIsFinal(t *testing.T) {
 		}
 	})
 }
+
+// TestPromoteExpireNow: an entry promoted with ExpireNow (a session
+// without a secret, restored from an old backup) is handed to expire at
+// once, answers no KeepAlive even before that, and a failed proposal's
+// Retry hands it over again; the others keep their full lease.
+func TestPromoteExpireNow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		calls := map[string]int{}
+		m := New(grace, func(id string, term uint64) {
+			mu.Lock()
+			defer mu.Unlock()
+			if term != 7 {
+				t.Errorf("expire of %s for term %d, want 7", id, term)
+			}
+			calls[id]++
+		})
+		start := time.Now()
+		m.Promote(7, []Entry{{ID: "old", TTL: time.Hour, ExpireNow: true}, {ID: "new", TTL: time.Hour}})
+		if _, err := m.KeepAlive("old", time.Now()); !errors.Is(err, ErrExpiring) {
+			t.Fatalf("keepalive of an ExpireNow entry: %v, want ErrExpiring", err)
+		}
+		synctest.Wait()
+		mu.Lock()
+		got := calls["old"]
+		mu.Unlock()
+		if got != 1 || time.Since(start) != 0 {
+			t.Fatalf("old expired %d times by %v, want once at Promote", got, time.Since(start))
+		}
+		m.Retry("old", time.Second)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if calls["old"] != 2 || calls["new"] != 0 {
+			t.Fatalf("after a retry: %v, want old twice and new never", calls)
+		}
+		if _, err := m.KeepAlive("new", time.Now()); err != nil {
+			t.Fatalf("keepalive of the other entry: %v", err)
+		}
+	})
+}

@@ -43,6 +43,8 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 	return nil
 }
 
+// checkRequest checks what every session-scoped lock call carries, and
+// refuses a session without a secret (refuseSecretless).
 func (a *api) checkRequest(session string, seq uint64) error {
 	if session == "" {
 		return a.s.invalid("session_id is required")
@@ -50,5 +52,5 @@ func (a *api) checkRequest(session string, seq uint64) error {
 	if seq == 0 {
 		return a.s.invalid("seq must be positive (per-session request sequence number)")
 	}
-	return nil
+	return a.s.refuseSecretless(session)
 }

@@ -60,6 +60,14 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if err != nil {
 		return nil, err
 	}
+	if r.Duplicate {
+		// A retry found the session of its request id. Apply accepts any
+		// secret for a session without one (restored from an old backup):
+		// this answer must not hand it out.
+		if err := a.s.refuseSecretless(r.SessionID); err != nil {
+			return nil, err
+		}
+	}
 	info, ok := a.s.fsm.Session(r.SessionID)
 	if ok {
 		ttl = info.TTL

@@ -33,7 +33,7 @@ func TestBackupRestore10kLocks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			id := fmt.Sprint("s", i)
-			b, _ := fsm.Encode(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 600000})
+			b, _ := fsm.Encode(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 600000, SecretHash: testSecretHash})
 			if err := s.raft.Apply(b, 0).Error(); err != nil {
 				errs <- err
 				return
@@ -45,7 +45,7 @@ func TestBackupRestore10kLocks(t *testing.T) {
 				if j >= 100 {
 					name = fmt.Sprintf("shared/%d", j-100)
 				}
-				b, _ := fsm.Encode(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: uint64(j + 1), Name: name, Mode: fsm.ModeExclusive, Wait: true})
+				b, _ := fsm.Encode(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: uint64(j + 1), Name: name, Mode: fsm.ModeExclusive, Wait: true, SecretHash: testSecretHash})
 				f := s.raft.Apply(b, 0)
 				if err := f.Error(); err != nil {
 					errs <- err

@@ -176,11 +176,27 @@ func (s *Server) establish(gen uint64) {
 // session's lease, completion mark and lock-delay, each read under the FSM's
 // lock so none is added or removed meanwhile.
 func (s *Server) promoteTimers(term uint64) {
+	var secretless []fsm.SessionInfo
 	s.fsm.WithSessions(func(ss []fsm.SessionInfo) {
 		promote(s.lease, term, len(ss), slices.All(ss), func(_ int, x fsm.SessionInfo) lease.Entry {
-			return lease.Entry{ID: x.ID, TTL: x.TTL, Revoked: x.Revoked}
+			// A session without a secret hash (restored from a backup
+			// written before session secrets) accepts any secret in Apply:
+			// anyone who reads its id could keep it alive and use its
+			// holds. No client of this cluster knows a secret for it, so it
+			// expires at once, in this term, by the lease timer's own
+			// ExpireSession (holds released as an expiry releases them:
+			// waiters granted, lock-delays kept). Apply is unchanged, so
+			// every version decides the expiry alike.
+			if x.Secretless {
+				secretless = append(secretless, x)
+			}
+			return lease.Entry{ID: x.ID, TTL: x.TTL, Revoked: x.Revoked, ExpireNow: x.Secretless}
 		})
 	})
+	for _, x := range secretless {
+		s.log.Warn("session without a secret revoked: it was restored from a backup written before session secrets and would accept any secret; its holds are released as on expiry",
+			"session", x.ID, "owner", x.Owner, "holds", x.Holds, "waits", x.Waits, "term", term)
+	}
 	s.fsm.WithMarks(func(ms map[string]fsm.Mark) {
 		promote(s.marks, term, len(ms), maps.All(ms), func(name string, m fsm.Mark) lease.Entry {
 			return lease.Entry{ID: markKey(name, m.Token), TTL: m.Retention}

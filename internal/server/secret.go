@@ -42,7 +42,10 @@ func (s *Server) checkSession(ctx context.Context, id, secret string) error {
 	if !ok {
 		return nil
 	}
-	if len(hash) != 0 && subtle.ConstantTimeCompare(hash, hashSecret(secret)) != 1 {
+	if len(hash) == 0 {
+		return s.secretlessError(id)
+	}
+	if subtle.ConstantTimeCompare(hash, hashSecret(secret)) != 1 {
 		return s.denied(ctx, "session "+id+": wrong or missing session secret")
 	}
 	if owner != "" && owner != identityOf(ctx) {
@@ -54,4 +57,22 @@ func (s *Server) checkSession(ctx context.Context, id, secret string) error {
 // denied is the answer to a call the caller may not make.
 func (s *Server) denied(_ context.Context, msg string) *connect.Error {
 	return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, msg)
+}
+
+// refuseSecretless refuses a session-scoped call on a session without a
+// secret hash, one restored from a backup written before session secrets.
+// Apply would accept any secret for it (and must keep doing so: an older
+// node decides the same); the leader's first act expires it
+// (promoteTimers), and until that expiry commits the handlers refuse it
+// here, before proposing, so nobody uses it meanwhile.
+func (s *Server) refuseSecretless(id string) error {
+	if hash, _, ok := s.fsm.SessionAuth(id); ok && len(hash) == 0 {
+		return s.secretlessError(id)
+	}
+	return nil
+}
+
+func (s *Server) secretlessError(id string) error {
+	return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED,
+		"session "+id+" has no secret (restored from a backup written before session secrets): it is revoked")
 }

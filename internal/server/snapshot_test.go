@@ -79,8 +79,8 @@ func TestSnapshotAndLogReplayAcrossRestart(t *testing.T) {
 	apply := func(from, to int) {
 		for i := from; i < to; i++ {
 			id := fmt.Sprint("s", i)
-			propose(t, s, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 60000, RequestId: "r" + id})
-			propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: 1, Name: fmt.Sprint("lock/", i%7), Mode: fsm.ModeExclusive, Wait: true})
+			propose(t, s, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 60000, RequestId: "r" + id, SecretHash: testSecretHash})
+			propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: 1, Name: fmt.Sprint("lock/", i%7), Mode: fsm.ModeExclusive, Wait: true, SecretHash: testSecretHash})
 		}
 	}
 	apply(0, 50)
@@ -230,7 +230,7 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 		var err error
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 			var r *fsm.Result
-			r, err = srv[leader()].propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, RequestId: id, TtlMs: 3600000})
+			r, err = srv[leader()].propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, RequestId: id, TtlMs: 3600000, SecretHash: testSecretHash})
 			if err == nil {
 				if r.Code != fsm.OK {
 					t.Fatalf("create %s: %v", id, r.Err())
