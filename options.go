@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/endpoint"
+	"github.com/lockd-dev/lockd/internal/label"
 )
 
 // DefaultEndpoint is the endpoint a Client uses when none is given: a
@@ -218,11 +219,15 @@ func WithTTL(d time.Duration) SessionOption {
 }
 
 // WithOwner sets the session's owner label, shown to people in describe and
-// session listings (at most 256 bytes; default host/pid).
+// session listings (at most 256 bytes of UTF-8 without control characters,
+// as the server requires; default host/pid).
 func WithOwner(owner string) SessionOption {
 	return func(c *sessionConfig) error {
 		if len(owner) > maxOwnerBytes {
 			return fmt.Errorf("%w: owner is %d bytes, more than %d", ErrInvalidArgument, len(owner), maxOwnerBytes)
+		}
+		if err := label.Check("owner", owner); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
 		c.owner = owner
 		return nil

@@ -2,6 +2,7 @@ package lockd
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,5 +87,28 @@ func TestSessionOptionsValidate(t *testing.T) {
 		if err := o(&cfg); err != nil {
 			t.Errorf("got %v", err)
 		}
+	}
+}
+
+// TestWithOwnerRefusesControlCharacters (issue 17, item 8): an owner the
+// server would refuse (control characters, as in lock names: C0, DEL, C1;
+// invalid UTF-8) is refused by the option, before any call, saying why.
+func TestWithOwnerRefusesControlCharacters(t *testing.T) {
+	for owner, why := range map[string]string{
+		"a\x1b]0;pwned\x07": "control character U+001B",
+		"a\u009b31m":        "control character U+009B",
+		"del\x7f":           "control character U+007F",
+		"line\nbreak":       "control character U+000A",
+		"bad\xff":           "not valid UTF-8",
+	} {
+		var cfg sessionConfig
+		err := WithOwner(owner)(&cfg)
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), why) {
+			t.Errorf("WithOwner(%q): %v, want ErrInvalidArgument saying %q", owner, err, why)
+		}
+	}
+	var cfg sessionConfig
+	if err := WithOwner("billing é 名前 ✓")(&cfg); err != nil || cfg.owner != "billing é 名前 ✓" {
+		t.Errorf("a printable UTF-8 owner: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lockd-dev/lockd/internal/label"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -162,7 +163,7 @@ func (s *Session) start() { go s.keepalive() }
 
 func defaultOwner() string {
 	host, err := os.Hostname()
-	if err != nil || host == "" {
+	if err != nil || host == "" || label.Check("owner", host) != nil {
 		host = "unknown"
 	}
 	return fmt.Sprintf("%s/%d", host, os.Getpid())

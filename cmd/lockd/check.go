@@ -70,7 +70,7 @@ func (c *CheckCommand) Run(ctx context.Context, args []string) error {
 			return exitWith(exitCheckError, err)
 		}
 	} else if st.Current {
-		fmt.Fprintf(c.env.stdout, "token %d of %q is current (session %s)\n", token, name, st.SessionID)
+		fmt.Fprintf(c.env.stdout, "token %d of %q is current (session %s)\n", token, name, printable(st.SessionID))
 	} else {
 		fmt.Fprintf(c.env.stdout, "token %d of %q is stale\n", token, name)
 	}

@@ -249,7 +249,7 @@ func printJSON(w io.Writer, m proto.Message) error {
 // writeIndented writes JSON b to w indented by two spaces, with a newline.
 func writeIndented(w io.Writer, b []byte) error {
 	var out bytes.Buffer
-	if err := json.Indent(&out, b, "", "  "); err != nil {
+	if err := json.Indent(&out, escapeJSON(b), "", "  "); err != nil {
 		return err
 	}
 	out.WriteByte('\n')

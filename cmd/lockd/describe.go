@@ -51,15 +51,15 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 	}
 	if m := l.GetMark(); m != nil {
 		fmt.Fprintf(c.env.stdout, "lock %q is done: completed by %s (session %s, token %d) at %s, mark kept %v\n",
-			l.GetName(), m.GetOwner(), m.GetSessionId(), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339), m.GetRetention().AsDuration())
+			printable(l.GetName()), printable(m.GetOwner()), printable(m.GetSessionId()), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339), m.GetRetention().AsDuration())
 		if d := delayString(l); d != "" {
 			fmt.Fprintf(c.env.stdout, "lock-delay: %s\n", d)
 		}
-		fmt.Fprintf(c.env.stdout, "(admin: \"lockd mark clear %s --token %d\" ends the mark now)\n", l.GetName(), m.GetToken())
+		fmt.Fprintf(c.env.stdout, "(admin: \"lockd mark clear %s --token %d\" ends the mark now)\n", printable(l.GetName()), m.GetToken())
 		return nil
 	}
 	w := c.env.stdout
-	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", l.GetName(), limitString(l.GetLimit()))
+	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", printable(l.GetName()), limitString(l.GetLimit()))
 	if d := delayString(l); d != "" {
 		fmt.Fprintf(w, "lock-delay: %s\n", d)
 	}
@@ -69,7 +69,7 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintln(tw, "  TOKEN\tMODE\tSESSION\tOWNER\tGRANTED\tVALUE")
 		for _, h := range l.GetHolders() {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%q\n", h.GetToken(), modeName(h.GetMode()),
-				h.GetSessionId(), h.GetOwner(), since(h.GetGrantedAt()), h.GetValue())
+				printable(h.GetSessionId()), printable(h.GetOwner()), since(h.GetGrantedAt()), h.GetValue())
 		}
 		tw.Flush()
 	}
@@ -78,7 +78,7 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintln(tw, "  #\tMODE\tSESSION\tOWNER\tQUEUED")
 		for i, q := range l.GetWaiters() {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i+1, modeName(q.GetMode()),
-				q.GetSessionId(), q.GetOwner(), since(q.GetQueuedAt()))
+				printable(q.GetSessionId()), printable(q.GetOwner()), since(q.GetQueuedAt()))
 		}
 		tw.Flush()
 	}

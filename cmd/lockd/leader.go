@@ -73,7 +73,7 @@ func (c *LeaderCommand) Run(ctx context.Context, args []string) error {
 	if f.to != "" {
 		what = fmt.Sprintf("leader transfer to %q", f.to)
 		if f.to == old {
-			fmt.Fprintf(c.env.stdout, "%s is the leader already\n", old)
+			fmt.Fprintf(c.env.stdout, "%s is the leader already\n", printable(old))
 			return nil
 		}
 	}
@@ -97,9 +97,9 @@ func (c *LeaderCommand) Run(ctx context.Context, args []string) error {
 	}
 	switch {
 	case leader == "":
-		fmt.Fprintf(c.env.stdout, "leadership transferred from %s; no new leader known yet\n", nonEmpty(old))
+		fmt.Fprintf(c.env.stdout, "leadership transferred from %s; no new leader known yet\n", printable(nonEmpty(old)))
 	default:
-		fmt.Fprintf(c.env.stdout, "leadership transferred from %s to %s\n", nonEmpty(old), leader)
+		fmt.Fprintf(c.env.stdout, "leadership transferred from %s to %s\n", printable(nonEmpty(old)), printable(leader))
 	}
 	return nil
 }

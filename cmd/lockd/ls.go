@@ -70,7 +70,7 @@ func (c *LsCommand) Run(ctx context.Context, args []string) error {
 		for _, h := range l.GetHolders() {
 			tokens = append(tokens, fmt.Sprint(h.GetToken()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", l.GetName(), limitString(l.GetLimit()),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", printable(l.GetName()), limitString(l.GetLimit()),
 			len(l.GetHolders()), len(l.GetWaiters()), strings.Join(tokens, ","))
 	}
 	return tw.Flush()

@@ -229,7 +229,7 @@ func oneLine(err error) string {
 			parts = append(parts, dropPrefix(line))
 		}
 	}
-	return strings.Join(parts, "; ")
+	return printable(strings.Join(parts, "; "))
 }
 
 // dropPrefix removes "lockd: " where it starts a part of a wrapped message:

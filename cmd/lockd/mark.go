@@ -60,7 +60,7 @@ func (c *MarkCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.env.stdout, "lock %q has no completion mark\n", pos[0])
 	default:
 		fmt.Fprintf(c.env.stdout, "cleared the mark of %q (completed by %s, token %d, at %s); the next acquire is granted\n",
-			pos[0], m.GetOwner(), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339))
+			pos[0], printable(m.GetOwner()), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339))
 	}
 	return nil
 }

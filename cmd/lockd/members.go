@@ -127,7 +127,7 @@ func printMembers(env commandEnv, s *lockdv1.StatusResponse) error {
 		if m.GetVoter() {
 			voter = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.GetId(), m.GetRole(), voter, m.GetApi(), m.GetRaft())
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(m.GetId()), printable(m.GetRole()), voter, printable(m.GetApi()), printable(m.GetRaft()))
 	}
 	return tw.Flush()
 }

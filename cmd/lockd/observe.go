@@ -55,7 +55,7 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(c.env.stdout, "%s\n", b)
+			_, err = fmt.Fprintf(c.env.stdout, "%s\n", escapeJSON(b))
 			if err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 		if l.Token == 0 {
 			_, err = fmt.Fprintln(c.env.stdout, "no leader")
 		} else {
-			_, err = fmt.Fprintf(c.env.stdout, "leader\ttoken=%d\tsession=%s\towner=%s\tvalue=%q\n", l.Token, l.SessionID, l.Owner, l.Value)
+			_, err = fmt.Fprintf(c.env.stdout, "leader\ttoken=%d\tsession=%s\towner=%s\tvalue=%q\n", l.Token, printable(l.SessionID), printable(l.Owner), l.Value)
 		}
 		if err != nil {
 			return err

@@ -47,9 +47,9 @@ func (c *ReleaseCommand) Run(ctx context.Context, args []string) error {
 	case len(ids) == 0:
 		fmt.Fprintf(c.env.stdout, "lock %q has no holders\n", pos[0])
 	case *unsafeNow:
-		fmt.Fprintf(c.env.stdout, "revoked %s; lock %q is free now (unsafe: old holders may still run)\n", strings.Join(ids, ", "), pos[0])
+		fmt.Fprintf(c.env.stdout, "revoked %s; lock %q is free now (unsafe: old holders may still run)\n", printable(strings.Join(ids, ", ")), pos[0])
 	default:
-		fmt.Fprintf(c.env.stdout, "revoked %s; lock %q is granted again after their TTL + grace\n", strings.Join(ids, ", "), pos[0])
+		fmt.Fprintf(c.env.stdout, "revoked %s; lock %q is granted again after their TTL + grace\n", printable(strings.Join(ids, ", ")), pos[0])
 	}
 	return nil
 }

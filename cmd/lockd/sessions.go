@@ -44,7 +44,7 @@ func (c *SessionsCommand) Run(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tOWNER\tTTL\tHOLDS\tWAITS\tCREATED\tREVOKED")
 	for _, s := range resp.Msg.GetSessions() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%v\n", s.GetSessionId(), s.GetOwner(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%v\n", printable(s.GetSessionId()), printable(s.GetOwner()),
 			s.GetTtl().AsDuration(), s.GetHolds(), s.GetWaits(), since(s.GetCreatedAt()), s.GetRevoked())
 	}
 	return tw.Flush()

@@ -38,7 +38,7 @@ func (c *SnapshotCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return callError("snapshot save", err)
 	}
-	fmt.Fprintf(c.env.stdout, "saved %d bytes of cluster %s to %s\n", n, cl.ClusterID(), file)
+	fmt.Fprintf(c.env.stdout, "saved %d bytes of cluster %s to %s\n", n, printable(cl.ClusterID()), file)
 	return nil
 }
 

@@ -44,16 +44,16 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) error {
 		leader = "(none)"
 	}
 	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 1, ' ', 0)
-	fmt.Fprintf(tw, "node:\t%s (%s)\n", s.GetNodeId(), s.GetState())
-	fmt.Fprintf(tw, "leader:\t%s\n", leader)
-	fmt.Fprintf(tw, "cluster:\t%s\n", s.GetClusterId())
+	fmt.Fprintf(tw, "node:\t%s (%s)\n", printable(s.GetNodeId()), printable(s.GetState()))
+	fmt.Fprintf(tw, "leader:\t%s\n", printable(leader))
+	fmt.Fprintf(tw, "cluster:\t%s\n", printable(s.GetClusterId()))
 	fmt.Fprintf(tw, "term:\t%d\n", s.GetTerm())
 	fmt.Fprintf(tw, "commit index:\t%d\n", s.GetCommitIndex())
 	fmt.Fprintf(tw, "applied index:\t%d\n", s.GetAppliedIndex())
 	fmt.Fprintf(tw, "sessions:\t%d\n", s.GetSessions())
 	fmt.Fprintf(tw, "locks:\t%d\n", s.GetLocks())
 	fmt.Fprintf(tw, "last token:\t%d\n", s.GetLastToken())
-	fmt.Fprintf(tw, "version:\t%s\n", s.GetVersion())
+	fmt.Fprintf(tw, "version:\t%s\n", printable(s.GetVersion()))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -64,7 +64,7 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) error {
 	tw = tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tROLE\tVOTER\tAPI\tRAFT")
 	for _, m := range s.GetMembers() {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", m.GetId(), m.GetRole(), yesNo(m.GetVoter()), m.GetApi(), m.GetRaft())
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(m.GetId()), printable(m.GetRole()), yesNo(m.GetVoter()), printable(m.GetApi()), printable(m.GetRaft()))
 	}
 	return tw.Flush()
 }

@@ -215,6 +215,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 	if leader == "" {
 		leader = "NONE"
 	}
+	leader = printable(leader)
 	more := ""
 	if s.truncated {
 		more = fmt.Sprintf(" (first %d read)", len(s.locks))
@@ -222,7 +223,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 	add("lockd top  %s  leader %s  term %d  %d locks%s  %d sessions  commit %d", now.Format("15:04:05"), leader, st.GetTerm(), st.GetLocks(), more, st.GetSessions(), st.GetCommitIndex())
 	var members []string
 	for _, m := range st.GetMembers() {
-		members = append(members, m.GetId()+":"+m.GetRole())
+		members = append(members, printable(m.GetId()+":"+m.GetRole()))
 	}
 	add("members    %s", strings.Join(members, "  "))
 	n := t.flags.rows
@@ -239,7 +240,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 	add("")
 	add("%-42s %11s  %7s  %7s", "BUSIEST LOCKS", "GRANTS SEEN", "HOLDERS", "WAITERS")
 	for _, l := range busy[:min(n, len(busy))] {
-		add("  %-40s %11d  %7d  %7d", clip(l.GetName(), 40), max(0, t.changes[l.GetName()]-1), len(l.GetHolders()), len(l.GetWaiters()))
+		add("  %-40s %11d  %7d  %7d", clip(printable(l.GetName()), 40), max(0, t.changes[l.GetName()]-1), len(l.GetHolders()), len(l.GetWaiters()))
 	}
 
 	type hold struct {
@@ -266,7 +267,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 		if e, ok := expires[h.h.GetSessionId()]; ok {
 			lease = dur(e.Sub(now))
 		}
-		add("  %-40s %-24s %17d %9s %8s", clip(h.lock, 40), clip(ownerOr(h.h.GetOwner(), h.h.GetSessionId()), 24), h.h.GetToken(), dur(now.Sub(h.h.GetGrantedAt().AsTime())), lease)
+		add("  %-40s %-24s %17d %9s %8s", clip(printable(h.lock), 40), clip(printable(ownerOr(h.h.GetOwner(), h.h.GetSessionId())), 24), h.h.GetToken(), dur(now.Sub(h.h.GetGrantedAt().AsTime())), lease)
 	}
 
 	queued := slices.Clone(s.locks)
@@ -276,7 +277,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 	add("%-42s %7s  %-24s %8s", "LONGEST QUEUES", "WAITERS", "FIRST WAITER", "WAITING")
 	for _, l := range queued[:min(n, len(queued))] {
 		w := l.GetWaiters()[0]
-		add("  %-40s %7d  %-24s %8s", clip(l.GetName(), 40), len(l.GetWaiters()), clip(ownerOr(w.GetOwner(), w.GetSessionId()), 24), dur(now.Sub(w.GetQueuedAt().AsTime())))
+		add("  %-40s %7d  %-24s %8s", clip(printable(l.GetName()), 40), len(l.GetWaiters()), clip(printable(ownerOr(w.GetOwner(), w.GetSessionId())), 24), dur(now.Sub(w.GetQueuedAt().AsTime())))
 	}
 
 	near := slices.Clone(s.sessions)
@@ -287,7 +288,7 @@ func (t *topState) render(s *topSnapshot, now time.Time, width, height int, nl s
 	add("")
 	add("%-42s %10s %8s %6s %6s", "SESSIONS NEAR EXPIRY", "EXPIRES IN", "TTL", "HOLDS", "WAITS")
 	for _, se := range near[:min(n, len(near))] {
-		add("  %-40s %10s %8s %6d %6d", clip(ownerOr(se.GetOwner(), se.GetSessionId()), 40), dur(se.GetExpiresAt().AsTime().Sub(now)), dur(se.GetTtl().AsDuration()), se.GetHolds(), se.GetWaits())
+		add("  %-40s %10s %8s %6d %6d", clip(printable(ownerOr(se.GetOwner(), se.GetSessionId())), 40), dur(se.GetExpiresAt().AsTime().Sub(now)), dur(se.GetTtl().AsDuration()), se.GetHolds(), se.GetWaits())
 	}
 	if nl == "\r\n" {
 		add("")

@@ -71,19 +71,19 @@ func (c *WatchCommand) Run(ctx context.Context, args []string) error {
 
 func printEvent(env commandEnv, ev lockd.Event) error {
 	if ev.Kind == lockd.EventReset {
-		_, err := fmt.Fprintf(env.stdout, "%s\tRESET\tevents were lost: re-list the locks (lockd ls); the watch goes on\n", ev.Position)
+		_, err := fmt.Fprintf(env.stdout, "%s\tRESET\tevents were lost: re-list the locks (lockd ls); the watch goes on\n", printable(ev.Position))
 		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\t%s\t%s", ev.Position, ev.Kind, ev.Name)
+	fmt.Fprintf(&b, "%s\t%s\t%s", printable(ev.Position), ev.Kind, printable(ev.Name))
 	if ev.Token != 0 {
 		fmt.Fprintf(&b, "\ttoken=%d", ev.Token)
 	}
 	if ev.Session != "" {
-		fmt.Fprintf(&b, "\tsession=%s", ev.Session)
+		fmt.Fprintf(&b, "\tsession=%s", printable(ev.Session))
 	}
 	if ev.Owner != "" {
-		fmt.Fprintf(&b, "\towner=%s", ev.Owner)
+		fmt.Fprintf(&b, "\towner=%s", printable(ev.Owner))
 	}
 	if ev.Shared {
 		b.WriteString("\tshared")
@@ -111,7 +111,7 @@ func printEventJSON(env commandEnv, ev lockd.Event) error {
 		return err
 	}
 	var out bytes.Buffer
-	if err := json.Compact(&out, b); err != nil {
+	if err := json.Compact(&out, escapeJSON(b)); err != nil {
 		return err
 	}
 	out.WriteByte('\n')

@@ -3,11 +3,10 @@ package fsm
 import (
 	"errors"
 	"fmt"
-	"unicode"
-	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockd-dev/lockd/internal/label"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -139,13 +138,6 @@ func ValidateName(name string) error {
 		return errors.New("lock name is empty")
 	case len(name) > MaxNameBytes:
 		return fmt.Errorf("lock name is %d bytes, more than %d", len(name), MaxNameBytes)
-	case !utf8.ValidString(name):
-		return errors.New("lock name is not valid UTF-8")
 	}
-	for _, r := range name {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("lock name contains control character %U", r)
-		}
-	}
-	return nil
+	return label.Check("lock name", name)
 }

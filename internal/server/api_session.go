@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/label"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -39,6 +40,11 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	}
 	if len(m.Owner) > fsm.MaxOwnerBytes {
 		return nil, a.s.invalid("owner is %d bytes, more than %d", len(m.Owner), fsm.MaxOwnerBytes)
+	}
+	// The lock names' rule: an owner is printed in admins' terminals. Here,
+	// not in Apply, so that a node of an older version decides alike.
+	if err := label.Check("owner", m.Owner); err != nil {
+		return nil, a.s.invalid("%v", err)
 	}
 	if len(m.RequestId) > fsm.MaxRequestIDBytes {
 		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
