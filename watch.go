@@ -64,7 +64,7 @@ func (k EventKind) String() string {
 // Event is one change of one lock, in the order the cluster's log applied
 // it. Every node reports the same events with the same positions.
 type Event struct {
-	// Position is the event's opaque cursor ("INDEX.N"); WatchFrom resumes
+	// Position is the event's opaque cursor ("INDEX.N@CLUSTER"); WatchFrom resumes
 	// after it.
 	Position string
 	// Kind is what happened.
@@ -107,7 +107,8 @@ func WatchState() WatchOption { return func(w *watchConfig) { w.state = true } }
 
 // WatchFrom resumes a watch after position (an Event's Position): every
 // later event is delivered exactly once, in order, or a reset says some
-// were lost.
+// were lost. A position of another cluster (one saved before the cluster
+// was restored from a backup, say) gets a reset too.
 func WatchFrom(position string) WatchOption { return func(w *watchConfig) { w.from = position } }
 
 // watchIdle is how long a watch stream may stay silent before the client
