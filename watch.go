@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -63,7 +64,7 @@ func (k EventKind) String() string {
 // Event is one change of one lock, in the order the cluster's log applied
 // it. Every node reports the same events with the same positions.
 type Event struct {
-	// Position is the event's opaque cursor ("INDEX.N"); WatchFrom resumes
+	// Position is the event's opaque cursor ("INDEX.N@CLUSTER"); WatchFrom resumes
 	// after it.
 	Position string
 	// Kind is what happened.
@@ -106,7 +107,8 @@ func WatchState() WatchOption { return func(w *watchConfig) { w.state = true } }
 
 // WatchFrom resumes a watch after position (an Event's Position): every
 // later event is delivered exactly once, in order, or a reset says some
-// were lost.
+// were lost. A position of another cluster (one saved before the cluster
+// was restored from a backup, say) gets a reset too.
 func WatchFrom(position string) WatchOption { return func(w *watchConfig) { w.from = position } }
 
 // watchIdle is how long a watch stream may stay silent before the client
@@ -191,6 +193,26 @@ func (w *watcher) run(ctx context.Context) error {
 // stream runs one stream on url until it breaks; got reports it received
 // something.
 func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
+	got, cluster, err := w.streamOnce(ctx, ep)
+	if got || connect.CodeOf(err) != connect.CodeInvalidArgument {
+		return got, err
+	}
+	// A server older than the cluster tag of positions refuses a tagged
+	// one. When it belongs to the position's cluster (its answer says so),
+	// the position without the tag means the same to it.
+	bare, tag, ok := strings.Cut(w.cursor, "@")
+	if !ok || tag == "" || !strings.HasPrefix(cluster, tag) {
+		return got, err
+	}
+	w.c.logger.Debug("watch: the node takes no cluster tag in positions; resuming without it", "endpoint", ep.url)
+	w.cursor = bare
+	got, _, err = w.streamOnce(ctx, ep)
+	return got, err
+}
+
+// streamOnce is stream's one attempt; cluster is the node's answer's
+// cluster id.
+func (w *watcher) streamOnce(ctx context.Context, ep *node) (got bool, cluster string, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(watchIdle, cancel)
@@ -198,15 +220,16 @@ func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
 	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, ep.url, w.c.clientOptions()...)
 	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor, State: w.state}))
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer st.Close()
+	defer func() { cluster = st.ResponseHeader().Get(endpoint.ClusterIDHeader) }()
 	checked := false
 	for st.Receive() {
 		if !checked {
 			checked = true
 			if err := w.c.checkCluster(ep, st.ResponseHeader().Get(endpoint.ClusterIDHeader)); err != nil {
-				return false, err
+				return false, "", err
 			}
 		}
 		idle.Reset(watchIdle)
@@ -235,14 +258,14 @@ func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
 		}
 		if !w.yield(ev, everr) {
 			w.stopped = true
-			return got, nil
+			return got, "", nil
 		}
 	}
 	err = st.Err()
 	if err == nil {
 		err = errors.New("watch stream ended")
 	}
-	return got, err
+	return got, "", err
 }
 
 // watchEndpoint picks the endpoint of a watch attempt: the client's current

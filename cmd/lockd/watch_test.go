@@ -77,3 +77,66 @@ func TestWatchCommand(t *testing.T) {
 		}
 	}
 }
+
+// lockd watch --from with a position of another cluster (here: another
+// node's; in life, the cluster a backup was restored from) prints a RESET
+// line first, not the events after that index in this cluster's log with
+// the ones before it skipped.
+func TestWatchCommandForeignPosition(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	churn := func(url string, n int) *lockd.Client {
+		cl, err := lockd.New(lockd.WithEndpoints(url))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cl.Close(context.Background()) })
+		s, err := cl.NewSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			m := s.NewMutex("jobs/a")
+			if err := m.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return cl
+	}
+	a, b := lockdtest.New(t), lockdtest.New(t)
+	ca := churn(a.URL(), 1)
+	var saved string
+	for ev, err := range ca.Watch(ctx, "jobs/", lockd.WatchFrom("0.0")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved = ev.Position
+		break
+	}
+	churn(b.URL(), 5) // b's log passes the saved index
+
+	var stdout, stderr lockedBuffer
+	cmd := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string {
+		if k == endpointsEnv {
+			return b.URL()
+		}
+		return ""
+	}}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Run(wctx, []string{"watch", "jobs/", "--from", saved}) }()
+	for !strings.Contains(stdout.String(), "\n") && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("watch: %v (stderr %q)", err, stderr.String())
+	}
+	first, _, _ := strings.Cut(stdout.String(), "\n")
+	if f := strings.Split(first, "\t"); len(f) < 2 || f[1] != "RESET" {
+		t.Fatalf("first line %q from another cluster's position %s, want a RESET", first, saved)
+	}
+}

@@ -30,18 +30,64 @@ var watchKeepalive = 15 * time.Second
 // reconnect elsewhere.
 var errServerClosing = errors.New("node shutting down")
 
+// errNoClusterYet refuses a position while this node does not know its
+// cluster's id (a new node before its first entries): it cannot tell
+// whether the position is of its cluster.
+var errNoClusterYet = errors.New("node has no cluster id yet; it cannot check the position")
+
+// wirePos is p as clients see it: "INDEX.N@TAG", TAG the start of the
+// cluster id, so a position is never resumed against another cluster's
+// log (see parseFrom). Before the node knows its cluster id it has no tag.
+func (s *Server) wirePos(p pos) string {
+	if tag := clusterTag(s.fsm.ClusterID()); tag != "" {
+		return p.String() + "@" + tag
+	}
+	return p.String()
+}
+
+// parseFrom reads a stream's from: the cursor, and whether the stream must
+// start with a reset because the position does not belong to this
+// cluster's log: another cluster's tag (a saved position resumed against a
+// cluster restored from backup, or a wrong endpoint), no tag (a position
+// from a server before the tag, or written by hand), or resetFrom. A
+// position at index 0 ("from the start") means the same in every cluster
+// and is taken with or without a tag.
+func (s *Server) parseFrom(from string) (cursor pos, reset bool, err error) {
+	if from == resetFrom {
+		return s.hub.now(), true, nil
+	}
+	p, tag, err := parseTaggedPos(from)
+	if err != nil {
+		return pos{}, false, err
+	}
+	if p.index == 0 {
+		return p, false, nil
+	}
+	own := clusterTag(s.fsm.ClusterID())
+	switch {
+	case tag == "":
+		return p, true, nil
+	case own == "":
+		return pos{}, false, errNoClusterYet
+	case tag != own:
+		return p, true, nil
+	}
+	return p, false, nil
+}
+
 // streamEvents streams the events after from ("" for now) of the locks under
 // prefix until ctx ends, calling send for each (it blocks on the consumer)
 // and idle with the cursor at the start and then every s.keepalive while
 // nothing is sent. After a reset it goes on from the reset's position.
-func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor pos) error) error {
+func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor string) error) error {
 	cursor := s.hub.now()
+	foreign := false // from is not a position of this log: reset first
 	if from != "" {
-		p, err := parsePos(from)
+		p, reset, err := s.parseFrom(from)
 		if err != nil {
 			return err
 		}
-		cursor = p
+		cursor, foreign = p, reset
 	} else if state {
 		at, err := s.sendState(prefix, nil, send)
 		if err != nil {
@@ -61,9 +107,12 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	}
 	// A first keepalive tells the client where the stream starts, so a
 	// stream cut before its first event resumes from there, not from a
-	// later "now".
-	if err := idle(cursor); err != nil {
-		return err
+	// later "now". Not before a reset: the client keeps its own from then,
+	// and gets the reset again if the stream is cut before it.
+	if !foreign {
+		if err := idle(s.wirePos(cursor)); err != nil {
+			return err
+		}
 	}
 	buf := make([]fsm.Event, 0, s.cfg.WatchBuffer)
 	tick := time.NewTicker(s.keepalive)
@@ -72,10 +121,16 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 		if err := aw.check(ctx, a); err != nil {
 			return err
 		}
-		r := s.hub.read(cursor, prefix, buf)
+		var r readResult
+		if foreign {
+			foreign = false
+			r = readResult{reset: true, next: s.hub.now()}
+		} else {
+			r = s.hub.read(cursor, prefix, buf)
+		}
 		if r.reset {
 			s.metrics.watchResets.Inc()
-			reset := &lockdv1.WatchResponse{Position: r.next.String(), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
+			reset := &lockdv1.WatchResponse{Position: s.wirePos(r.next), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
 			if !state {
 				if err := send(reset); err != nil {
 					return err
@@ -92,6 +147,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 		}
 		for i := range r.events {
 			m := eventPB(&r.events[i])
+			m.Position = s.wirePos(eventPos(&r.events[i]))
 			m.EntryEnd = i == len(r.events)-1 || r.events[i+1].Index != r.events[i].Index
 			if err := send(m); err != nil {
 				return err
@@ -105,7 +161,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 		select {
 		case <-r.wait:
 		case <-tick.C:
-			if err := idle(cursor); err != nil {
+			if err := idle(s.wirePos(cursor)); err != nil {
 				return err
 			}
 		case <-aw.changed():
@@ -128,7 +184,7 @@ func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send fun
 		// come between these holds and this position.
 		evs, at = held, s.hub.now()
 	})
-	p := at.String()
+	p := s.wirePos(at)
 	if reset != nil {
 		reset.Position = p
 		if err := send(reset); err != nil {
@@ -145,17 +201,17 @@ func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send fun
 	return at, send(&lockdv1.WatchResponse{Position: p, Kind: lockdv1.EventKind_EVENT_KIND_SYNCED})
 }
 
+// eventPB is e on the wire, without its position (Server.wirePos).
 func eventPB(e *fsm.Event) *lockdv1.WatchResponse {
 	return &lockdv1.WatchResponse{
-		Position: eventPos(e).String(),
-		Kind:     lockdv1.EventKind(e.Kind),
-		Name:     e.Name,
-		Session:  e.Session,
-		Owner:    e.Owner,
-		Token:    e.Token,
-		Mode:     lockdv1.Mode(e.Mode),
-		Limit:    e.Limit,
-		Value:    e.Value,
+		Kind:    lockdv1.EventKind(e.Kind),
+		Name:    e.Name,
+		Session: e.Session,
+		Owner:   e.Owner,
+		Token:   e.Token,
+		Mode:    lockdv1.Mode(e.Mode),
+		Limit:   e.Limit,
+		Value:   e.Value,
 	}
 }
 
@@ -170,14 +226,14 @@ func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.Watch
 	// A stream passes no unary interceptor: guard it here (read on the
 	// prefix).
 	err := w.s.guard(ctx, req.Msg, "Watch", func(ctx context.Context) error {
-		return w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor pos) error {
-			return stream.Send(&lockdv1.WatchResponse{Position: cursor.String()})
+		return w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor string) error {
+			return stream.Send(&lockdv1.WatchResponse{Position: cursor})
 		})
 	})
 	switch {
 	case errors.Is(err, errBadPosition):
 		return connect.NewError(connect.CodeInvalidArgument, err)
-	case errors.Is(err, errServerClosing):
+	case errors.Is(err, errServerClosing), errors.Is(err, errNoClusterYet):
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	return err
@@ -186,19 +242,35 @@ func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.Watch
 var sseJSON = protojson.MarshalOptions{EmitUnpopulated: true}
 
 // serveWatchSSE serves GET /v1/watch?prefix=P&from=POS[&state=1] as
-// Server-Sent Events: each event is an "id: POS" line (so a browser's EventSource
-// resumes by itself with Last-Event-ID) and a "data: JSON" line (protojson
-// of WatchResponse); a reset is "event: reset" with data {"position":…};
+// Server-Sent Events: each event is an "id: POS" line (so a browser's
+// EventSource resumes by itself with Last-Event-ID) and a "data: JSON" line
+// (protojson of WatchResponse); a reset is "event: reset" with data
+// {"position":…}, the end of a state dump "event: synced" likewise;
 // ": keepalive" comments keep an idle stream open.
+//
+// An id is written only where resuming from it is exact: on changes, on
+// synced, and on a reset without state. The held events of a state dump
+// have none, so a browser that reconnects during the first dump sends no
+// Last-Event-ID (or the one before it) and gets the dump again; a reset
+// that a dump follows has the id resetFrom, so a reconnect during that dump
+// gets the reset and the dump again. Never a part of a state.
 func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from := q.Get("from")
+	// Last-Event-ID first: the browser sends it when its EventSource
+	// reconnects by itself, to the same URL, so it is later than the URL's
+	// from.
+	from := r.Header.Get("Last-Event-ID")
 	if from == "" {
-		from = r.Header.Get("Last-Event-ID")
+		from = q.Get("from")
 	}
+	state := q.Get("state") == "1" || q.Get("state") == "true"
 	if from != "" {
-		if _, err := parsePos(from); err != nil {
-			http.Error(w, "from: "+err.Error(), http.StatusBadRequest)
+		if _, _, err := s.parseFrom(from); err != nil {
+			code := http.StatusBadRequest
+			if errors.Is(err, errNoClusterYet) {
+				code = http.StatusServiceUnavailable
+			}
+			http.Error(w, "from: "+err.Error(), code)
 			return
 		}
 	}
@@ -220,26 +292,25 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 			var err error
 			switch ev.Kind {
 			case lockdv1.EventKind_EVENT_KIND_RESET:
-				_, err = fmt.Fprintf(w, "event: reset\ndata: {\"position\":%q}\n\n", ev.Position)
-			case lockdv1.EventKind_EVENT_KIND_SYNCED:
-				_, err = fmt.Fprintf(w, "event: synced\ndata: {\"position\":%q}\n\n", ev.Position)
-			default:
-				var b []byte
-				if b, err = sseJSON.Marshal(ev); err == nil {
-					// protojson varies its spacing on purpose; a stream for
-					// curl and browsers is easier to read (and grep) compact.
-					var c bytes.Buffer
-					if err = json.Compact(&c, b); err == nil {
-						_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", ev.Position, c.Bytes())
-					}
+				id := ev.Position
+				if state {
+					id = resetFrom // a dump follows: exact only after its synced
 				}
+				_, err = fmt.Fprintf(w, "id: %s\nevent: reset\ndata: {\"position\":%q}\n\n", id, ev.Position)
+			case lockdv1.EventKind_EVENT_KIND_SYNCED:
+				_, err = fmt.Fprintf(w, "id: %s\nevent: synced\ndata: {\"position\":%q}\n\n", ev.Position, ev.Position)
+			case lockdv1.EventKind_EVENT_KIND_HELD:
+				// No id: a part of a dump is no place to resume from.
+				err = writeSSEData(w, "", ev)
+			default:
+				err = writeSSEData(w, ev.Position, ev)
 			}
 			if err != nil {
 				return err
 			}
 			return rc.Flush()
 		}
-		return s.streamEvents(r.Context(), q.Get("prefix"), from, q.Get("state") == "1" || q.Get("state") == "true", send, func(pos) error {
+		return s.streamEvents(r.Context(), q.Get("prefix"), from, state, send, func(string) error {
 			if _, err := w.Write([]byte(": keepalive\n\n")); err != nil {
 				return err
 			}
@@ -254,4 +325,25 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 	if err != nil && !errors.Is(err, errServerClosing) {
 		s.log.Debug("watch stream ended", "err", err)
 	}
+}
+
+// writeSSEData writes ev as an SSE message: an "id:" line when id is not
+// "", and a "data:" line with its compact protojson.
+func writeSSEData(w http.ResponseWriter, id string, ev *lockdv1.WatchResponse) error {
+	b, err := sseJSON.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	// protojson varies its spacing on purpose; a stream for curl and
+	// browsers is easier to read (and grep) compact.
+	var c bytes.Buffer
+	if err := json.Compact(&c, b); err != nil {
+		return err
+	}
+	if id != "" {
+		_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", id, c.Bytes())
+	} else {
+		_, err = fmt.Fprintf(w, "data: %s\n\n", c.Bytes())
+	}
+	return err
 }

@@ -32,7 +32,7 @@ func TestForceReleaseUnsafeNowEvent(t *testing.T) {
 	if err != nil || len(resp.Msg.SessionIds) != 1 {
 		t.Fatalf("force release: %v, %v", resp, err)
 	}
-	evs := collect(t, ctx, cl, "f/", 2, lockd.WatchFrom("1.0"))
+	evs := collect(t, ctx, cl, "f/", 2, lockd.WatchFrom("0.0"))
 	if evs[0].Kind != lockd.EventGranted || evs[1].Kind != lockd.EventForceReleased || evs[1].Token != m.Token() {
 		t.Fatalf("events %v %v (token %d), want granted, force-released (token %d)", evs[0].Kind, evs[1].Kind, evs[1].Token, m.Token())
 	}

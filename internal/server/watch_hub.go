@@ -30,27 +30,62 @@ func (p pos) less(q pos) bool {
 	return p.index < q.index || p.index == q.index && p.num < q.num
 }
 
-// String is the opaque cursor clients see: "INDEX.N".
+// String is the position without its cluster tag: "INDEX.N". Clients see
+// it with the tag (Server.wirePos).
 func (p pos) String() string {
 	return strconv.FormatUint(p.index, 10) + "." + strconv.FormatUint(uint64(p.num), 10)
 }
 
 func eventPos(e *fsm.Event) pos { return pos{e.Index, e.Num} }
 
-// errBadPosition is a from that is not a position.
-var errBadPosition = errors.New("position must be INDEX.N, as a watch event gives it")
+// posTagLen is how many hex digits of the cluster id a position carries
+// after its "@": 64 random bits tell one cluster's history from another's.
+// Every history has its own cluster id (a bootstrap and a restore from a
+// backup each draw a new one), so the tag ties a position to the one log it
+// counts entries of.
+const posTagLen = 16
 
+// clusterTag is the tag of positions in the cluster whose id is id ("" while
+// the node knows no cluster id).
+func clusterTag(id string) string {
+	if len(id) > posTagLen {
+		return id[:posTagLen]
+	}
+	return id
+}
+
+// resetFrom is the "from" (or SSE Last-Event-ID) that asks for a reset at
+// once: the id of an SSE reset that a state dump follows, so a browser that
+// reconnects during the dump is sent the reset and the whole state again.
+const resetFrom = "reset"
+
+// errBadPosition is a from that is not a position.
+var errBadPosition = errors.New("position must be INDEX.N@CLUSTER, as a watch event gives it")
+
+// parsePos parses a position as clients see it, "INDEX.N@TAG", or one
+// without a tag ("INDEX.N", as servers before the tag gave them).
 func parsePos(s string) (pos, error) {
+	p, _, err := parseTaggedPos(s)
+	return p, err
+}
+
+// parseTaggedPos parses a position and returns its cluster tag ("" when it
+// has none).
+func parseTaggedPos(s string) (pos, string, error) {
+	s, tag, tagged := strings.Cut(s, "@")
+	if tagged && (tag == "" || len(tag) > 2*posTagLen || strings.Trim(tag, "0123456789abcdef") != "") {
+		return pos{}, "", fmt.Errorf("%q: %w", s+"@"+tag, errBadPosition)
+	}
 	a, b, ok := strings.Cut(s, ".")
 	if !ok {
-		return pos{}, fmt.Errorf("%q: %w", s, errBadPosition)
+		return pos{}, "", fmt.Errorf("%q: %w", s, errBadPosition)
 	}
 	i, err1 := strconv.ParseUint(a, 10, 64)
 	n, err2 := strconv.ParseUint(b, 10, 32)
 	if err1 != nil || err2 != nil {
-		return pos{}, fmt.Errorf("%q: %w", s, errBadPosition)
+		return pos{}, "", fmt.Errorf("%q: %w", s, errBadPosition)
 	}
-	return pos{i, uint32(n)}, nil
+	return pos{i, uint32(n)}, tag, nil
 }
 
 // maxScan bounds the events one read looks at, so a stream with a narrow

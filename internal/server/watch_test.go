@@ -187,7 +187,7 @@ func TestWatchResetFromCompacted(t *testing.T) {
 	next := make(chan []uint64, 1)
 	var evs []lockd.Event
 	var errs []error
-	for ev, err := range cl.Watch(ctx, "r/b", lockd.WatchFrom("1.0")) {
+	for ev, err := range cl.Watch(ctx, "r/b", lockd.WatchFrom(tagged(c.server(0), "1.0"))) {
 		evs, errs = append(evs, ev), append(errs, err)
 		if len(evs) == 1 {
 			// The reset goes on from the head it saw: only now make the
@@ -243,7 +243,7 @@ func TestWatchStalledConsumer(t *testing.T) {
 				<-stall // the consumer stops reading after the first event
 			}
 			return nil
-		}, func(pos) error { return nil })
+		}, func(string) error { return nil })
 	}()
 	churn(t, ctx, cl, "s/a", 200) // 400 events, 12 histories' worth
 	if n := s.hub.stored(); n > opts.history {
@@ -318,7 +318,7 @@ func TestWatchSSE(t *testing.T) {
 	cl := c.newClient("w")
 	churn(t, ctx, cl, "old", 10) // pushes the history past position 1.0
 
-	req, _ := http.NewRequestWithContext(ctx, "GET", c.nodes[0].url+"/v1/watch?prefix=sse/&from=1.0", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", c.nodes[0].url+"/v1/watch?prefix=sse/&from="+tagged(c.server(0), "1.0"), nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

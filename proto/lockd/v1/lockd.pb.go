@@ -3793,9 +3793,10 @@ func (x *WatchRequest) GetState() bool {
 // WatchResponse is one event: a change of one lock, or a reset.
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Opaque cursor: "INDEX.N", the Raft log index of the entry that caused
-	// the event and the event's number within that entry. Pass it as
-	// WatchRequest.from to resume after this event.
+	// Opaque cursor: "INDEX.N@CLUSTER", the Raft log index of the entry that
+	// caused the event, the event's number within that entry and the start
+	// of the cluster id. Pass it as WatchRequest.from to resume after this
+	// event; another cluster's position gets a reset.
 	Position string    `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
 	Kind     EventKind `protobuf:"varint,2,opt,name=kind,proto3,enum=lockd.v1.EventKind" json:"kind,omitempty"`
 	// The lock's name.
