@@ -40,8 +40,8 @@ const (
 	// pipeline per peer), and a few nodes may share an address.
 	maxRaftHandshakesPerSource = 32
 	// maxRaftHandshakes caps the handshakes in progress at once from all
-	// sources: a few tens of KiB each (a goroutine, the TLS state, a
-	// record buffer), some MiB in all.
+	// sources: tens of KiB each (a goroutine, the TLS state, a record
+	// buffer), tens of MiB in all at most.
 	maxRaftHandshakes = 512
 	// raftRefusalWindow is how long the refused connections after a logged
 	// one are counted into a single line.
