@@ -2,9 +2,9 @@ package certs
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"

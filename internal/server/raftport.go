@@ -27,6 +27,11 @@ import (
 // beyond a cap is closed at once. Authenticated connections are never
 // capped: a member's pooled connections and pipeline are never refused
 // once they are in. See docs/security-tls.md, "The Raft port".
+//
+// The plaintext transport (loopback, or --insecure) is hashicorp/raft's
+// own TCP transport, unbounded: it authenticates no one, so whoever can
+// connect can already send entries as a leader, and bounding its memory
+// would protect nothing.
 
 const (
 	// raftHandshakeTimeout bounds a TLS handshake on the Raft port, from

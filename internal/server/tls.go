@@ -16,10 +16,10 @@ import (
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
-// This file is the node's TLS: the checks of the TLS settings, the Raft
-// transport over mutual TLS, the peer check of joins and forwarded calls
-// on the API port, and the identity a client certificate names. See
-// docs/security-tls.md.
+// This file is the node's TLS: the checks of the TLS settings, the peer
+// check of joins and forwarded calls on the API port, and the identity a
+// client certificate names. The Raft port's mutual TLS is raftport.go.
+// See docs/security-tls.md.
 
 // validateTLS checks the TLS settings, and refuses a plaintext listener on
 // an address other machines can reach unless Insecure says so.
