@@ -27,8 +27,11 @@ const certUsage = `Usage:
 
 A node certificate serves the API and Raft and authenticates the node to
 its peers; its SANs are NAME, localhost, 127.0.0.1, ::1 and every --host
-(the addresses clients and peers dial). A client certificate names a
-client (its common name is NAME). Existing files are never overwritten.
+(the addresses clients and peers dial). It names both server and client
+authentication as extended key usages: that makes it a cluster member's.
+A client certificate names a client (its common name is NAME) and client
+authentication only: it is never a member's, even from the cluster CA.
+Existing files are never overwritten.
 
 Flags:
 

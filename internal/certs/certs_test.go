@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -68,9 +69,15 @@ func TestIssueUsages(t *testing.T) {
 		return cp
 	}
 	m := &Material{Roots: pool(ca), ClientRoots: pool(ca)}
+	if _, err := m.VerifyMember([]*x509.Certificate{node}); err != nil {
+		t.Errorf("node: %v", err)
+	}
+	if _, err := m.VerifyMember([]*x509.Certificate{client}); !errors.Is(err, ErrNotMember) {
+		t.Errorf("client as a member: %v, want ErrNotMember", err)
+	}
 	for _, c := range []*x509.Certificate{node, client} {
-		if _, err := m.VerifyPeer([]*x509.Certificate{c}); err != nil {
-			t.Errorf("%s: %v", c.Subject.CommonName, err)
+		if _, err := m.VerifyClient([]*x509.Certificate{c}); err != nil {
+			t.Errorf("%s as a client: %v", c.Subject.CommonName, err)
 		}
 	}
 	if _, err := node.Verify(x509.VerifyOptions{Roots: pool(ca), DNSName: "127.0.0.1"}); err != nil {
@@ -80,7 +87,7 @@ func TestIssueUsages(t *testing.T) {
 		t.Error("client certificate verified for server authentication")
 	}
 	foreign := &Material{Roots: pool(other), ClientRoots: pool(other)}
-	if _, err := foreign.VerifyPeer([]*x509.Certificate{node}); err == nil {
+	if _, err := foreign.VerifyMember([]*x509.Certificate{node}); err == nil {
 		t.Error("a certificate of another CA verified")
 	}
 	if _, err := Issue(mustIssue(t, ca, Node, "x"), Node, "y", nil, time.Hour); err == nil {

@@ -72,7 +72,9 @@ func (s *Store) ServerConfig(auth ClientAuth, nextProtos []string) *tls.Config {
 }
 
 // PeerServerConfig returns the tls.Config of a node's Raft listener:
-// mutual TLS, the peer's certificate verified against the cluster CA.
+// mutual TLS, and the handshake itself fails unless the peer's certificate
+// is a member's (VerifyMember), so that a non-member's connection never
+// reaches Raft.
 func (s *Store) PeerServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: minVersion,
@@ -84,9 +86,12 @@ func (s *Store) PeerServerConfig() *tls.Config {
 			return &tls.Config{
 				MinVersion:   minVersion,
 				Certificates: []tls.Certificate{*m.Cert},
-				ClientAuth:   tls.RequireAndVerifyClientCert,
-				ClientCAs:    m.Roots,
-				NextProtos:   []string{PeerProto},
+				// Any certificate is asked for; VerifyMember decides (a
+				// chain verification for client authentication alone
+				// would let a client certificate of the cluster CA in).
+				ClientAuth:       tls.RequireAnyClientCert,
+				VerifyConnection: m.verifyMemberConn,
+				NextProtos:       []string{PeerProto},
 			}, nil
 		},
 	}
@@ -100,7 +105,10 @@ const PeerProto = "lockd-raft"
 // current material: the server verified against the cluster CA (the system
 // roots without one), this side's certificate presented when there is one.
 func (s *Store) ClientConfig(serverName string, nextProtos []string) *tls.Config {
-	m := s.Current()
+	return s.Current().clientConfig(serverName, nextProtos)
+}
+
+func (m *Material) clientConfig(serverName string, nextProtos []string) *tls.Config {
 	c := &tls.Config{
 		MinVersion: minVersion,
 		ServerName: serverName,
@@ -117,33 +125,91 @@ func (s *Store) ClientConfig(serverName string, nextProtos []string) *tls.Config
 // ClientConfig, within ctx. It fits http.Transport.DialTLSContext, so that
 // every new connection of a long-lived transport uses the current files.
 func (s *Store) DialTLS(ctx context.Context, network, addr string, nextProtos []string) (*tls.Conn, error) {
+	return s.dial(ctx, network, addr, nextProtos, false)
+}
+
+// DialPeer is DialTLS to another node: the handshake also fails unless
+// the other side's certificate is a member's (VerifyMember), so that a
+// node sends Raft RPCs, joins and forwarded calls only to members.
+func (s *Store) DialPeer(ctx context.Context, network, addr string, nextProtos []string) (*tls.Conn, error) {
+	return s.dial(ctx, network, addr, nextProtos, true)
+}
+
+func (s *Store) dial(ctx context.Context, network, addr string, nextProtos []string, member bool) (*tls.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: s.ClientConfig(host, nextProtos)}
-	c, err := d.DialContext(ctx, network, addr)
+	m := s.Current()
+	c := m.clientConfig(host, nextProtos)
+	if member {
+		c.VerifyConnection = m.verifyMemberConn
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: c}
+	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
-	return c.(*tls.Conn), nil
+	return conn.(*tls.Conn), nil
 }
 
-// VerifyPeer checks that a connection's certificate chain was issued by
-// the cluster CA for client authentication: the other side is a member of
-// the cluster (or may become one). It returns the leaf.
-func (m *Material) VerifyPeer(chain []*x509.Certificate) (*x509.Certificate, error) {
-	return verify(chain, m.Roots, "cluster")
+// ErrNotMember is the error (wrapped) of a certificate that is not a
+// cluster member's.
+var ErrNotMember = errors.New("not a cluster member's certificate")
+
+// VerifyMember checks that a connection's certificate chain is a cluster
+// member's, and returns the leaf. It is the one rule of membership, on the
+// Raft port (both ways) and for the API's peer-only calls (joins,
+// forwarded calls): the chain verifies against the cluster CA (Roots, never
+// the client CA) for both server and client authentication, and the
+// leaf's extended key usages name both explicitly, as `lockd cert node`
+// makes them. A client certificate (client authentication only) is not a
+// member's, nor one without extended key usages (which would otherwise
+// pass as any usage), nor one whose only usage is anyExtendedKeyUsage:
+// that usage stands in for neither, because a CA that issues it to
+// non-members would make them members.
+func (m *Material) VerifyMember(chain []*x509.Certificate) (*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("%w: no certificate", ErrNotMember)
+	}
+	leaf := chain[0]
+	if _, err := verify(chain, m.Roots, "cluster", x509.ExtKeyUsageClientAuth); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotMember, err)
+	}
+	if !hasUsage(leaf, x509.ExtKeyUsageServerAuth) || !hasUsage(leaf, x509.ExtKeyUsageClientAuth) {
+		return nil, fmt.Errorf("%w: certificate %q does not name both server and client authentication among its extended key usages (a node certificate, as lockd cert node makes, does)", ErrNotMember, leaf.Subject.CommonName)
+	}
+	// The chain's CAs may narrow the usages too: verify it again for
+	// server authentication.
+	if _, err := verify(chain, m.Roots, "cluster", x509.ExtKeyUsageServerAuth); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotMember, err)
+	}
+	return leaf, nil
+}
+
+// verifyMemberConn is VerifyMember as a tls.Config.VerifyConnection.
+func (m *Material) verifyMemberConn(cs tls.ConnectionState) error {
+	_, err := m.VerifyMember(cs.PeerCertificates)
+	return err
+}
+
+func hasUsage(c *x509.Certificate, want x509.ExtKeyUsage) bool {
+	for _, u := range c.ExtKeyUsage {
+		if u == want {
+			return true
+		}
+	}
+	return false
 }
 
 // VerifyClient checks that a connection's certificate chain was issued by
 // the client CA (the cluster CA by default) for client authentication. It
 // returns the leaf.
 func (m *Material) VerifyClient(chain []*x509.Certificate) (*x509.Certificate, error) {
-	return verify(chain, m.ClientRoots, "client")
+	return verify(chain, m.ClientRoots, "client", x509.ExtKeyUsageClientAuth)
 }
 
-func verify(chain []*x509.Certificate, roots *x509.CertPool, which string) (*x509.Certificate, error) {
+func verify(chain []*x509.Certificate, roots *x509.CertPool, which string, usage x509.ExtKeyUsage) (*x509.Certificate, error) {
 	if len(chain) == 0 {
 		return nil, errors.New("no client certificate")
 	}
@@ -154,9 +220,19 @@ func verify(chain []*x509.Certificate, roots *x509.CertPool, which string) (*x50
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
 	if err != nil {
-		return nil, fmt.Errorf("certificate %q is not from the %s ca: %w", chain[0].Subject.CommonName, which, err)
+		return nil, fmt.Errorf("certificate %q does not verify against the %s ca for %s: %w", chain[0].Subject.CommonName, which, usageName(usage), err)
 	}
 	return chain[0], nil
+}
+
+func usageName(u x509.ExtKeyUsage) string {
+	switch u {
+	case x509.ExtKeyUsageServerAuth:
+		return "server authentication"
+	case x509.ExtKeyUsageClientAuth:
+		return "client authentication"
+	}
+	return fmt.Sprintf("usage %d", u)
 }

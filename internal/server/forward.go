@@ -34,7 +34,8 @@ type forwarder struct {
 
 // newForwarder returns a forwarder that uses hc, or its own transport
 // when hc is nil: over TLS with the node's certificate when store is not
-// nil, every new connection with the current files. Its every call to
+// nil, every new connection with the current files and only to a node
+// whose certificate is a member's (certs.Store.DialPeer). Its every call to
 // another node (a forward, a join, a catch-up poll) presents peerToken,
 // when set.
 func newForwarder(hc *http.Client, store *certs.Store, peerToken string) *forwarder {
@@ -47,7 +48,7 @@ func newForwarder(hc *http.Client, store *certs.Store, peerToken string) *forwar
 		}
 		if store != nil {
 			tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return store.DialTLS(ctx, network, addr, []string{"http/1.1"})
+				return store.DialPeer(ctx, network, addr, []string{"http/1.1"})
 			}
 		}
 		hc = &http.Client{Transport: tr}

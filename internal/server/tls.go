@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,20 +9,17 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
-// This file is the node's TLS: the checks of the TLS settings, the Raft
-// transport over mutual TLS, the peer check of joins and forwarded calls
-// on the API port, and the identity a client certificate names. See
-// docs/security-tls.md.
+// This file is the node's TLS: the checks of the TLS settings, the peer
+// check of joins and forwarded calls on the API port, and the identity a
+// client certificate names. The Raft port's mutual TLS is raftport.go.
+// See docs/security-tls.md.
 
 // validateTLS checks the TLS settings, and refuses a plaintext listener on
 // an address other machines can reach unless Insecure says so.
@@ -119,101 +115,6 @@ func (s *Server) tlsListener(l net.Listener) net.Listener {
 	return tls.NewListener(l, s.tls.ServerConfig(s.clientAuth, []string{"h2", "http/1.1"}))
 }
 
-// tlsStream is a raft.StreamLayer over mutual TLS: both sides present a
-// certificate from the cluster CA, so a machine without one can neither
-// send Raft RPCs (votes, entries) to a node nor receive them from it.
-type tlsStream struct {
-	net.Listener // a tls listener: the handshake runs on the first read
-	adv          net.Addr
-	store        *certs.Store
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // accepted, not closed yet
-	closed bool
-}
-
-// Accept returns the next incoming connection, tracked so that Close ends
-// it: hashicorp/raft's NetworkTransport.Close closes only the listener,
-// which would leave the goroutine serving each accepted connection
-// reading until the peer hangs up.
-func (t *tlsStream) Accept() (net.Conn, error) {
-	c, err := t.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		c.Close()
-		return nil, net.ErrClosed
-	}
-	tc := &trackedConn{Conn: c, s: t}
-	t.conns[tc] = struct{}{}
-	return tc, nil
-}
-
-// Close closes the listener and every accepted connection.
-func (t *tlsStream) Close() error {
-	t.mu.Lock()
-	t.closed = true
-	conns := t.conns
-	t.conns = nil
-	t.mu.Unlock()
-	for c := range conns {
-		c.(*trackedConn).Conn.Close()
-	}
-	return t.Listener.Close()
-}
-
-// trackedConn is an accepted connection that leaves its stream's set when
-// closed.
-type trackedConn struct {
-	net.Conn
-	s *tlsStream
-}
-
-// Close closes the connection and forgets it.
-func (c *trackedConn) Close() error {
-	c.s.mu.Lock()
-	delete(c.s.conns, c)
-	c.s.mu.Unlock()
-	return c.Conn.Close()
-}
-
-// Addr returns the address peers dial: the advertised one, if given.
-func (t *tlsStream) Addr() net.Addr {
-	if t.adv != nil {
-		return t.adv
-	}
-	return t.Listener.Addr()
-}
-
-// Dial connects to a peer's Raft port and completes the handshake within
-// timeout, checking the peer's certificate against the cluster CA and the
-// address dialled.
-func (t *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	return t.store.DialTLS(ctx, "tcp", string(addr), []string{certs.PeerProto})
-}
-
-// openTLSTransport is openTransport's TLS branch.
-func openTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger) (raft.Transport, error) {
-	if a, ok := adv.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
-		return nil, fmt.Errorf("raft-advertise %q is not an address peers can dial", adv)
-	}
-	l, err := net.Listen("tcp", cfg.RaftListen)
-	if err != nil {
-		return nil, fmt.Errorf("raft transport on %s: %w", cfg.RaftListen, err)
-	}
-	st := &tlsStream{Listener: tls.NewListener(l, store.PeerServerConfig()), adv: adv, store: store, conns: map[net.Conn]struct{}{}}
-	if a, ok := st.Addr().(*net.TCPAddr); !ok || a.IP.IsUnspecified() {
-		l.Close()
-		return nil, fmt.Errorf("raft-listen %q is a wildcard address: give --raft-advertise", cfg.RaftListen)
-	}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: st, MaxPool: 3, Timeout: 10 * time.Second, Logger: hl}), nil
-}
-
 // requirePeer refuses, when TLS is on, a join or a forwarded call whose
 // connection does not carry a certificate of a cluster member: only peers
 // join, and only peers forward (the leader trusts what a forwarded call
@@ -235,10 +136,11 @@ func (s *Server) requirePeer(next http.Handler) http.Handler {
 	})
 }
 
-// verifyPeer checks that cs carries a cluster member's certificate: one
-// from the cluster CA valid for both client and server authentication (a
-// node serves the API and Raft with it). A client certificate from the
-// same CA, issued for client authentication only, is not a member's.
+// verifyPeer checks that cs carries a cluster member's certificate
+// (certs.Material.VerifyMember, the same rule as the Raft port's): one
+// from the cluster CA naming both server and client authentication. A
+// client certificate from the same CA, issued for client authentication
+// only, is not a member's.
 func (s *Server) verifyPeer(cs *tls.ConnectionState) (*x509.Certificate, error) {
 	if cs == nil {
 		return nil, errors.New("not a tls connection")
@@ -249,10 +151,7 @@ func (s *Server) verifyPeer(cs *tls.ConnectionState) (*x509.Certificate, error) 
 			return cs.PeerCertificates[0], err
 		}
 	}
-	leaf, err := m.VerifyPeer(cs.PeerCertificates)
-	if err == nil && !serverAuth(leaf) {
-		err = fmt.Errorf("certificate %q is not a node certificate (no server authentication usage)", leaf.Subject.CommonName)
-	}
+	leaf, err := m.VerifyMember(cs.PeerCertificates)
 	if len(cs.PeerCertificates) > 0 {
 		s.peers.put(m, cs.PeerCertificates[0], err)
 	}
@@ -296,15 +195,6 @@ func (c *peerCache) put(m *certs.Material, leaf *x509.Certificate, err error) {
 		c.m, c.answers = m, map[*x509.Certificate]error{}
 	}
 	c.answers[leaf] = err
-}
-
-func serverAuth(c *x509.Certificate) bool {
-	for _, u := range c.ExtKeyUsage {
-		if u == x509.ExtKeyUsageServerAuth || u == x509.ExtKeyUsageAny {
-			return true
-		}
-	}
-	return len(c.ExtKeyUsage) == 0 // no restriction: any usage
 }
 
 // TLSIdentity is who a verified client certificate names.
