@@ -21,7 +21,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // guardRequest sends one request to addr with Host host and the given
@@ -260,5 +265,71 @@ func TestServeConnCapPerSource(t *testing.T) {
 	// slow dialling loop sees fewer refusals: a generous bound.
 	if hits < slow-4*512 {
 		t.Errorf(`lockd_limit_hits_total{reason="conns"} = %v, want about %d`, hits, slow-512)
+	}
+}
+
+// TestClusterConnCapSparesPeers: with a tiny --max-conns-per-source, a
+// follower that forwards 200 concurrent calls to the leader (one HTTP/1.1
+// connection per call in flight) is not capped, because its address is a
+// member's; a client from another address (127.0.0.2) is. Joins and the
+// cluster's own traffic run under the same cap.
+func TestClusterConnCapSparesPeers(t *testing.T) {
+	const capConns = 4
+	c := startCluster(t, 3, "--max-conns-per-source", fmt.Sprint(capConns))
+	leader := c.waitStable(t, c.nodes, 30*time.Second)
+	var follower, lead *clusterNode
+	for _, n := range c.nodes {
+		if n.id == leader {
+			lead = n
+		} else if follower == nil {
+			follower = n
+		}
+	}
+	// The client speaks HTTP/2 (one connection) from 127.0.0.2, so only
+	// the follower's forwarding opens many connections.
+	two := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	tr := &http.Transport{DialContext: two.DialContext, Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	client := lockdv1connect.NewLockServiceClient(&http.Client{Transport: tr}, follower.url())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	// One call first: concurrent first calls could each dial.
+	if _, err := client.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)})); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 200)
+	for range cap(errs) {
+		go func() {
+			_, err := client.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(30 * time.Second)}))
+			errs <- err
+		}()
+	}
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Fatalf("a call forwarded by %s to the leader %s: %v", follower.id, lead.id, err)
+		}
+	}
+	if got := scrapeMetric(t, lead.url(), `lockd_api_forwarded_total`) + scrapeMetric(t, follower.url(), `lockd_api_forwarded_total`); got < float64(cap(errs)) {
+		t.Errorf("forwarded %v calls, want %d", got, cap(errs))
+	}
+	if got := scrapeMetric(t, lead.url(), `lockd_limit_hits_total{reason="conns"}`); got != 0 {
+		t.Errorf("the leader refused %v connections of its peers", got)
+	}
+	// A client's address is capped all the same.
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for range capConns + 3 {
+		if c, err := two.Dial("tcp", lead.api); err == nil {
+			held = append(held, c)
+		}
+	}
+	if !pollEvery(10*time.Second, 20*time.Millisecond, func() bool {
+		return scrapeMetric(t, lead.url(), `lockd_limit_hits_total{reason="conns"}`) == 3
+	}) {
+		t.Errorf(`lockd_limit_hits_total{reason="conns"} = %v after %d connections from 127.0.0.2, want 3`, scrapeMetric(t, lead.url(), `lockd_limit_hits_total{reason="conns"}`), capConns+3)
 	}
 }

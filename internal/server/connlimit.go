@@ -31,8 +31,8 @@ import (
 // (Go raises the soft limit to the hard one: 20 000 to 1 048 576).
 const defaultMaxConnsPerSource = 512
 
-// peerRefresh is how often the addresses of the other members are read
-// again (and their names resolved).
+// peerRefresh is how often the names of the other members are resolved
+// again.
 const peerRefresh = 5 * time.Second
 
 // connCap is the capping listener.
@@ -76,8 +76,8 @@ func (l *connCap) Accept() (net.Conn, error) {
 		}
 		l.mu.Lock()
 		n := l.conns[ip]
+		l.mu.Unlock()
 		if n >= l.max && !l.exempt(ip) {
-			l.mu.Unlock()
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0)
 			}
@@ -85,7 +85,10 @@ func (l *connCap) Accept() (net.Conn, error) {
 			l.onRefuse(c, n)
 			continue
 		}
-		l.conns[ip] = n + 1
+		// Accept runs in one goroutine: no other connection was counted
+		// meanwhile (closes only lower the count).
+		l.mu.Lock()
+		l.conns[ip]++
 		l.mu.Unlock()
 		return &cappedConn{Conn: c, l: l, ip: ip}, nil
 	}
@@ -117,38 +120,35 @@ func (c *cappedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// peerAddrs is the set of the other members' IP addresses, read from the
-// Raft configuration and the members' API URLs every peerRefresh (names
-// resolved), so that a peer's connections are never capped.
+// peerAddrs holds the other members' addresses given as names, resolved
+// every peerRefresh, so that a peer's connections are never capped. The
+// ones given as IP literals (the usual case) are read at each check, so a
+// member that has just joined is spared at once.
 type peerAddrs struct {
-	set atomic.Pointer[map[netip.Addr]bool]
+	resolved atomic.Pointer[map[netip.Addr]bool]
 }
 
-func (p *peerAddrs) has(ip netip.Addr) bool {
-	m := p.set.Load()
-	return m != nil && (*m)[ip]
-}
-
-// refreshPeers keeps s.peerAddrs current until the node closes.
-func (s *Server) refreshPeers() {
-	defer s.wg.Done()
-	t := time.NewTicker(peerRefresh)
-	defer t.Stop()
-	for {
-		s.readPeers()
-		select {
-		case <-t.C:
-		case <-s.done:
-			return
+// isPeer reports whether ip is the address of another member: a host in
+// the Raft configuration or a member's API URL. It runs only for a
+// connection over its cap (the Raft configuration is read without
+// waiting on Raft).
+func (s *Server) isPeer(ip netip.Addr) bool {
+	if m := s.peerAddrs.resolved.Load(); m != nil && (*m)[ip] {
+		return true
+	}
+	for _, h := range s.peerHosts() {
+		if a, err := netip.ParseAddr(h); err == nil && a.Unmap().WithZone("") == ip {
+			return true
 		}
 	}
+	return false
 }
 
-// readPeers reads the other members' addresses once.
-func (s *Server) readPeers() {
+// peerHosts lists the hosts of the other members' Raft and API addresses.
+func (s *Server) peerHosts() []string {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
-		return
+		return nil
 	}
 	var hosts []string
 	for _, srv := range f.Configuration().Servers {
@@ -164,25 +164,40 @@ func (s *Server) readPeers() {
 			}
 		}
 	}
-	set := map[netip.Addr]bool{}
-	for _, h := range hosts {
-		if ip, err := netip.ParseAddr(h); err == nil {
-			set[ip.Unmap().WithZone("")] = true
-			continue
+	return hosts
+}
+
+// resolvePeers keeps the resolved addresses of the members given by name
+// current until the node closes.
+func (s *Server) resolvePeers() {
+	defer s.wg.Done()
+	t := time.NewTicker(peerRefresh)
+	defer t.Stop()
+	for {
+		set := map[netip.Addr]bool{}
+		for _, h := range s.peerHosts() {
+			if _, err := netip.ParseAddr(h); err == nil {
+				continue // read at each check
+			}
+			// Bounded: Close waits for this goroutine.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+			cancel()
+			if err != nil {
+				s.log.Debug("member address not resolved: its connections are capped like a client's", "host", h, "err", err)
+				continue
+			}
+			for _, ip := range ips {
+				set[ip.Unmap().WithZone("")] = true
+			}
 		}
-		// Bounded: Close waits for this goroutine.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
-		cancel()
-		if err != nil {
-			s.log.Debug("member address not resolved: its connections are capped like a client's", "host", h, "err", err)
-			continue
-		}
-		for _, ip := range ips {
-			set[ip.Unmap().WithZone("")] = true
+		s.peerAddrs.resolved.Store(&set)
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
 		}
 	}
-	s.peerAddrs.set.Store(&set)
 }
 
 // capConns wraps the API listener in the per-source cap, unless it is off.
@@ -197,8 +212,8 @@ func (s *Server) capConns(l net.Listener) net.Listener {
 	hits := s.metrics.limitHits.WithLabelValues("conns")
 	logs := &sparseLog{log: s.log.With("component", "http")}
 	s.wg.Add(1)
-	go s.refreshPeers()
-	s.conns = newConnCap(l, limit, s.peerAddrs.has, func(c net.Conn, open int) {
+	go s.resolvePeers()
+	s.conns = newConnCap(l, limit, s.isPeer, func(c net.Conn, open int) {
 		hits.Inc()
 		msg := fmt.Sprintf("connection from %s closed: its address has %d connections open, its cap (--max-conns-per-source)", c.RemoteAddr(), open)
 		s.audit.netRefused(c.RemoteAddr().String(), "Connection", "resource_exhausted", msg)

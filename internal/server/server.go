@@ -111,7 +111,7 @@ type Server struct {
 
 	hosts     *hostPolicy // the Host/Origin check (hostcheck.go)
 	conns     *connCap    // nil: no per-source connection cap (connlimit.go)
-	peerAddrs peerAddrs   // the other members' addresses, never capped
+	peerAddrs peerAddrs   // the other members' addresses given as names, resolved
 
 	tls        *certs.Store // nil: plaintext
 	clientAuth certs.ClientAuth
