@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/lockd-dev/lockd/internal/certs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -220,5 +224,91 @@ func TestAllowedHostsValidate(t *testing.T) {
 	cfg.AllowedHosts = []string{"lockd.internal", "*.corp.example", "*", "10.0.0.1"}
 	if err := cfg.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHostCheckAudited: refusals by the Host check are audited like limit
+// refusals: the first of a client address gets a line at once, the next
+// ones within the window are counted into one line, so a flood of foreign
+// Hosts cannot flood the audit log.
+func TestHostCheckAudited(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	s := startHostNode(t, func(c *Config) { c.AuditLog = path })
+	const n = 50
+	for range n {
+		if code, _ := hostRequest(t, s, http.MethodGet, "/ui/", "evil.example", "", ""); code != http.StatusForbidden {
+			t.Fatalf("foreign Host: %d, want 403", code)
+		}
+	}
+	s.Close() // flushes the open windows
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, total := 0, 0
+	for line := range strings.Lines(string(b)) {
+		var e AuditEntry
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if e.Op != "HostCheck" || e.Outcome != "refused" || e.Code != "permission_denied" || !strings.Contains(e.Reason, "evil.example") || !strings.HasPrefix(e.Peer, "127.0.0.1:") {
+			t.Errorf("audit line %q: want a HostCheck refusal of evil.example from 127.0.0.1", line)
+		}
+		lines++
+		total += max(e.Count, 1)
+	}
+	if total != n || lines > n/5 {
+		t.Errorf("%d audit lines standing for %d refusals, want %d refusals in a few lines", lines, total, n)
+	}
+}
+
+// TestHostCheckTLSNames: with TLS, the DNS names of the node's current
+// certificate are its own (a wildcard name one label deep); a certificate
+// swapped on disk brings its names and takes the old ones away.
+func TestHostCheckTLSNames(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := p.nodeConfig(t, "h1")
+	write := func(hosts ...string) {
+		pair, err := certs.Issue(p.ca, certs.Node, "h1", append([]string{"127.0.0.1"}, hosts...), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f, b := range map[string][]byte{cfg.TLSCert: pair.Cert, cfg.TLSKey: pair.Key} {
+			if err := os.WriteFile(f+".tmp", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(f+".tmp", f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("node1.lockd.test", "*.pool.lockd.test")
+	s := startTLS(t, cfg)
+	waitLeaderOf(t, s)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: p.tlsConfigFor(t, "", ""), DisableKeepAlives: true}}
+	status := func(host string) int {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "https://"+s.Addr().String()+"/ui/", nil)
+		req.Host = host // the TLS server name stays 127.0.0.1
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for host, want := range map[string]int{"node1.lockd.test": 200, "Node1.Lockd.Test.:7070": 200, "a.pool.lockd.test": 200, "a.b.pool.lockd.test": 403, "node2.lockd.test": 403} {
+		if got := status(host); got != want {
+			t.Errorf("Host %s: %d, want %d", host, got, want)
+		}
+	}
+	write("node2.lockd.test")
+	for deadline := time.Now().Add(10 * time.Second); status("node2.lockd.test") != 200; {
+		if time.Now().After(deadline) {
+			t.Fatal("the names of a certificate swapped on disk are not allowed")
+		}
+		time.Sleep(20 * time.Millisecond) // the file's stamp must change: polled
+	}
+	if got := status("node1.lockd.test"); got != 403 {
+		t.Errorf("a name of the old certificate: %d, want 403", got)
 	}
 }
