@@ -85,6 +85,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA of client certificates when not --tls-ca (never makes a client a peer)")
 	fs.StringVar(&cfg.TLSClientAuth, "tls-client-auth", "none", "client certificates: none, verify-if-given or require")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "allow a non-loopback --listen or --raft-listen without TLS (logs a warning)")
+	fs.Func("allowed-hosts", "comma-separated host names the API and pprof answer besides IP literals, localhost, the --listen/--advertise/--raft-advertise hosts and the TLS certificate's names (DNS rebinding guard; *.domain for one label under it; * turns the check off)", func(v string) error {
+		for _, h := range strings.Split(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				cfg.AllowedHosts = append(cfg.AllowedHosts, h)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&cfg.MaxConnsPerSource, "max-conns-per-source", cfg.MaxConnsPerSource, "concurrent API connections per source IP address; a new one over it is closed at once (other members are not capped; -1: no cap)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	pprofListen := fs.String("pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this loopback address, apart from the API (default: off)")
@@ -113,16 +122,24 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return usageError{err}
 	}
 	if *pprofListen != "" {
-		stop, err := startPprof(*pprofListen, logger)
-		if err != nil {
+		if err := checkPprofAddr(*pprofListen); err != nil {
 			return usageError{err}
 		}
-		defer stop()
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(cfg, server.WithLogger(logger), server.WithRegistry(reg), server.WithVersion(version))
 	if err != nil {
 		return err
+	}
+	if *pprofListen != "" {
+		// After New: the profiler answers the node's names only, like the
+		// API (the Host check knows them once the node listens).
+		stop, err := startPprof(*pprofListen, srv.GuardHost, logger)
+		if err != nil {
+			_ = srv.Close()
+			return usageError{err}
+		}
+		defer stop()
 	}
 	// SIGHUP reloads the certificates and the auth file now; a changed
 	// file is also picked up by itself (at the next handshake, or within a

@@ -40,7 +40,10 @@ type AuditEntry struct {
 	ForwardedBy string `json:"forwarded_by,omitempty"`
 	// Peer is the network address the call came from.
 	Peer string `json:"peer"`
-	// Op is the operation (the RPC name, or SnapshotSave).
+	// Op is the operation (the RPC name, or SnapshotSave; HostCheck for a
+	// request refused by its Host or Origin header, Connection for a
+	// connection over its source's cap, both aggregated per client
+	// address like limit refusals).
 	Op string `json:"op"`
 	// Lock is the lock name or prefix concerned, if any.
 	Lock string `json:"lock,omitempty"`
@@ -120,11 +123,29 @@ func (l *auditLog) limitRefused(ctx context.Context, a *access, err error) {
 	if c.identity == "" {
 		k.host = hostOf(c.addr)
 	}
+	l.aggregate(k, func() AuditEntry { return l.entry(ctx, a, err) })
+}
+
+// netRefused records a request or connection refused before it became a
+// call (a foreign Host header, a connection over its source's cap),
+// aggregated per operation and client address like limitRefused.
+func (l *auditLog) netRefused(peer, op, code, reason string) {
+	if l == nil {
+		return
+	}
+	l.aggregate(windowKey{op: op, host: hostOf(peer)}, func() AuditEntry {
+		return AuditEntry{Time: wallclock.Now().UTC(), Node: l.node, Peer: peer, Op: op, Outcome: "refused", Code: code, Reason: reason}
+	})
+}
+
+// aggregate writes the line of a refusal of key k (entry makes it) at
+// once if it is the first of its window, else counts it in the window.
+func (l *auditLog) aggregate(k windowKey, entry func() AuditEntry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.windows[k]; w != nil {
 		if w.count == 0 {
-			w.first = l.entry(ctx, a, err)
+			w.first = entry()
 		}
 		w.count++
 		return
@@ -137,7 +158,7 @@ func (l *auditLog) limitRefused(ctx context.Context, a *access, err error) {
 		w.timer = time.AfterFunc(auditWindow, func() { l.endWindow(k, w) })
 		l.windows[k] = w
 	}
-	l.write(l.entry(ctx, a, err))
+	l.write(entry())
 }
 
 // endWindow writes the line of a window's refusals, if any.

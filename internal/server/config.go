@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -124,6 +125,18 @@ type Config struct {
 	// which it otherwise refuses. Default false.
 	Insecure bool
 
+	// AllowedHosts are host names the API and pprof answer beside the
+	// node's own (IP literals, localhost and *.localhost, the hosts of
+	// Listen, Advertise and RaftAdvertise, the DNS names of TLSCert): a
+	// request whose Host or Origin header names another host is refused
+	// (403), the defence against DNS rebinding. "*.example.com" admits one
+	// label under example.com; "*" turns the check off. Default: none.
+	AllowedHosts []string
+	// MaxConnsPerSource caps the concurrent API connections of one source
+	// IP address; a new connection over it is closed at once. The other
+	// members' addresses are not capped. 0: 512; -1: no cap.
+	MaxConnsPerSource int
+
 	// Security (docs/security.md): see security.go.
 	Security
 }
@@ -154,6 +167,7 @@ func DefaultConfig() Config {
 		WatchdogTimeout:   10 * time.Second,
 		WatchHistory:      16384,
 		WatchBuffer:       256,
+		MaxConnsPerSource: defaultMaxConnsPerSource,
 	}
 }
 
@@ -238,6 +252,14 @@ func (c *Config) Validate() error {
 	}
 	if len(c.NodeID) > 64 {
 		bad("node-id is longer than 64 bytes")
+	}
+	for _, h := range c.AllowedHosts {
+		if h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h[1:], "*") {
+			bad("allowed-hosts %q: want a host name (no scheme or path), *.domain, or * alone", h)
+		}
+	}
+	if c.MaxConnsPerSource < -1 {
+		bad("max-conns-per-source %d: want a cap, 0 for the default or -1 for none", c.MaxConnsPerSource)
 	}
 	if c.MaxStreamsPerIdentity < -1 {
 		bad("max-streams-per-identity %d: want a cap, 0 for the default or -1 for none", c.MaxStreamsPerIdentity)

@@ -72,12 +72,14 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	peers := s.requirePeer(mux)
-	return s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The Host/Origin check first: a rebound page gets nothing, not even
+	// the cluster id.
+	return s.hosts.handler(s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.fsm.ClusterID(); id != "" {
 			w.Header().Set(ClusterIDHeader, id)
 		}
 		peers.ServeHTTP(w, r)
-	}))
+	})))
 }
 
 // procedures lists the RPC paths the node serves: the values of the
@@ -154,10 +156,11 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 	s.httpSrv.Protocols.SetHTTP1(true)
 	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
 	s.httpSrv.Protocols.SetHTTP2(true)
+	capped := s.capConns(s.lis) // before TLS: a refused connection costs no handshake
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.tlsListener(s.lis)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(s.tlsListener(capped)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("api server stopped", "err", err)
 		}
 	}()

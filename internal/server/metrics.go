@@ -76,10 +76,10 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	})
 	m.lock = newLockMetrics(reg)
 	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits, streams).",
+		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits, streams; conns: connections over --max-conns-per-source).",
 	}, []string{"reason"})
 	m.rateHits = m.limitHits.WithLabelValues("rate")
-	for _, r := range []string{"sessions", "waits", "streams"} {
+	for _, r := range []string{"sessions", "waits", "streams", "conns"} {
 		m.limitHits.WithLabelValues(r)
 	}
 	m.authReloads = prometheus.NewCounterVec(prometheus.CounterOpts{

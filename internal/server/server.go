@@ -109,6 +109,10 @@ type Server struct {
 	lis     net.Listener
 	httpSrv *http.Server
 
+	hosts     *hostPolicy // the Host/Origin check (hostcheck.go)
+	conns     *connCap    // nil: no per-source connection cap (connlimit.go)
+	peerAddrs peerAddrs   // the other members' addresses given as names, resolved
+
 	tls        *certs.Store // nil: plaintext
 	clientAuth certs.ClientAuth
 	peers      peerCache // verifyPeer's answers
@@ -202,6 +206,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
+	s.openHostPolicy(cfg, reg)
 	if err := s.openSecurity(cfg.Security, &closers); err != nil {
 		return nil, err
 	}

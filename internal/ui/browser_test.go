@@ -24,7 +24,7 @@ import (
 // browser starts headless Chromium (the Debian package) with a fresh
 // profile and returns a chromedp context for one tab. Without Chromium the
 // test skips, except under CI=true, where it fails.
-func browser(t *testing.T, width, height int) context.Context {
+func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	var bin string
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -52,7 +52,7 @@ func browser(t *testing.T, width, height int) context.Context {
 			time.Sleep(100 * time.Millisecond) // waiting on a real process
 		}
 	})
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(bin),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-quic", true),
@@ -62,7 +62,7 @@ func browser(t *testing.T, width, height int) context.Context {
 		chromedp.Flag("no-default-browser-check", true),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(width, height),
-	)
+	}, extra...)...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() {
 		cancel()
@@ -207,4 +207,36 @@ func savePNG(t *testing.T, name string, b []byte) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", p, len(b))
+}
+
+// TestDashboardRebindingRefused: a real browser against the quick-start
+// node. At http://localhost:PORT/ui/ the dashboard works (its Connect
+// calls carry that Origin, its feed is live); a name that resolves to
+// 127.0.0.1 but is not the node's (what a DNS rebinding attack makes of
+// evil.example, here by Chromium's host resolver rules) gets the 403 of
+// the Host check, not the dashboard.
+func TestDashboardRebindingRefused(t *testing.T) {
+	srv := lockdtest.New(t)
+	ctx := browser(t, 1024, 768, chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"))
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
+	holder := c.session("rebind@host-a", 30*time.Second)
+	c.acquire(&lockdv1.AcquireRequest{SessionId: holder, Seq: 1, Name: "rebind/x"})
+
+	port := strings.TrimPrefix(srv.URL(), "http://127.0.0.1:")
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://localhost:"+port+"/ui/?refresh=300")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the lock at localhost", `document.querySelector('tr[data-lock="rebind/x"]') !== null`)
+	poll(t, ctx, "the live feed at localhost", `document.getElementById("events-state").textContent === "live"`)
+
+	if err := chromedp.Do(ctx, chromedp.Navigate("http://evil.example:"+port+"/ui/")); err != nil {
+		t.Fatal(err)
+	}
+	body, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, `Host "evil.example:`+port+`"`) || !strings.Contains(body, "--allowed-hosts") || strings.Contains(body, "rebind/x") {
+		t.Fatalf("http://evil.example:%s/ui/ shows %q; want the Host check's refusal", port, body)
+	}
 }

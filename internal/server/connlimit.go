@@ -1,0 +1,247 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The per-source connection cap of the API port (--max-conns-per-source):
+// a listener wrapper that counts the open connections of each source IP
+// address and closes a new one over the cap at once, before TLS or HTTP
+// spend anything on it. Without it one source holding slow connections
+// (each lives up to the 10 s header timeout, and is replaced as fast as it
+// goes) took 15 300 of a node's file descriptors, and near the limit
+// accept(2) failed for every client. The other members' addresses are not
+// capped: a follower forwards each call in flight to the leader on a
+// connection of its own (HTTP/1.1), so a busy follower may hold many.
+
+// defaultMaxConnsPerSource is MaxConnsPerSource's default. A Go client
+// holds one or two connections to a node with the session stream (HTTP/2),
+// and in unary mode (HTTP/1.1) about one per call in flight; 512 leaves
+// room for a few hundred client processes behind one NAT, or a unary
+// client with hundreds of calls in flight, while one address holds at
+// most 512 of the node's descriptors, a small share of any usual limit
+// (Go raises the soft limit to the hard one: 20 000 to 1 048 576).
+const defaultMaxConnsPerSource = 512
+
+// peerRefresh is how often the names of the other members are resolved
+// again.
+const peerRefresh = 5 * time.Second
+
+// connCap is the capping listener.
+type connCap struct {
+	net.Listener
+	max      int
+	exempt   func(netip.Addr) bool // the other members' addresses
+	onRefuse func(c net.Conn, open int)
+
+	mu    sync.Mutex
+	conns map[netip.Addr]int // open connections by source address
+}
+
+// newConnCap caps l at max connections per source address.
+func newConnCap(l net.Listener, max int, exempt func(netip.Addr) bool, onRefuse func(net.Conn, int)) *connCap {
+	return &connCap{Listener: l, max: max, exempt: exempt, onRefuse: onRefuse, conns: map[netip.Addr]int{}}
+}
+
+// sourceOf returns the IP address a connection comes from (an IPv4-mapped
+// IPv6 address as IPv4).
+func sourceOf(c net.Conn) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap().WithZone(""), true
+}
+
+// Accept returns the next connection whose source is under its cap;
+// the ones over it are closed here (with a reset: nothing of them stays
+// on the node, not even TIME_WAIT) and never reach the HTTP server.
+func (l *connCap) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip, ok := sourceOf(c)
+		if !ok {
+			return c, nil // not TCP/IP: nothing to count by
+		}
+		l.mu.Lock()
+		n := l.conns[ip]
+		l.mu.Unlock()
+		if n >= l.max && !l.exempt(ip) {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			_ = c.Close()
+			l.onRefuse(c, n)
+			continue
+		}
+		// Accept runs in one goroutine: no other connection was counted
+		// meanwhile (closes only lower the count).
+		l.mu.Lock()
+		l.conns[ip]++
+		l.mu.Unlock()
+		return &cappedConn{Conn: c, l: l, ip: ip}, nil
+	}
+}
+
+// open returns the connections counted for ip (tests).
+func (l *connCap) open(ip netip.Addr) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.conns[ip]
+}
+
+// cappedConn frees its slot when closed, however often Close is called.
+type cappedConn struct {
+	net.Conn
+	l      *connCap
+	ip     netip.Addr
+	closed atomic.Bool
+}
+
+func (c *cappedConn) Close() error {
+	if c.closed.CompareAndSwap(false, true) {
+		c.l.mu.Lock()
+		if c.l.conns[c.ip]--; c.l.conns[c.ip] <= 0 {
+			delete(c.l.conns, c.ip)
+		}
+		c.l.mu.Unlock()
+	}
+	return c.Conn.Close()
+}
+
+// peerAddrs holds the other members' addresses given as names, resolved
+// every peerRefresh, so that a peer's connections are never capped. The
+// ones given as IP literals (the usual case) are read at each check, so a
+// member that has just joined is spared at once.
+type peerAddrs struct {
+	resolved atomic.Pointer[map[netip.Addr]bool]
+}
+
+// isPeer reports whether ip is the address of another member: a host in
+// the Raft configuration or a member's API URL. It runs only for a
+// connection over its cap (the Raft configuration is read without
+// waiting on Raft).
+func (s *Server) isPeer(ip netip.Addr) bool {
+	if m := s.peerAddrs.resolved.Load(); m != nil && (*m)[ip] {
+		return true
+	}
+	for _, h := range s.peerHosts() {
+		if a, err := netip.ParseAddr(h); err == nil && a.Unmap().WithZone("") == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// peerHosts lists the hosts of the other members' Raft and API addresses.
+func (s *Server) peerHosts() []string {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var hosts []string
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) == s.nodeID {
+			continue
+		}
+		if h, _, err := net.SplitHostPort(string(srv.Address)); err == nil {
+			hosts = append(hosts, h)
+		}
+		if m, ok := s.fsm.Member(string(srv.ID)); ok {
+			if u, err := url.Parse(m.API); err == nil && u.Hostname() != "" {
+				hosts = append(hosts, u.Hostname())
+			}
+		}
+	}
+	return hosts
+}
+
+// resolvePeers keeps the resolved addresses of the members given by name
+// current until the node closes.
+func (s *Server) resolvePeers() {
+	defer s.wg.Done()
+	t := time.NewTicker(peerRefresh)
+	defer t.Stop()
+	for {
+		set := map[netip.Addr]bool{}
+		for _, h := range s.peerHosts() {
+			if _, err := netip.ParseAddr(h); err == nil {
+				continue // read at each check
+			}
+			// Bounded: Close waits for this goroutine.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+			cancel()
+			if err != nil {
+				s.log.Debug("member address not resolved: its connections are capped like a client's", "host", h, "err", err)
+				continue
+			}
+			for _, ip := range ips {
+				set[ip.Unmap().WithZone("")] = true
+			}
+		}
+		s.peerAddrs.resolved.Store(&set)
+		select {
+		case <-t.C:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// capConns wraps the API listener in the per-source cap, unless it is off.
+func (s *Server) capConns(l net.Listener) net.Listener {
+	limit := s.cfg.MaxConnsPerSource
+	if limit < 0 {
+		return l
+	}
+	if limit == 0 {
+		limit = defaultMaxConnsPerSource
+	}
+	hits := s.metrics.limitHits.WithLabelValues("conns")
+	logs := &sparseLog{log: s.log.With("component", "http")}
+	s.wg.Add(1)
+	go s.resolvePeers()
+	s.conns = newConnCap(l, limit, s.isPeer, func(c net.Conn, open int) {
+		hits.Inc()
+		msg := fmt.Sprintf("connection from %s closed: its address has %d connections open, its cap (--max-conns-per-source)", c.RemoteAddr(), open)
+		s.audit.netRefused(c.RemoteAddr().String(), "Connection", "resource_exhausted", msg)
+		logs.warn("connection refused: its source address is at its cap (--max-conns-per-source)", "peer", c.RemoteAddr().String(), "open", open)
+	})
+	return s.conns
+}
+
+// sparseLog writes a warning at most once per refusalLogEvery: the first at
+// once, the next ones counted into the following line, so a flood of
+// refusals cannot flood the log.
+type sparseLog struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	next    time.Time
+	skipped int
+}
+
+func (l *sparseLog) warn(msg string, args ...any) {
+	now := time.Now()
+	l.mu.Lock()
+	if now.Before(l.next) {
+		l.skipped++
+		l.mu.Unlock()
+		return
+	}
+	n := l.skipped
+	l.skipped, l.next = 0, now.Add(refusalLogEvery)
+	l.mu.Unlock()
+	l.log.Warn(msg, append(args, "refused_unlogged_before", n)...)
+}
