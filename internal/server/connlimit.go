@@ -52,13 +52,21 @@ func newConnCap(l net.Listener, max int, exempt func(netip.Addr) bool, onRefuse 
 }
 
 // sourceOf returns the IP address a connection comes from (an IPv4-mapped
-// IPv6 address as IPv4).
-func sourceOf(c net.Conn) (netip.Addr, bool) {
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+// IPv6 address as IPv4) and the key the per-source caps (this one and the
+// Raft port's handshakes) count it under: the IPv4 address, or the IPv6
+// /64, since one host usually holds a whole /64 and a cap per IPv6
+// address would cap nothing.
+func sourceOf(a net.Addr) (ip, key netip.Addr, ok bool) {
+	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {
-		return netip.Addr{}, false
+		return netip.Addr{}, netip.Addr{}, false
 	}
-	return ap.Addr().Unmap().WithZone(""), true
+	ip = ap.Addr().Unmap().WithZone("")
+	key = ip
+	if ip.Is6() {
+		key = netip.PrefixFrom(ip, 64).Masked().Addr()
+	}
+	return ip, key, true
 }
 
 // Accept returns the next connection whose source is under its cap;
@@ -70,12 +78,12 @@ func (l *connCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip, ok := sourceOf(c)
+		ip, key, ok := sourceOf(c.RemoteAddr())
 		if !ok {
 			return c, nil // not TCP/IP: nothing to count by
 		}
 		l.mu.Lock()
-		n := l.conns[ip]
+		n := l.conns[key]
 		l.mu.Unlock()
 		if n >= l.max && !l.exempt(ip) {
 			if tc, ok := c.(*net.TCPConn); ok {
@@ -88,32 +96,32 @@ func (l *connCap) Accept() (net.Conn, error) {
 		// Accept runs in one goroutine: no other connection was counted
 		// meanwhile (closes only lower the count).
 		l.mu.Lock()
-		l.conns[ip]++
+		l.conns[key]++
 		l.mu.Unlock()
-		return &cappedConn{Conn: c, l: l, ip: ip}, nil
+		return &cappedConn{Conn: c, l: l, key: key}, nil
 	}
 }
 
-// open returns the connections counted for ip (tests).
-func (l *connCap) open(ip netip.Addr) int {
+// open returns the connections counted for a source's key (tests).
+func (l *connCap) open(key netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.conns[ip]
+	return l.conns[key]
 }
 
 // cappedConn frees its slot when closed, however often Close is called.
 type cappedConn struct {
 	net.Conn
 	l      *connCap
-	ip     netip.Addr
+	key    netip.Addr
 	closed atomic.Bool
 }
 
 func (c *cappedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.mu.Lock()
-		if c.l.conns[c.ip]--; c.l.conns[c.ip] <= 0 {
-			delete(c.l.conns, c.ip)
+		if c.l.conns[c.key]--; c.l.conns[c.key] <= 0 {
+			delete(c.l.conns, c.key)
 		}
 		c.l.mu.Unlock()
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -70,7 +71,7 @@ type tlsStream struct {
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{} // every open connection: in handshake or accepted
 	handshake int                   // connections in handshake
-	perSource map[string]int        // connections in handshake by source
+	perSource map[netip.Addr]int    // connections in handshake by source
 	closed    bool
 }
 
@@ -86,7 +87,7 @@ func newTLSStream(l net.Listener, adv net.Addr, store *certs.Store, log hclog.Lo
 		done:      make(chan struct{}),
 		refused:   &refusalLog{log: log, window: raftRefusalWindow},
 		conns:     map[net.Conn]struct{}{},
-		perSource: map[string]int{},
+		perSource: map[netip.Addr]int{},
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -132,7 +133,7 @@ func (t *tlsStream) acceptLoop() {
 			continue
 		}
 		delay = 0
-		src := sourceOf(c.RemoteAddr())
+		_, src, _ := sourceOf(c.RemoteAddr())
 		t.mu.Lock()
 		switch {
 		case t.closed:
@@ -157,7 +158,7 @@ func (t *tlsStream) acceptLoop() {
 // serveHandshake completes the TLS handshake of c (the member check is
 // part of it) within raftHandshakeTimeout and hands the connection to
 // Accept, or closes it.
-func (t *tlsStream) serveHandshake(c net.Conn, src string) {
+func (t *tlsStream) serveHandshake(c net.Conn, src netip.Addr) {
 	defer t.wg.Done()
 	tc := tls.Server(c, t.cfg)
 	c.SetDeadline(time.Now().Add(raftHandshakeTimeout))
@@ -201,19 +202,6 @@ func refusalReason(err error) string {
 		return "timeout"
 	}
 	return "handshake_failed"
-}
-
-// sourceOf is the key of an address for the per-source cap: the IPv4
-// address, or the IPv6 /64.
-func sourceOf(a net.Addr) string {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
-	}
-	if ip4 := ta.IP.To4(); ip4 != nil {
-		return ip4.String()
-	}
-	return ta.IP.Mask(net.CIDRMask(64, 128)).String()
 }
 
 // Close closes the listener and every connection, in handshake or

@@ -371,11 +371,6 @@ func TestRaftPortAcceptsOnlyMembers(t *testing.T) {
 	}
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // lockedWriter serializes writes to w.
 type lockedWriter struct {
 	mu *sync.Mutex
