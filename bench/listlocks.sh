@@ -3,11 +3,11 @@
 # a good client's locks when the table is big? Runs `lockd serve` and
 # `lockd bench --workload listlocks` as separate processes on 127.0.0.1:
 # the bench holds --locks locks from a few sessions, then runs --rounds
-# rounds of two phases (4 readers calling ListLocks{page_size:1} at 190/s
-# each on the held locks' prefix, then on a prefix that matches nothing;
-# the order alternates by round) while one good client takes and releases
-# its own lock, and reports the good client's p50/p99 in each and the p99
-# ratio.
+# rounds of three phases (4 readers calling ListLocks{page_size:1} at
+# 190/s each on the held locks' prefix; the same on a prefix that matches
+# nothing; no readers; the order rotates by round) while one good client
+# takes and releases its own lock, and reports the good client's p50/p99
+# in each and the p99 ratio match/none.
 #
 #   bench/listlocks.sh [--server BIN]... [--passes 2] [--locks 100000]
 #                      [--rounds 3] [--duration 5s] [--warmup 1s]
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
 	--duration) DURATION=$2; shift 2 ;;
 	--warmup) WARMUP=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,23p' "$0"; exit 0 ;;
 	*) echo "listlocks.sh: unknown argument $1" >&2; exit 64 ;;
 	esac
 done
@@ -85,7 +85,7 @@ for pass in $(seq "$PASSES"); do
 		kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
 		[ -z "$OUT" ] || { jq -c --arg server "$bin" --argjson pass "$pass" '. + {server: $server, pass: $pass}' "$d/report.json" >>"$OUT"; }
 		jq -r --arg server "$bin" --argjson pass "$pass" \
-			'"pass \($pass) \($server): \(.locks) locks (setup \(.setup_seconds | floor) s); good p50/p99 match \(.match.good_pair.p50_ms) / \(.match.good_pair.p99_ms) ms, none \(.none.good_pair.p50_ms) / \(.none.good_pair.p99_ms) ms; ratio \(.p99_ratio * 100 | round / 100)× (rounds \([.round_p99_ratios[] | (. * 100 | round / 100 | tostring)] | join(" ")) ); reader p99 match \(.match.reader_call.p99_ms) none \(.none.reader_call.p99_ms) ms, \(.match.reader_calls_per_second_each | round)/\(.none.reader_calls_per_second_each | round) calls/s each; errors \(.match.errors + .none.errors) \(.match.error_sample // "") \(.none.error_sample // "")"' \
+			'"pass \($pass) \($server): \(.locks) locks (setup \(.setup_seconds | floor) s); good p50/p99 match \(.match.good_pair.p50_ms) / \(.match.good_pair.p99_ms) ms, none \(.none.good_pair.p50_ms) / \(.none.good_pair.p99_ms) ms, idle \(.idle.good_pair.p50_ms) / \(.idle.good_pair.p99_ms) ms; ratio \(.p99_ratio * 100 | round / 100)× (rounds \([.round_p99_ratios[] | (. * 100 | round / 100 | tostring)] | join(" ")) ); reader p99 match \(.match.reader_call.p99_ms) none \(.none.reader_call.p99_ms) ms, \(.match.reader_calls_per_second_each | round)/\(.none.reader_calls_per_second_each | round) calls/s each; errors \(.match.errors + .none.errors) \(.match.error_sample // "") \(.none.error_sample // "")"' \
 			"$d/report.json"
 	done
 done

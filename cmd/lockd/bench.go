@@ -41,12 +41,13 @@ own client (own connections) and session. Workloads:
             the warm-up (measure the server's CPU and memory with your own
             tools meanwhile)
   listlocks --locks locks held from a few sessions, then --rounds rounds
-            of two phases of --warmup + --duration each, in alternating
-            order: --readers workers call ListLocks{page_size: --page-size}
-            at --reader-rate calls/s each on the held locks' prefix, then
-            on a prefix that matches nothing, while one good client takes
-            and releases its own lock; reports the good client's pair
-            latency in each and the p99 ratio (--clients is not used)
+            of three phases of --warmup + --duration each, the order
+            rotating by round: --readers workers call ListLocks{page_size:
+            --page-size} at --reader-rate calls/s each on the held locks'
+            prefix; the same on a prefix that matches nothing; no readers.
+            Meanwhile one good client takes and releases its own lock.
+            Reports the good client's pair latency in each phase and the
+            p99 ratio of the first two (--clients is not used)
 
 The window measured starts after --warmup and lasts --duration. Errors are
 counted over the whole run; calls cut short by its end are not errors.

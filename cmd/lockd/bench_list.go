@@ -108,6 +108,8 @@ type listReport struct {
 	PhaseSeconds float64   `json:"phase_seconds"`
 	Match        listPhase `json:"match"`
 	None         listPhase `json:"none"`
+	// Idle is the good client alone (no readers), for reference.
+	Idle listPhase `json:"idle"`
 	// P99Ratio is the good client's p99 with readers on the locks' prefix
 	// over its p99 with readers on a prefix that matches nothing.
 	P99Ratio float64 `json:"p99_ratio"`
@@ -117,9 +119,10 @@ type listReport struct {
 }
 
 // runList runs the listlocks scenario: hold o.locks locks from a few
-// sessions, then rounds of two phases — readers listing the held locks'
-// prefix, readers listing a prefix that matches nothing — in alternating
-// order, while one good client takes and releases its own lock. Every loop
+// sessions, then rounds of three phases — readers listing the held locks'
+// prefix, readers listing a prefix that matches nothing, no readers — in
+// an order that rotates by round, while one good client takes and releases
+// its own lock. Every loop
 // is bounded by its phase's end and by o.maxOps calls.
 func runList(ctx context.Context, d *benchDriver, o *listOptions, stderr io.Writer) (*listReport, error) {
 	r := &listReport{Workload: listWorkload, Locks: o.locks, Readers: o.readers, ReaderRate: o.readerRate,
@@ -170,32 +173,33 @@ func runList(ctx context.Context, d *benchDriver, o *listOptions, stderr io.Writ
 
 	r.Match = listPhase{Prefix: held, good: newListHist(), read: newListHist()}
 	r.None = listPhase{Prefix: empty, good: newListHist(), read: newListHist()}
+	r.Idle = listPhase{good: newListHist(), read: newListHist()}
+	phases := []*listPhase{&r.Match, &r.None, &r.Idle}
 	for round := range o.rounds {
-		order := []*listPhase{&r.Match, &r.None}
-		if round%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		var p99 [2]float64
-		for _, ph := range order {
-			v, err := listPhaseRun(ctx, o, ph, mu, readers)
+		p99 := map[*listPhase]float64{}
+		for k := range phases { // the order rotates by round
+			ph := phases[(round+k)%len(phases)]
+			rs := readers
+			if ph == &r.Idle {
+				rs = nil
+			}
+			v, err := listPhaseRun(ctx, o, ph, mu, rs)
 			if err != nil {
 				return nil, err
 			}
-			if ph == &r.Match {
-				p99[0] = v
-			} else {
-				p99[1] = v
-			}
+			p99[ph] = v
 		}
-		if p99[1] > 0 {
-			r.RoundRatios = append(r.RoundRatios, p99[0]/p99[1])
+		if p99[&r.None] > 0 {
+			r.RoundRatios = append(r.RoundRatios, p99[&r.Match]/p99[&r.None])
 		}
 	}
-	for _, ph := range []*listPhase{&r.Match, &r.None} {
+	for _, ph := range phases {
 		ph.Good, ph.Reader = summarize(ph.good), summarize(ph.read)
 		if ph.seconds > 0 {
 			ph.GoodPerSecond = float64(ph.Good.Count) / ph.seconds
-			ph.ReaderPerSecond = float64(ph.Reader.Count) / ph.seconds / float64(o.readers)
+			if ph != &r.Idle {
+				ph.ReaderPerSecond = float64(ph.Reader.Count) / ph.seconds / float64(o.readers)
+			}
 		}
 	}
 	if r.None.Good.P99 > 0 {
@@ -330,7 +334,9 @@ func listPhaseRun(ctx context.Context, o *listOptions, ph *listPhase, mu *lockd.
 	goodHist := newListHist()
 	wg.Go(func() {
 		for n := int64(0); n < o.maxOps && pctx.Err() == nil; n++ {
-			cctx, ccancel := context.WithTimeout(pctx, o.timeout)
+			// Not bounded by the phase: a pair cut in half would leave the
+			// lock held into the next phase. The phase waits for it.
+			cctx, ccancel := context.WithTimeout(ctx, o.timeout)
 			t0 := time.Now()
 			err := mu.Lock(cctx)
 			if err == nil {
@@ -339,12 +345,16 @@ func listPhaseRun(ctx context.Context, o *listOptions, ph *listPhase, mu *lockd.
 			t1 := time.Now()
 			ccancel()
 			if err != nil {
-				fail(err)
-				if mu.Token() != 0 { // held after a failed release: try once more
-					uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), o.timeout)
-					_ = mu.Unlock(uctx)
-					ucancel()
+				errCount.Add(1)
+				mu2.Lock()
+				if sample == "" {
+					sample = err.Error()
 				}
+				mu2.Unlock()
+				// Held after a failed release? Let go before the next pair.
+				uctx, ucancel := context.WithTimeout(ctx, o.timeout)
+				_ = mu.Unlock(uctx)
+				ucancel()
 				continue
 			}
 			if !t1.Before(from) && t1.Before(to) {
@@ -383,7 +393,7 @@ func writeList(w io.Writer, r *listReport, asJSON bool) error {
 	for _, ph := range []struct {
 		name string
 		p    *listPhase
-	}{{"match", &r.Match}, {"none", &r.None}} {
+	}{{"match", &r.Match}, {"none", &r.None}, {"idle", &r.Idle}} {
 		p := ph.p
 		fmt.Fprintf(w, "%-6s      prefix %q: good pair p50 %.2f ms p99 %.2f ms max %.2f ms (%d pairs, %.0f/s); reader call p50 %.2f ms p99 %.2f ms (%.0f/s each); errors %d %s\n",
 			ph.name, p.Prefix, p.Good.P50, p.Good.P99, p.Good.Max, p.Good.Count, p.GoodPerSecond, p.Reader.P50, p.Reader.P99, p.ReaderPerSecond, p.Errors, p.ErrorSample)
