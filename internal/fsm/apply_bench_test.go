@@ -11,7 +11,7 @@ import (
 // filledFSM returns an FSM holding n exclusive locks named fill/%07d,
 // spread over sessions of at most 10 000 holds each (below
 // MaxLocksPerSession).
-func filledFSM(b *testing.B, n int) *fsm.FSM {
+func filledFSM(b testing.TB, n int) *fsm.FSM {
 	b.Helper()
 	f := initFSM(b, nil)
 	seq := map[string]uint64{}
@@ -71,5 +71,29 @@ func BenchmarkList(b *testing.B) {
 				f.List(c.prefix, "fill/0050000", c.n)
 			}
 		})
+	}
+}
+
+// TestListCostIndependentOfTableSize: a page of List, and a watch's state
+// dump of a prefix with one lock, allocate the same among 10 locks as
+// among 10 000 — they no longer copy and sort every name under the read
+// lock (before the name index, the copy grew with the table). Allocations,
+// not time, so the test is exact on a busy machine.
+func TestListCostIndependentOfTableSize(t *testing.T) {
+	small, big := filledFSM(t, 10), filledFSM(t, 10_000)
+	for _, f := range []*fsm.FSM{small, big} {
+		mustOK(t, f, newSession("w"))
+		mustOK(t, f, acq("w", 1, "zz/one", excl, false))
+	}
+	cost := func(f *fsm.FSM) (list, none, dump float64) {
+		list = testing.AllocsPerRun(20, func() { f.List("fill/", "fill/0000005", 1) })
+		none = testing.AllocsPerRun(20, func() { f.List("nothing/", "", 1) })
+		dump = testing.AllocsPerRun(20, func() { f.Holding("zz/", func([]fsm.Event) {}) })
+		return
+	}
+	sl, sn, sd := cost(small)
+	bl, bn, bd := cost(big)
+	if sl != bl || sn != bn || sd != bd {
+		t.Errorf("allocations (page, empty prefix, state dump): %v %v %v among 10 locks, %v %v %v among 10 000; want the same", sl, sn, sd, bl, bn, bd)
 	}
 }
