@@ -40,6 +40,14 @@ own client (own connections) and session. Workloads:
             sessions lost; the CPU line is the keepalives' cost after
             the warm-up (measure the server's CPU and memory with your own
             tools meanwhile)
+  listlocks --locks locks held from a few sessions, then --rounds rounds
+            of three phases of --warmup + --duration each, the order
+            rotating by round: --readers workers call ListLocks{page_size:
+            --page-size} at --reader-rate calls/s each on the held locks'
+            prefix; the same on a prefix that matches nothing; no readers.
+            Meanwhile one good client takes and releases its own lock.
+            Reports the good client's pair latency in each phase and the
+            p99 ratio of the first two (--clients is not used)
 
 The window measured starts after --warmup and lasts --duration. Errors are
 counted over the whole run; calls cut short by its end are not errors.
@@ -58,6 +66,7 @@ Flags:
 type benchOptions struct {
 	cf     *clientFlags
 	cfg    loadgen.Config
+	list   listOptions
 	asJSON bool
 }
 
@@ -69,7 +78,7 @@ func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
 	}
 	o := &benchOptions{cf: &clientFlags{}}
 	o.cf.register(fs, c.env.getenv)
-	fs.StringVar(&o.cfg.Workload, "workload", loadgen.Own, "workload: "+strings.Join(loadgen.Workloads, ", "))
+	fs.StringVar(&o.cfg.Workload, "workload", loadgen.Own, "workload: "+strings.Join(loadgen.Workloads, ", ")+", "+listWorkload)
 	fs.IntVar(&o.cfg.Clients, "clients", 16, "workers, each with its own client and session")
 	fs.DurationVar(&o.cfg.Duration, "duration", 10*time.Second, "length of the measured window")
 	fs.DurationVar(&o.cfg.Warmup, "warmup", 2*time.Second, "unmeasured warm-up before the window")
@@ -78,6 +87,11 @@ func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
 	fs.Int64Var(&o.cfg.MaxOps, "max-ops", 10_000_000, "stop a worker after this many operations")
 	fs.DurationVar(&o.cfg.OpTimeout, "timeout", 10*time.Second, "give up one call (acquire, release, session creation) after this long")
 	fs.StringVar(&o.cfg.Prefix, "prefix", "", "start lock names with this (default bench/ and a random id, so runs never share a lock)")
+	fs.IntVar(&o.list.locks, "locks", 100_000, "locks to hold (workload listlocks)")
+	fs.IntVar(&o.list.readers, "readers", 4, "ListLocks workers, each with its own client (workload listlocks)")
+	fs.Float64Var(&o.list.readerRate, "reader-rate", 190, "ListLocks calls per second per reader, one in flight (workload listlocks)")
+	fs.IntVar(&o.list.pageSize, "page-size", 1, "ListLocks page_size (workload listlocks)")
+	fs.IntVar(&o.list.rounds, "rounds", 3, "rounds of a matching and an empty phase (workload listlocks)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -90,6 +104,14 @@ func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
 		b := make([]byte, 4)
 		_, _ = rand.Read(b)
 		o.cfg.Prefix = "bench/" + hex.EncodeToString(b)
+	}
+	if o.cfg.Workload == listWorkload {
+		l := &o.list
+		l.phase, l.warmup, l.ttl, l.timeout, l.prefix, l.maxOps = o.cfg.Duration, o.cfg.Warmup, o.cfg.TTL, o.cfg.OpTimeout, o.cfg.Prefix, o.cfg.MaxOps
+		if err := l.validate(); err != nil {
+			return nil, usageError{err}
+		}
+		return o, nil
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, usageError{err}
@@ -121,6 +143,14 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	_ = probe.Close(ctx)
+	if o.cfg.Workload == listWorkload {
+		r, err := runList(ctx, d, &o.list, c.env.stderr)
+		if err != nil {
+			return callError("bench", err)
+		}
+		r.Version, r.Endpoints = version, eps
+		return writeList(c.env.stdout, r, o.asJSON)
+	}
 	r, err := loadgen.Run(ctx, d, o.cfg)
 	if err != nil {
 		return callError("bench", err)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -151,5 +152,54 @@ func TestBenchTable(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitUnavailable {
 		t.Errorf("lockd bench with no server: got %v, want exit status %d", err, exitUnavailable)
+	}
+}
+
+// TestBenchListLocks runs the listlocks scenario briefly against a real
+// server: the locks are held, the readers' pages return locks on the held
+// prefix and none on the other (and no reader runs in the idle phase),
+// every phase measures the good client, and nothing fails. How fast is for the benchmark (bench/listlocks.sh).
+func TestBenchListLocks(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	args := []string{"bench", "--json", "--endpoints", s.url, "--workload", "listlocks", "--locks", "300",
+		"--readers", "2", "--reader-rate", "50", "--rounds", "2", "--duration", "300ms", "--warmup", "100ms"}
+	if err := m.Run(ctx, args); err != nil {
+		t.Fatalf("lockd %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	var r listReport
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("decode report: %v\n%s", err, stdout.String())
+	}
+	if r.Workload != "listlocks" || r.Locks != 300 || r.Readers != 2 || r.Rounds != 2 || len(r.RoundRatios) != 2 {
+		t.Errorf("header: got %+v", r)
+	}
+	for _, ph := range []struct {
+		name   string
+		p      listPhase
+		listed bool
+	}{{"match", r.Match, true}, {"none", r.None, false}, {"idle", r.Idle, false}} {
+		p := ph.p
+		if p.Good.Count <= 0 || (p.Reader.Count <= 0) != (ph.name == "idle") || p.Good.P50 <= 0 || p.Good.P50 > p.Good.P99 || len(p.RoundP99) != 2 {
+			t.Errorf("%s: got good %+v readers %+v rounds %v, want calls measured", ph.name, p.Good, p.Reader, p.RoundP99)
+		}
+		if p.Errors != 0 {
+			t.Errorf("%s: %d errors (%s)", ph.name, p.Errors, p.ErrorSample)
+		}
+		if (p.Listed > 0) != ph.listed {
+			t.Errorf("%s: prefix %q listed %d locks, want some: %v", ph.name, p.Prefix, p.Listed, ph.listed)
+		}
+	}
+	// Bad settings are usage errors before any load.
+	for _, bad := range [][]string{{"--readers", "0"}, {"--page-size", "1001"}, {"--locks", "-1"}, {"--rounds", "0"}} {
+		err := (&Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}).Run(ctx,
+			append([]string{"bench", "--endpoints", s.url, "--workload", "listlocks"}, bad...))
+		var ue usageError
+		if !errors.As(err, &ue) {
+			t.Errorf("listlocks %v: got %v, want a usage error", bad, err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"slices"
 	"strings"
 )
 
@@ -74,21 +73,17 @@ type EventSink interface {
 func (f *FSM) Holding(prefix string, fn func([]Event)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var names []string
-	for name := range f.locks {
-		if strings.HasPrefix(name, prefix) {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
 	var evs []Event
-	for _, name := range names {
-		l := f.locks[name]
+	f.ascendFrom(prefix, func(l *lock) bool { // the prefix's range only
+		if !strings.HasPrefix(l.name, prefix) {
+			return false
+		}
 		for _, h := range l.holders {
-			evs = append(evs, Event{Kind: EventHeld, Name: name, Session: h.session, Owner: f.ownerOf(h.session),
+			evs = append(evs, Event{Kind: EventHeld, Name: l.name, Session: h.session, Owner: f.ownerOf(h.session),
 				Token: h.token, Mode: h.mode, Limit: l.limit, Value: h.value})
 		}
-	}
+		return true
+	})
 	fn(evs)
 }
 

@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 )
 
@@ -44,4 +46,44 @@ func (f *FSM) CheckCounts() error {
 		}
 	}
 	return nil
+}
+
+// CheckNames reports whether the name index holds exactly the lock table:
+// the same locks (the very values), each once, in strictly ascending name
+// order.
+func (f *FSM) CheckNames() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var err error
+	n, prev := 0, ""
+	f.names.Ascend(func(l *lock) bool {
+		switch {
+		case n > 0 && l.name <= prev:
+			err = fmt.Errorf("names: %q after %q", l.name, prev)
+		case f.locks[l.name] != l:
+			err = fmt.Errorf("names: %q is not the table's lock of that name", l.name)
+		}
+		n, prev = n+1, l.name
+		return err == nil
+	})
+	if err == nil && n != len(f.locks) {
+		err = fmt.Errorf("names: %d in the index, %d in the table", n, len(f.locks))
+	}
+	return err
+}
+
+// LockNames returns the lock table's names from the map (not the index),
+// sorted.
+func (f *FSM) LockNames() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return slices.Sorted(maps.Keys(f.locks))
+}
+
+// SetNamesDegree makes FSMs created until tb ends use a name index of the
+// given degree (2: nodes of at most 3 names).
+func SetNamesDegree(tb testing.TB, d int) {
+	old := namesDegree
+	tb.Cleanup(func() { namesDegree = old })
+	namesDegree = d
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
@@ -155,6 +156,7 @@ type FSM struct {
 	sessions  map[string]*session
 	byRequest map[string]string // create request id -> session id
 	locks     map[string]*lock
+	names     *btree.BTreeG[*lock] // the locks ordered by name, for pages; derived from locks
 	members   map[string]Member
 	counts    counts // derived from locks, for the caps
 	stats     Stats
@@ -171,7 +173,7 @@ type FSM struct {
 func New(obs Observer) *FSM {
 	f := &FSM{obs: obs}
 	f.publicID.Store(new(string))
-	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, members: map[string]Member{}, counts: newCounts()})
+	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, counts: newCounts()})
 	return f
 }
 

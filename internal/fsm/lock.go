@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/google/btree"
+
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -55,15 +57,38 @@ func (l *lock) grantable(mode int32) bool {
 func validMode(m int32) bool { return m == ModeExclusive || m == ModeShared }
 
 // addLock and deleteLock are the only ways a lock enters or leaves the
-// table, so the counts the caps read stay exact.
+// table, so the counts the caps read and the name index stay exact.
 func (f *FSM) addLock(l *lock) {
 	f.locks[l.name] = l
+	f.names.ReplaceOrInsert(l)
 	f.counts.add(l)
 }
 
 func (f *FSM) deleteLock(l *lock) {
 	delete(f.locks, l.name)
+	f.names.Delete(l)
 	f.counts.remove(l)
+}
+
+// namesDegree is the B-tree's degree: nodes of up to 63 names, a few cache
+// lines of pointers, so a lookup touches about log64(N) nodes. A variable
+// only so that tests can use tiny nodes (SetNamesDegree), which split and
+// merge after a few commands.
+var namesDegree = 32
+
+// newNames returns an empty index of locks ordered by name. The map finds a
+// lock by name; the index serves what needs name order (a page of
+// ListLocks, a watch's state dump, a snapshot) in O(log N + what it
+// returns) instead of walking and sorting the whole table under the read
+// lock that Apply waits for.
+func newNames() *btree.BTreeG[*lock] {
+	return btree.NewG(namesDegree, func(a, b *lock) bool { return a.name < b.name })
+}
+
+// ascendFrom calls fn with each lock whose name is at least from, in name
+// order, until fn returns false.
+func (f *FSM) ascendFrom(from string, fn func(*lock) bool) {
+	f.names.AscendGreaterOrEqual(&lock{name: from}, fn)
 }
 
 func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -391,6 +392,9 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 	}
 	for _, f := range []*fsm.FSM{m.main, m.twin, shadow} {
 		if err := f.CheckCounts(); err != nil {
+			t.Fatalf("after %T %v: %v", msg, msg, err)
+		}
+		if err := f.CheckNames(); err != nil {
 			t.Fatalf("after %T %v: %v", msg, msg, err)
 		}
 	}
@@ -881,6 +885,7 @@ var propertyCaps = fsm.Caps{Sessions: fsm.MaxSessions, LocksPerSession: 2, Waite
 
 func TestProperties(t *testing.T) {
 	fsm.SetCaps(t, propertyCaps)
+	fsm.SetNamesDegree(t, 2)
 	rapid.Check(t, func(t *rapid.T) {
 		m := newMachine(t)
 		m.createSession(t)
@@ -901,6 +906,7 @@ func TestProperties(t *testing.T) {
 			{"replay", 3, m.replay},
 			{"reuse", 2, m.reuse},
 			{"restore", 1, m.restoreMain},
+			{"list", 1, m.list},
 		}
 		var deck []int
 		for i, a := range actions {
@@ -965,4 +971,118 @@ func checkCaps(snap *fsmv1.Snapshot, caps fsm.Caps) error {
 		return fmt.Errorf("%d members, cap %d", len(snap.Members), caps.Members)
 	}
 	return nil
+}
+
+// list checks a random page of List against the model's lock names.
+func (m *machine) list(t *rapid.T) {
+	prefix := rapid.SampledFrom([]string{"", "a", "b", "c", "d", "ab"}).Draw(t, "listPrefix")
+	after := rapid.SampledFrom([]string{"", "a", "b", "c", "d", "A"}).Draw(t, "listAfter")
+	n := rapid.IntRange(0, 4).Draw(t, "listN")
+	checkPage(t, m.main, slices.Sorted(maps.Keys(m.model.locks)), prefix, after, n)
+}
+
+// checkPage checks f.List(prefix, after, n) against a filter of names (all
+// the lock names, sorted): the names with the prefix after after, the
+// first n of them, and whether more remain.
+func checkPage(t fataler, f *fsm.FSM, names []string, prefix, after string, n int) {
+	t.Helper()
+	var want []string
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) && name > after {
+			want = append(want, name)
+		}
+	}
+	wantMore := len(want) > n
+	if wantMore {
+		want = want[:n]
+	}
+	page, more := f.List(prefix, after, n)
+	var got []string
+	for _, l := range page {
+		got = append(got, l.Name)
+	}
+	if !slices.Equal(got, want) || more != wantMore {
+		t.Fatalf("List(%q, %q, %d) of %v: got %v more %v, want %v more %v", prefix, after, n, names, got, more, want, wantMore)
+	}
+}
+
+// indexNames are lock names with shared prefixes, enough of them that a
+// name index of degree 2 splits and merges nodes.
+var indexNames = []string{"a", "a/1", "a/2", "a/2/x", "a/3", "ab", "ab/1", "b", "b/1", "b/2", "b/3", "b/4", "c", "c/a", "c/b", "c/c", "c/d", "d", "d/1", "e"}
+
+// TestPropertyNameIndex: after any sequence of the commands that create
+// and delete locks (acquire, release, cancel, complete, clear a mark,
+// close, expire, restore from a snapshot), the name index holds exactly
+// the lock table's names, and List pages agree with a filter of the
+// table's names, with an index of tiny nodes.
+func TestPropertyNameIndex(t *testing.T) {
+	fsm.SetNamesDegree(t, 2)
+	rapid.Check(t, func(t *rapid.T) {
+		f := initFSM(t, nil)
+		var sessions []string
+		seq := map[string]uint64{}
+		newSess := func() {
+			id := fmt.Sprintf("s%d", len(sessions))
+			mustOK(t, f, newSession(id))
+			sessions = append(sessions, id)
+		}
+		newSess()
+		newSess()
+		next := func(s string) uint64 { seq[s]++; return seq[s] }
+		steps := rapid.IntRange(1, 200).Draw(t, "steps")
+		for range steps {
+			s := rapid.SampledFrom(sessions).Draw(t, "session")
+			name := rapid.SampledFrom(indexNames).Draw(t, "name")
+			var m proto.Message
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0, 1, 2, 3:
+				n := next(s)
+				m = &fsmv1.Acquire{SessionId: s, Seq: n, Ack: n, Name: name, Mode: rapid.SampledFrom([]int32{excl, shrd}).Draw(t, "mode"), Wait: rapid.Bool().Draw(t, "wait")}
+			case 4, 5:
+				if l, ok := f.Describe(name); ok && len(l.Holders) > 0 {
+					h := rapid.SampledFrom(l.Holders).Draw(t, "holder")
+					n := next(h.Session)
+					m = &fsmv1.Release{SessionId: h.Session, Seq: n, Ack: n, Name: name, Token: h.Token}
+				}
+			case 6:
+				if l, ok := f.Describe(name); ok && len(l.Waiters) > 0 {
+					w := rapid.SampledFrom(l.Waiters).Draw(t, "waiter")
+					n := next(w.Session)
+					m = &fsmv1.Cancel{SessionId: w.Session, Seq: n, Ack: n, Name: name, AcquireSeq: w.Seq}
+				}
+			case 7:
+				if l, ok := f.Describe(name); ok && len(l.Holders) == 1 && l.Holders[0].Mode == excl {
+					h := l.Holders[0]
+					n := next(h.Session)
+					m = &fsmv1.Complete{SessionId: h.Session, Seq: n, Ack: n, Name: name, Token: h.Token, RetentionMs: 60000}
+				} else if ok && l.Mark != nil {
+					m = &fsmv1.ClearMark{Name: name, Token: l.Mark.Token}
+				}
+			case 8:
+				if rapid.Bool().Draw(t, "expire") {
+					m = &fsmv1.ExpireSession{SessionId: s}
+				} else {
+					m = &fsmv1.CloseSession{SessionId: s, Seq: next(s)}
+				}
+				sessions = slices.DeleteFunc(sessions, func(x string) bool { return x == s })
+				newSess()
+			case 9:
+				g := fsm.New(nil)
+				if err := g.RestoreBytes(persist(t, f)); err != nil {
+					t.Fatalf("restore: %v", err)
+				}
+				f = g
+			}
+			if m != nil {
+				f.ApplyCommand(cmd(t, m))
+			}
+			if err := f.CheckNames(); err != nil {
+				t.Fatalf("after %T %v: %v", m, m, err)
+			}
+			names := f.LockNames()
+			prefix := rapid.SampledFrom([]string{"", "a", "a/", "a/2", "ab", "b/", "c/", "d", "z"}).Draw(t, "prefix")
+			after := rapid.SampledFrom(append([]string{"", "0", "a/0", "b/25", "zz"}, indexNames...)).Draw(t, "after")
+			checkPage(t, f, names, prefix, after, rapid.IntRange(0, 5).Draw(t, "n"))
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/google/btree"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -37,7 +38,8 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 		snap.Sessions = append(snap.Sessions, ps)
 	}
 	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
-	for _, l := range f.locks {
+	snap.Locks = make([]*fsmv1.Lock, 0, f.names.Len())
+	f.names.Ascend(func(l *lock) bool {
 		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed, DelayToken: l.delayToken}
 		for _, h := range l.holders {
 			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
@@ -49,8 +51,8 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
 		}
 		snap.Locks = append(snap.Locks, pl)
-	}
-	slices.SortFunc(snap.Locks, func(a, b *fsmv1.Lock) int { return strings.Compare(a.Name, b.Name) })
+		return true // in name order already: no sort
+	})
 	for _, m := range f.members {
 		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
 	}
@@ -202,6 +204,7 @@ type state struct {
 	sessions         map[string]*session
 	byRequest        map[string]string
 	locks            map[string]*lock
+	names            *btree.BTreeG[*lock] // locks by name (derived)
 	members          map[string]Member
 	counts           counts
 }
@@ -210,7 +213,7 @@ func (f *FSM) install(st *state) {
 	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
 	id := st.clusterID
 	f.publicID.Store(&id)
-	f.sessions, f.byRequest, f.locks, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.members, st.counts
+	f.sessions, f.byRequest, f.locks, f.names, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.counts
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -243,14 +246,15 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
 			f.obs.SessionCreated(id, f.sessions[id].ttlMs)
 		}
-		for _, name := range slices.Sorted(maps.Keys(f.locks)) {
-			if m := f.locks[name].mark; m != nil {
-				f.obs.MarkSet(name, m.token, m.retentionMs)
+		f.names.Ascend(func(l *lock) bool {
+			if m := l.mark; m != nil {
+				f.obs.MarkSet(l.name, m.token, m.retentionMs)
 			}
-			if l := f.locks[name]; l.delayed {
-				f.obs.LockDelayed(name, l.delayToken, l.delayMs)
+			if l.delayed {
+				f.obs.LockDelayed(l.name, l.delayToken, l.delayMs)
 			}
-		}
+			return true
+		})
 	}
 	return &Result{}
 }
@@ -308,6 +312,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		}
 	}
 	locks := make(map[string]*lock, len(snap.Locks))
+	names := newNames()
 	cs := newCounts()
 	// State writes locks sorted by name: while the names rise strictly,
 	// none repeats, and the check needs no lookup in a map of a million.
@@ -380,6 +385,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			return nil, fmt.Errorf("snapshot: lock %q has %d waiters, more than %d", pl.Name, len(l.queue), limits.waiters)
 		}
 		locks[l.name] = l
+		names.ReplaceOrInsert(l)
 		cs.add(l)
 	}
 	// The caps Apply enforces hold in any state it made, so a snapshot
@@ -409,7 +415,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress, NonVoter: m.NonVoter}
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
 }
 
 // has reports whether session s (id) already holds or waits for l, while

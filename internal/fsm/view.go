@@ -97,25 +97,29 @@ func (f *FSM) Describe(name string) (LockInfo, bool) {
 }
 
 // List returns up to n locks whose names start with prefix and sort after
-// after, in name order, and whether more remain.
+// after, in name order, and whether more remain. It costs O(log N + n)
+// under the read lock, whatever the table's size: the name index starts at
+// the page and stops at its end or where the prefix's range ends.
 func (f *FSM) List(prefix, after string, n int) ([]LockInfo, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	names := make([]string, 0)
-	for name := range f.locks {
-		if strings.HasPrefix(name, prefix) && name > after {
-			names = append(names, name)
+	from := max(prefix, after) // names with the prefix are one range, from the prefix on
+	out := make([]LockInfo, 0, min(n, 64))
+	more := false
+	f.ascendFrom(from, func(l *lock) bool {
+		if !strings.HasPrefix(l.name, prefix) {
+			return false
 		}
-	}
-	slices.Sort(names)
-	more := len(names) > n
-	if more {
-		names = names[:n]
-	}
-	out := make([]LockInfo, len(names))
-	for i, name := range names {
-		out[i] = f.lockInfo(f.locks[name])
-	}
+		if l.name == after {
+			return true
+		}
+		if len(out) == n {
+			more = true
+			return false
+		}
+		out = append(out, f.lockInfo(l))
+		return true
+	})
 	return out, more
 }
 
