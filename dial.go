@@ -69,14 +69,14 @@ func hostOf(u string) string {
 }
 
 // mayProbe reports whether a failed attempt at ep is worth a probe: the
-// connection was made but broke, or its TLS handshake was refused, without
-// an answer from a lockd server, and ep never answered this Client nor was
+// connection was made but ended without HTTP (closed, reset, garbage, or
+// the TLS protocols refused), and ep never answered this Client nor was
 // probed lately. It records the probe.
 func (c *Client) mayProbe(ep *node, err error) bool {
 	if errorDetail(err) != nil || errors.Is(err, ErrClusterMismatch) || notSent(err) || isRefused(err) {
 		return false
 	}
-	if !unanswered(err) && !tlsRefused(err) {
+	if !notHTTP(err) {
 		return false
 	}
 	c.mu.Lock()
