@@ -4,6 +4,7 @@ package main
 // as the README's quick start has them.
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,5 +132,54 @@ func TestCronFirstStart(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); string(b) != "run\n" {
 		t.Errorf("job output %q, want one run (by --catch-up-first)", b)
+	}
+}
+
+// lockd members shows a killed node as unreachable (plain and --json),
+// the live ones with their roles.
+func TestMembersUnreachable(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.waitStable(t, c.nodes, 30*time.Second)
+	var victim *clusterNode
+	var live []int
+	for i, n := range c.nodes {
+		if n.id != leader && victim == nil {
+			victim = n
+			continue
+		}
+		live = append(live, i)
+	}
+	victim.kill(t)
+	eps := c.endpoints(live...)
+	stdout, stderr, code := lockdCLI(t, eps, "members")
+	if code != 0 {
+		t.Fatalf("lockd members: exit %d: %s", code, stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n")[1:] {
+		f := strings.Fields(line)
+		switch {
+		case f[0] == victim.id && f[1] != "unreachable":
+			t.Errorf("killed member %s: %q, want role unreachable", victim.id, line)
+		case f[0] != victim.id && f[1] != "leader" && f[1] != "follower":
+			t.Errorf("live member: %q, want leader or follower", line)
+		}
+	}
+	stdout, stderr, code = lockdCLI(t, eps, "members", "--json")
+	if code != 0 {
+		t.Fatalf("lockd members --json: exit %d: %s", code, stderr)
+	}
+	var out struct {
+		Members []struct{ ID, Role string }
+	}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("lockd members --json: %v: %s", err, stdout)
+	}
+	if len(out.Members) != 3 {
+		t.Fatalf("lockd members --json: %s, want 3 members", stdout)
+	}
+	for _, m := range out.Members {
+		if (m.ID == victim.id) != (m.Role == "unreachable") {
+			t.Errorf("lockd members --json: member %s role %q (killed: %s)", m.ID, m.Role, victim.id)
+		}
 	}
 }
