@@ -2,9 +2,12 @@ package lockd_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/lockdtest"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -144,5 +148,62 @@ func TestRaftPortNamed(t *testing.T) {
 		if err := listLocks(t.Context(), c2); err != nil {
 			t.Fatalf("list with a Raft port beside a live endpoint: %v", err)
 		}
+	}
+}
+
+// With TLS, a Raft port accepts only its own ALPN protocol (lockd-raft,
+// the node's real peer TLS configuration here): a client offering the
+// API's is told it reached the Raft port, within about a second.
+func TestRaftPortNamedTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certs.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := certs.Issue(ca, certs.Node, "n1", []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	files := certs.Files{CA: write("ca.crt", ca.Cert), Cert: write("n1.crt", node.Cert), Key: write("n1.key", node.Key)}
+	st, err := certs.Load(files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := tls.NewListener(ln, st.PeerServerConfig())
+	t.Cleanup(func() { tl.Close() })
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _ = c.(*tls.Conn).Handshake(); c.Close() }()
+		}
+	}()
+	addr := ln.Addr().String()
+	c, err := lockd.New(lockd.WithEndpoints(addr), lockd.WithTLSFiles(files.CA, files.Cert, files.Key), lockd.WithConnectTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	start := time.Now()
+	err = listLocks(t.Context(), c)
+	want := addr + " does not speak the lockd API (is it the Raft port?"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("answered after %v, want about a second", took)
 	}
 }
