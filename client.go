@@ -59,7 +59,8 @@ type node struct {
 	silent   time.Time // did not answer; passed over until then
 	spoke    bool      // answered a call (over HTTP) at least once
 	probed   time.Time // last probed for HTTP (dial.go)
-	notAPI   error     // does not speak the API (dial.go); passed over
+	notAPI   error     // does not speak the API (dial.go); passed over until notUntil
+	notUntil time.Time
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -219,10 +220,11 @@ func (c *Client) pick() (*node, bool, error) {
 	for i := range c.eps {
 		at := (c.cur + i) % len(c.eps)
 		ep := c.eps[at]
-		if ep.notAPI != nil && notAPI == nil {
+		foreign := ep.notAPI != nil && now.Before(ep.notUntil)
+		if foreign && notAPI == nil {
 			notAPI = ep.notAPI
 		}
-		if ep.refused || ep.notAPI != nil {
+		if ep.refused || foreign {
 			continue
 		}
 		usable++

@@ -20,6 +20,11 @@ import (
 // probeTimeout bounds the check of whether an endpoint speaks HTTP at all.
 const probeTimeout = time.Second
 
+// notAPIFor is how long an endpoint found not to speak the API is passed
+// over: long enough that calls do not retry it, short enough that a wrong
+// verdict (a server that hung up on the probe for another reason) heals.
+const notAPIFor = time.Minute
+
 // refusedFor is how long a call goes on while every endpoint refuses the
 // connection and no server has ever answered this Client, when a connect
 // timeout is set: a server that is starting opens its port within it, and
@@ -124,11 +129,13 @@ func notHTTP(err error) bool {
 	return strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "no application protocol")
 }
 
-// markNotAPI records that ep does not speak the API: calls pass it over.
+// markNotAPI records that ep does not speak the API: calls pass it over
+// for notAPIFor.
 func (c *Client) markNotAPI(ep *node, cause error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ep.notAPI = &notAPIError{addr: hostOf(ep.url), cause: cause}
+	ep.notUntil = time.Now().Add(notAPIFor)
 	c.logger.Warn("endpoint does not speak the lockd API", "endpoint", ep.url)
 	return ep.notAPI
 }
@@ -142,8 +149,9 @@ func (c *Client) refusedAll(refused map[*node]error) (all, neverSpoke bool) {
 	if len(refused) == 0 {
 		return false, !c.spoke
 	}
+	now := time.Now()
 	for _, ep := range c.eps {
-		if ep.refused || ep.notAPI != nil {
+		if ep.refused || ep.notAPI != nil && now.Before(ep.notUntil) {
 			continue
 		}
 		if _, ok := refused[ep]; !ok {
