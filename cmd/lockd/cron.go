@@ -89,10 +89,10 @@ its start, 1h by default, or its end if sooner). A server that starts
 inside a window catches the period up only if the fleet has a record of
 an earlier run (the previous period done, or a server at work on it or on
 this one): a first start never runs a period it did not see begin, unless
---catch-up-first. One that reaches a period after its window skips it. Runs in the
-foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop waiting,
-are forwarded to a running CMD, and lockd cron exits 0 once CMD has ended.
-See docs/cron.md.
+--catch-up-first. One that reaches a period after its window skips it.
+Runs in the foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop
+waiting, are forwarded to a running CMD, and lockd cron exits 0 once CMD
+has ended. See docs/cron.md.
 
 Flags:
 
