@@ -55,7 +55,11 @@ type policy struct {
 // straight to the leader a server named. When ctx ends mid-retry, the error
 // joins ctx.Err() and the last attempt's error. A ctx without a deadline
 // stops retrying after the retry timeout; while no endpoint has answered at
-// all, the call stops after the connect timeout, if one is set.
+// all, the call stops after the connect timeout, if one is set, or after
+// refusedFor when every endpoint refused the connection and no server ever
+// answered this Client. A refused endpoint is left for the next at once; an
+// endpoint whose connection ended without HTTP is probed, and one that
+// does not speak HTTP is named and passed over (dial.go).
 func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *node) error) error {
 	if c.isClosed() {
 		return ErrClosed
