@@ -35,6 +35,7 @@ type Client struct {
 	eps       []*node
 	cur       int
 	clusterID string
+	spoke     bool // some endpoint answered a call once
 	sessions  map[*Session]struct{}
 	closing   bool // no new sessions
 	closed    bool // no calls at all
@@ -56,6 +57,10 @@ type node struct {
 	stream   streamSlot
 	refused  bool      // answered another cluster's id
 	silent   time.Time // did not answer; passed over until then
+	spoke    bool      // answered a call (over HTTP) at least once
+	probed   time.Time // last probed for HTTP (dial.go)
+	notAPI   error     // does not speak the API (dial.go); passed over until notUntil
+	notUntil time.Time
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -201,7 +206,8 @@ func (c *Client) isClosed() bool {
 }
 
 // pick returns the endpoint to try next, and whether another usable one
-// exists. It passes over endpoints of another cluster, and endpoints that
+// exists. It passes over endpoints of another cluster or that do not speak
+// the API (their error when no other is left), and endpoints that
 // did not answer lately unless every usable one is such (then the one
 // silent longest goes first).
 func (c *Client) pick() (*node, bool, error) {
@@ -209,11 +215,16 @@ func (c *Client) pick() (*node, bool, error) {
 	defer c.mu.Unlock()
 	now := time.Now()
 	var best *node
+	var notAPI error
 	bestAt, usable := 0, 0
 	for i := range c.eps {
 		at := (c.cur + i) % len(c.eps)
 		ep := c.eps[at]
-		if ep.refused {
+		foreign := ep.notAPI != nil && now.Before(ep.notUntil)
+		if foreign && notAPI == nil {
+			notAPI = ep.notAPI
+		}
+		if ep.refused || foreign {
 			continue
 		}
 		usable++
@@ -222,6 +233,9 @@ func (c *Client) pick() (*node, bool, error) {
 		if better {
 			best, bestAt = ep, at
 		}
+	}
+	if best == nil && notAPI != nil {
+		return nil, false, notAPI
 	}
 	if best == nil {
 		return nil, false, fmt.Errorf("%w: every endpoint answered for a cluster other than %s", ErrClusterMismatch, c.clusterID)
@@ -242,6 +256,7 @@ func (c *Client) answered(ep *node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ep.silent = time.Time{}
+	ep.spoke, c.spoke = true, true
 }
 
 // rotate moves past ep after it failed, unless another call already did.

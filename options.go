@@ -146,7 +146,12 @@ func WithRetryTimeout(d time.Duration) Option {
 // also cut to what is left of d. The default, 0, sets no such limit: a call
 // whose context has no deadline then retries for the retry timeout
 // (WithRetryTimeout, 30 s by default). The lockd CLI sets 5 s
-// (--connect-timeout).
+// (--connect-timeout). With a connect timeout set, a Client that no server
+// has answered yet gives up after about a second when every endpoint
+// refuses the connection (nothing listens there): the error names them and
+// wraps the refusals (errors.Is(err, syscall.ECONNREFUSED)). An endpoint
+// that accepts connections but does not speak HTTP (a node's Raft port) is
+// named as such at once, with or without a connect timeout.
 func WithConnectTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {

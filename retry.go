@@ -55,7 +55,11 @@ type policy struct {
 // straight to the leader a server named. When ctx ends mid-retry, the error
 // joins ctx.Err() and the last attempt's error. A ctx without a deadline
 // stops retrying after the retry timeout; while no endpoint has answered at
-// all, the call stops after the connect timeout, if one is set.
+// all, the call stops after the connect timeout, if one is set, or after
+// refusedFor when every endpoint refused the connection and no server ever
+// answered this Client. A refused endpoint is left for the next at once; an
+// endpoint whose connection ended without HTTP is probed, and one that
+// does not speak HTTP is named and passed over (dial.go).
 func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *node) error) error {
 	if c.isClosed() {
 		return ErrClosed
@@ -66,9 +70,10 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		defer r.Stop()
 	}
 	start := time.Now()
-	answered := false    // some endpoint answered this call
-	followed := false    // the previous attempt went straight to a named leader
-	brokeBefore := false // the previous attempt's stream broke
+	answered := false            // some endpoint answered this call
+	followed := false            // the previous attempt went straight to a named leader
+	brokeBefore := false         // the previous attempt's stream broke
+	refused := map[*node]error{} // endpoints that refused the connection in this call
 	for r.Next() {
 		connectLeft := time.Duration(-1)
 		if !answered && c.cfg.connectTimeout > 0 {
@@ -101,11 +106,27 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		if timedOut {
 			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.url), err))
 		}
+		if !timedOut && c.mayProbe(ep, err) && c.probe(ctx, ep) {
+			// Not a failed lockd server but another service: say so
+			// now, and use the other endpoints, if any.
+			nerr := c.markNotAPI(ep, mapError(err, name))
+			if _, _, perr := c.pick(); perr != nil || p.once {
+				return nerr
+			}
+			r.Fail(nerr)
+			r.Now()
+			continue
+		}
+		if isRefused(err) {
+			refused[ep] = err
+		}
 		if timedOut || unanswered(err) {
 			c.silent(ep)
 		} else {
 			answered = true
-			c.answered(ep)
+			if !tlsRefused(err) {
+				c.answered(ep)
+			}
 		}
 		ok, hint := retryable(err, p.idempotent, timedOut)
 		broken := errors.Is(err, errStreamBroken)
@@ -132,6 +153,18 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			// now, once (a stream that breaks again waits its turn).
 			immediate = true
 		}
+		// A refused connection costs nothing: try an endpoint that has
+		// not refused in this call at once. When every one refused and no
+		// server ever answered this Client, nothing listens: with a
+		// connect timeout, stop after refusedFor.
+		allRefused, neverSpoke := c.refusedAll(refused)
+		fast := allRefused && neverSpoke && c.cfg.connectTimeout > 0 && !answered
+		if isRefused(err) && !allRefused && hint == "" {
+			immediate = true
+		}
+		if fast && time.Since(start) >= refusedFor {
+			return c.refusedErr(refused)
+		}
 		brokeBefore = broken
 		followed = hint != "" && immediate
 		if p.once && !(immediate && r.Attempt() == 0) {
@@ -140,7 +173,16 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		if immediate {
 			r.Now()
 		} else if connectLeft > 0 && !answered {
-			r.AtMost(max(connectLeft-time.Since(start), time.Nanosecond))
+			left := c.cfg.connectTimeout - time.Since(start)
+			if fast {
+				left = min(left, refusedFor-time.Since(start))
+			}
+			r.AtMost(max(left, time.Nanosecond))
+		}
+	}
+	if ctx.Err() == nil && len(refused) > 0 {
+		if all, _ := c.refusedAll(refused); all {
+			return c.refusedErr(refused)
 		}
 	}
 	return r.Err()

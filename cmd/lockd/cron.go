@@ -14,8 +14,11 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/internal/cronjob"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // clockOffsetEnv is a test hook read only by lockd cron: a duration added
@@ -30,6 +33,11 @@ const skewMargin = 5 * time.Minute
 
 // maxRetention is the server's limit on a completion mark's retention.
 const maxRetention = 400 * 24 * time.Hour
+
+// defaultCatchUp is --catch-up's default: a late start (a restart, a
+// pause) still runs the period within the hour, a late deploy days later
+// does not; a failed run is retried for as long.
+const defaultCatchUp = time.Hour
 
 // CronCommand is `lockd cron [flags] SCHEDULE NAME -- CMD [ARGS...]`: every
 // server of a fleet runs the same line, and for each period of the
@@ -55,11 +63,12 @@ type cronFlags struct {
 	run        runFlags // client, ttl, max-hold, kill-grace; name and command
 	schedule   *cronjob.Schedule
 	catchUp    time.Duration
+	catchFirst bool // --catch-up-first: catch up even without a record of an earlier run
 	retryDelay time.Duration
 	offset     time.Duration
 }
 
-const cronUsage = "lockd cron [--endpoints URLS] [--tz ZONE] [--catch-up D] [--retry-delay D] [--ttl D] [--max-hold D] [--kill-grace D] 'SCHEDULE' NAME -- CMD [ARGS...]"
+const cronUsage = "lockd cron [--endpoints URLS] [--tz ZONE] [--catch-up D] [--catch-up-first] [--retry-delay D] [--ttl D] [--max-hold D] [--kill-grace D] 'SCHEDULE' NAME -- CMD [ARGS...]"
 
 const cronHelpHead = `Usage:
 
@@ -75,12 +84,15 @@ in UTC, RFC 3339; CMD sees it in LOCKD_LOCK) and runs CMD like lockd run
 (same supervision, LOCKD_TOKEN, LOCKD_SESSION). Exit 0 marks the period
 done for every server. A failed run (non-zero exit, lease lost) leaves it
 open: the next waiting server runs it at once, and this one tries again
-after --retry-delay, while the period's window lasts (its end, or
---catch-up after its start). A server that starts inside a window catches
-up; one that reaches a period after its window skips it. Runs in the
-foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop waiting,
-are forwarded to a running CMD, and lockd cron exits 0 once CMD has ended.
-See docs/cron.md.
+after --retry-delay, while the period's window lasts (--catch-up after
+its start, 1h by default, or its end if sooner). A server that starts
+inside a window catches the period up only if the fleet has a record of
+an earlier run (the previous period done, or a server at work on it or on
+this one): a first start never runs a period it did not see begin, unless
+--catch-up-first. One that reaches a period after its window skips it.
+Runs in the foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop
+waiting, are forwarded to a running CMD, and lockd cron exits 0 once CMD
+has ended. See docs/cron.md.
 
 Flags:
 
@@ -143,14 +155,19 @@ func (c *CronCommand) Run(ctx context.Context, args []string) error {
 	}
 	j := &cronJob{f: f, cl: cl, log: log, now: now, stderr: c.Stderr, sigs: jobSigs, stopping: &stopping}
 	log.Info("cron started", "schedule", f.schedule.String(), "tz", f.schedule.Location().String(), "name", f.run.name, "command", strings.Join(f.run.command, " "))
-	err = cronjob.Run(ctx, cronjob.Config{
+	cfg := cronjob.Config{
 		Schedule:   f.schedule,
 		CatchUp:    f.catchUp,
 		RetryDelay: f.retryDelay,
 		Now:        now,
 		Logger:     log,
 		Attempt:    j.attempt,
-	})
+	}
+	if !f.catchFirst {
+		cfg.History = j.history
+	}
+	j.cfg = &cfg
+	err = cronjob.Run(ctx, cfg)
 	if err != nil {
 		return exitWith(exitFailure, err)
 	}
@@ -167,6 +184,41 @@ type cronJob struct {
 	stderr   io.Writer
 	sigs     chan os.Signal
 	stopping *atomic.Bool
+	cfg      *cronjob.Config // the scheduler's, for the windows
+}
+
+// history reports whether the fleet ran the schedule at or just before
+// period p: p's lock or the previous period's is marked done, held or
+// waited for. The previous period's mark is kept through p's window (see
+// retention), so a fleet restarted inside p's window finds it.
+func (j *cronJob) history(ctx context.Context, p cronjob.Period) (bool, error) {
+	names := []string{j.f.run.name + "@" + p.Key()}
+	if prev, ok := j.f.schedule.At(p.Start.Add(-time.Second)); ok {
+		names = append(names, j.f.run.name+"@"+prev.Key())
+	}
+	for _, name := range names {
+		resp, err := j.cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: name}))
+		if err != nil {
+			return false, fmt.Errorf("describe %s: %w", name, err)
+		}
+		if l := resp.Msg.GetLock(); l != nil && (l.GetMark() != nil || len(l.GetHolders()) > 0 || len(l.GetWaiters()) > 0) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// retention is how long the mark of period p, set now, is kept: the rest
+// of p, then the longer of skewMargin and the next period's window, so a
+// server that starts late in the next period finds the record history
+// looks for.
+func (j *cronJob) retention(p cronjob.Period) time.Duration {
+	next := cronjob.Period{Start: p.End, End: j.f.schedule.Next(p.End)}
+	after := skewMargin
+	if !next.End.IsZero() {
+		after = max(after, j.cfg.Window(next).Sub(next.Start))
+	}
+	return min(max(p.End.Sub(j.now())+after, time.Second), maxRetention)
 }
 
 // attempt waits (until ctx ends with the period's window) for the period's
@@ -199,9 +251,9 @@ func (j *cronJob) attempt(ctx context.Context, p cronjob.Period) cronjob.Outcome
 		closeSession(sess, releaseTimeout)
 		return cronjob.Failed
 	}
-	// The mark covers the rest of the period plus skewMargin, on this
-	// server's clock.
-	retention := min(max(p.End.Sub(j.now())+skewMargin, time.Second), maxRetention)
+	// The mark covers the rest of the period plus skewMargin (or the next
+	// period's window), on this server's clock.
+	retention := j.retention(p)
 	rf := j.f.run
 	rf.name, rf.once = name, retention
 	log.Info("running job", "lock", name, "token", m.Token())
@@ -247,7 +299,8 @@ func (c *CronCommand) parse(args []string) (_ *cronFlags, err error) {
 	}()
 	f.run.client.register(fs, c.Getenv)
 	tz := fs.String("tz", "UTC", "time zone of the schedule (IANA name, like Europe/Paris, or Local)")
-	fs.DurationVar(&f.catchUp, "catch-up", 0, "start a period at most this long after its scheduled time; a server that reaches it later skips it (0: until the period ends)")
+	fs.DurationVar(&f.catchUp, "catch-up", defaultCatchUp, "start a period (or retry it) at most this long after its scheduled time; a server that reaches it later skips it (0: until the period ends)")
+	fs.BoolVar(&f.catchFirst, "catch-up-first", false, "catch up a period that began before this server started even when the fleet has no record of an earlier run (a first deploy)")
 	fs.DurationVar(&f.retryDelay, "retry-delay", 10*time.Second, "after a failed run here, try the same period again after this long, while its window lasts")
 	fs.DurationVar(&f.run.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
 	fs.DurationVar(&f.run.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")

@@ -30,6 +30,14 @@ func TestCronParse(t *testing.T) {
 		f.run.killGrace != time.Second || f.run.name != "invoices" || strings.Join(f.run.command, " ") != "sh -c exit 0" || f.offset != -8*time.Second {
 		t.Errorf("parsed %+v", f)
 	}
+	// The defaults: a late start catches up within the hour, and only a
+	// fleet with a record of an earlier run (issue 17, item 13).
+	if f, err := c.parse([]string{"@monthly", "invoices", "--", "true"}); err != nil || f.catchUp != time.Hour || f.catchFirst {
+		t.Errorf("defaults: %+v, %v; want --catch-up 1h, no --catch-up-first", f, err)
+	}
+	if f, err := c.parse([]string{"--catch-up-first", "@monthly", "invoices", "--", "true"}); err != nil || !f.catchFirst {
+		t.Errorf("--catch-up-first: %+v, %v", f, err)
+	}
 	for _, args := range [][]string{
 		{"* * * * *", "job"},                  // no command
 		{"* * * * *", "--", "true"},           // no name
@@ -56,7 +64,7 @@ func TestCronHelp(t *testing.T) {
 	if code := m.exitStatus(m.Run(context.Background(), []string{"cron", "-h"})); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}
-	for _, want := range []string{"lockd cron [flags] 'SCHEDULE' NAME -- CMD", "-catch-up", "-retry-delay", "-tz", "NAME@START", "docs/cron.md"} {
+	for _, want := range []string{"lockd cron [flags] 'SCHEDULE' NAME -- CMD", "-catch-up", "-catch-up-first", "(default 1h0m0s)", "-retry-delay", "-tz", "NAME@START", "docs/cron.md"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("lockd cron -h: missing %q in\n%s", want, stderr.String())
 		}
@@ -99,7 +107,9 @@ func TestCronStopAndDone(t *testing.T) {
 	out := filepath.Join(dir, "out")
 	// A yearly schedule: the current period is open for the whole test.
 	job := `echo start >> "$OUT"; trap 'echo term >> "$OUT"; exit 0' TERM; sleep 30 & wait`
-	args := []string{"--ttl", "3s", "0 0 1 1 *", "report", "--", "sh", "-c", job}
+	// It began before the server started: catching it up needs a window
+	// as long as the period and --catch-up-first on a fresh cluster.
+	args := []string{"--ttl", "3s", "--catch-up", "0", "--catch-up-first", "0 0 1 1 *", "report", "--", "sh", "-c", job}
 	env := []string{"OUT=" + out}
 	cmd, logA, done := startCron(t, s, env, args...)
 	if !poll(10*time.Second, func() bool { b, _ := os.ReadFile(out); return string(b) == "start\n" }) {

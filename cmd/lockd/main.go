@@ -31,9 +31,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -205,7 +207,7 @@ func (m *Main) exitStatus(err error) int {
 	switch {
 	case errors.As(err, &ee):
 		if ee.err != nil {
-			fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(ee.err))
+			fmt.Fprintf(m.Stderr, "lockd: %s%s\n", oneLine(ee.err), refusedHint(ee.err))
 		}
 		return ee.code
 	case errors.Is(err, flag.ErrHelp):
@@ -214,8 +216,40 @@ func (m *Main) exitStatus(err error) int {
 		fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(ue.err))
 		return exitUsage
 	}
-	fmt.Fprintf(m.Stderr, "lockd: %s\n", oneLine(err))
+	fmt.Fprintf(m.Stderr, "lockd: %s%s\n", oneLine(err), refusedHint(err))
 	return exitFailure
+}
+
+// refusedHint suggests the likely cause when err comes from connections
+// refused by every endpoint: no server runs there. It names the addresses
+// that refused; "" for any other error.
+func refusedHint(err error) string {
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return ""
+	}
+	var addrs []string
+	var walk func(error)
+	walk = func(e error) {
+		var op *net.OpError
+		if ok := errors.As(e, &op); ok && op.Addr != nil && errors.Is(op.Err, syscall.ECONNREFUSED) && !slices.Contains(addrs, op.Addr.String()) {
+			addrs = append(addrs, op.Addr.String())
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			if e := u.Unwrap(); e != nil {
+				walk(e)
+			}
+		}
+	}
+	walk(err)
+	if len(addrs) == 0 {
+		return " (is `lockd serve` running there?)"
+	}
+	return " (is `lockd serve` running at " + strings.Join(addrs, ", ") + "?)"
 }
 
 // oneLine keeps messages to one line, as scripts and people expect. The

@@ -234,7 +234,7 @@ func TestRunHelp(t *testing.T) {
 	help := stderr.String()
 	for _, want := range []string{
 		"lockd run [flags] NAME -- CMD [ARGS...]", "-conflict-exit-code", "Exit status:",
-		"75 ", "69 ", "71 ", "64 ", "126, 127", "LOCKD_TOKEN",
+		"75 ", "69 ", "71 ", "64 ", "126, 127", "130, 143", "SIGINT (Ctrl-C)", "LOCKD_TOKEN",
 	} {
 		if !strings.Contains(help, want) {
 			t.Errorf("lockd run -h: missing %q in\n%s", want, help)

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -20,7 +24,8 @@ import (
 const membersUsage = "lockd members [--json] | lockd members remove ID"
 
 // MembersCommand is `lockd members [--json]` (the cluster's members as the
-// answering node sees them) and `lockd members remove ID`.
+// answering node sees them, a member that does not answer its probe shown
+// as unreachable) and `lockd members remove ID`.
 type MembersCommand struct {
 	env commandEnv
 }
@@ -37,7 +42,7 @@ func (c *MembersCommand) parse(args []string) (*membersFlags, error) {
 	fs := newFlagSet("members", c.env.stderr)
 	f.client.register(fs, c.env.getenv)
 	f.client.registerTimeout(fs)
-	fs.BoolVar(&f.json, "json", false, "print JSON: leader, clusterId and members (id, api, raft, role, voter) in the API's mapping")
+	fs.BoolVar(&f.json, "json", false, "print JSON: leader, clusterId and members (id, api, raft, role, voter) in the API's mapping; role is \"unreachable\" for a member that does not answer")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return nil, err
@@ -77,6 +82,17 @@ func (c *MembersCommand) Run(ctx context.Context, args []string) error {
 	}
 	s := st.Msg
 	if f.remove == "" {
+		// A member that does not answer shows as unreachable, whatever
+		// role the Raft configuration last gave it.
+		down, err := f.client.unreachableMembers(ctx)
+		if err != nil {
+			fmt.Fprintf(c.env.stderr, "lockd: warning: members' health unknown: %s\n", oneLine(err))
+		}
+		for _, m := range s.GetMembers() {
+			if down[m.GetId()] {
+				m.Role = "unreachable"
+			}
+		}
 		if f.json {
 			return printMembersJSON(c.env, s)
 		}
@@ -167,4 +183,83 @@ func leaderOf(ctx context.Context, cl *lockd.Client, not string) string {
 		}
 	}
 	return ""
+}
+
+// healthTimeout bounds one request for the members' health: the node
+// probes each member within a second.
+const healthTimeout = 3 * time.Second
+
+// unreachableMembers asks the first endpoint that answers for its members'
+// health (GET /ui/api/health: the node probes every member's /readyz, the
+// dashboard's probe) and returns the ids of the members that did not
+// answer at all.
+func (f *clientFlags) unreachableMembers(ctx context.Context) (map[string]bool, error) {
+	hc := &http.Client{Timeout: healthTimeout}
+	scheme := "http"
+	if f.tlsOn() {
+		tc, err := f.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
+		scheme = "https"
+	}
+	token := ""
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		token = strings.TrimSpace(line)
+	}
+	var errs []error
+	for _, raw := range strings.Split(f.endpoints, ",") {
+		if raw = strings.TrimSpace(raw); raw == "" {
+			continue
+		}
+		u, err := endpoint.NormalizeScheme(raw, scheme)
+		if err != nil {
+			return nil, err
+		}
+		down, err := memberHealth(ctx, hc, u, token)
+		if err == nil {
+			return down, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// memberHealth reads one node's /ui/api/health.
+func memberHealth(ctx context.Context, hc *http.Client, url, token string) (map[string]bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/ui/api/health", nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s/ui/api/health: %s", url, resp.Status)
+	}
+	var health []struct {
+		ID        string `json:"id"`
+		Reachable *bool  `json:"reachable"` // absent from older servers: unknown
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&health); err != nil {
+		return nil, fmt.Errorf("%s/ui/api/health: %w", url, err)
+	}
+	down := map[string]bool{}
+	for _, h := range health {
+		if h.Reachable != nil && !*h.Reachable {
+			down[h.ID] = true
+		}
+	}
+	return down, nil
 }

@@ -65,6 +65,8 @@ Exit status:
 	           out, or its supervisor died
 	64         usage error, or a request the server refused as invalid
 	126, 127   CMD could not be run / was not found
+	130, 143   interrupted while waiting for the lock, by SIGINT (Ctrl-C) or
+	           SIGTERM (128+n for signal n; 129 for SIGHUP); CMD did not run
 	1          any other error
 
 Every status that is not CMD's own prints one line on stderr saying why.

@@ -301,3 +301,70 @@ func TestRunStop(t *testing.T) {
 		}
 	})
 }
+
+// Issue 17, item 13: a server that starts inside a period catches it up
+// only when History finds a record of an earlier run (a first deploy does
+// not run the period it did not see begin); History is asked only for
+// that period, and an error is retried like a failed attempt. Periods
+// that begin while the server runs are attempted at their start.
+func TestRunFirstStart(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		history func(n int) (bool, error) // the n-th call, from 0
+		want    []time.Duration           // attempts, after the bubble's start
+		asked   int                       // History calls
+	}{
+		{"no record", func(int) (bool, error) { return false, nil }, []time.Duration{time.Hour}, 1},
+		{"record", func(int) (bool, error) { return true, nil }, []time.Duration{10 * time.Minute, time.Hour}, 1},
+		{"error then record", func(n int) (bool, error) {
+			if n == 0 {
+				return false, errors.New("cluster down")
+			}
+			return true, nil
+		}, []time.Duration{10*time.Minute + 30*time.Second, time.Hour}, 2},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			time.Sleep(10 * time.Minute) // a deploy 10 minutes into the hour
+			var a attempts
+			var mu sync.Mutex
+			var asked []string
+			runFor(t, Config{
+				Schedule:   mustParse(t, "0 * * * *", nil),
+				RetryDelay: 30 * time.Second,
+				History: func(ctx context.Context, p Period) (bool, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					asked = append(asked, p.Key())
+					return tc.history(len(asked) - 1)
+				},
+				Attempt: func(ctx context.Context, p Period) Outcome {
+					a.record(ctx, p)
+					return Done
+				},
+			}, 55*time.Minute)
+			var got []time.Duration
+			for _, c := range a.get() {
+				got = append(got, c.at.Sub(start))
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("%s: attempts at %v, want %v", tc.name, got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Errorf("%s: attempts at %v, want %v", tc.name, got, tc.want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(asked) != tc.asked {
+				t.Errorf("%s: History asked for %v, want %d calls for the period under way at start", tc.name, asked, tc.asked)
+			}
+			for _, k := range asked {
+				if k != start.UTC().Format(time.RFC3339) {
+					t.Errorf("%s: History asked for %s, want only %s", tc.name, k, start.UTC().Format(time.RFC3339))
+				}
+			}
+		})
+	}
+}

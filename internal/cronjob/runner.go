@@ -42,6 +42,15 @@ type Config struct {
 	// Now reads the scheduler's clock; nil means time.Now. A test shifts it
 	// to play a server whose clock is off.
 	Now func() time.Time
+	// History reports whether the fleet has a record of running the
+	// schedule at or just before period p: the period before p done (its
+	// completion mark), or a server at work on p or on the period before.
+	// Run asks it before catching up a period that began before Run
+	// started, and skips the period without such a record: the first start
+	// of a fleet (a first deploy on the 20th of the month, say) must not
+	// run a period it did not see begin. nil catches up without asking.
+	// An error counts as a failed attempt (tried again after RetryDelay).
+	History func(ctx context.Context, p Period) (bool, error)
 	// Logger receives one line per period decision; nil discards.
 	Logger *slog.Logger
 	// Attempt tries to run the job of period p. Its ctx ends when p's
@@ -66,8 +75,8 @@ func (c *Config) Window(p Period) time.Time {
 //
 // A period [Start, End) is attempted when the scheduler's clock first
 // shows a time inside its window [Start, Window): at once when this server
-// starts inside it (catching up), never when it reaches the period after
-// the window (skipping). A failed attempt is repeated after RetryDelay
+// starts inside it (catching up, if History finds an earlier run), never
+// when it reaches the period after the window (skipping). A failed attempt is repeated after RetryDelay
 // while the window lasts. Attempts run one at a time: while a job runs,
 // no other period starts on this server.
 func Run(ctx context.Context, cfg Config) error {
@@ -79,7 +88,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	started := now()
 	var handled time.Time // start of the last period done, or given up, here
+	var known time.Time   // start of the last period History allowed
 	for ctx.Err() == nil {
 		t := now()
 		p, ok := cfg.Schedule.At(t)
@@ -91,7 +102,26 @@ func Run(ctx context.Context, cfg Config) error {
 				continue
 			}
 			actx, cancel := context.WithTimeout(ctx, end.Sub(t))
-			out := cfg.Attempt(actx, p)
+			out := Failed
+			if cfg.History != nil && p.Start.Before(started) && !known.Equal(p.Start) {
+				// Catching up a period that began before this process
+				// started: only for a fleet that ran the schedule before.
+				seen, err := cfg.History(actx, p)
+				switch {
+				case err != nil:
+					log.Warn("period not attempted: its history could not be read", "period", p.Key(), "err", err)
+				case !seen:
+					cancel()
+					log.Info("period skipped: it began before this server started and the fleet has no record of an earlier period (first start); --catch-up-first runs it", "period", p.Key())
+					handled = p.Start
+					continue
+				default:
+					known = p.Start
+				}
+			}
+			if cfg.History == nil || !p.Start.Before(started) || known.Equal(p.Start) {
+				out = cfg.Attempt(actx, p)
+			}
 			cancel()
 			if ctx.Err() != nil {
 				break

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/lockd-dev/lockd/internal/ui"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // This file mounts the web dashboard (internal/ui) and the one JSON
@@ -39,16 +40,27 @@ func (s *Server) uiRoutes(mux *http.ServeMux) {
 type memberHealth struct {
 	ID    string `json:"id"`
 	Ready bool   `json:"ready"`
-	Error string `json:"error,omitempty"`
+	// Reachable is whether the member answered at all (any HTTP status):
+	// lockd members shows a member that did not as "unreachable".
+	Reachable bool   `json:"reachable"`
+	Error     string `json:"error,omitempty"`
 }
 
 // healthProbeTimeout bounds one member's /readyz probe.
 const healthProbeTimeout = time.Second
 
 // serveMemberHealth probes every member's /readyz at once and answers with
-// their readiness.
+// their readiness (the dashboard and lockd members read it).
 func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
-	members := s.members()
+	out := s.probeMembers(r.Context(), s.members())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(out)
+}
+
+// probeMembers asks every member's /readyz at once, each within
+// healthProbeTimeout, and returns their answers in the members' order.
+func (s *Server) probeMembers(ctx context.Context, members []*lockdv1.Member) []memberHealth {
 	out := make([]memberHealth, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {
@@ -58,7 +70,7 @@ func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(r.Context(), healthProbeTimeout)
+			ctx, cancel := context.WithTimeout(ctx, healthProbeTimeout)
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.Api+"/readyz", nil)
 			if err != nil {
@@ -71,6 +83,7 @@ func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			resp.Body.Close()
+			out[i].Reachable = true
 			out[i].Ready = resp.StatusCode == http.StatusOK
 			if !out[i].Ready {
 				out[i].Error = resp.Status
@@ -78,9 +91,7 @@ func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	wg.Wait()
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	json.NewEncoder(w).Encode(out)
+	return out
 }
 
 // memberHealthRequest stands for GET /ui/api/health in guard: no
