@@ -100,7 +100,9 @@ func (c *Client) mayProbe(ep *node, err error) bool {
 // is not HTTP, or refused the API's TLS protocols (hashicorp/raft's
 // transport reads the request as a Raft message and hangs up; with TLS the
 // Raft port accepts only its own ALPN protocol). A probe that cannot
-// connect, times out or gets any HTTP answer proves nothing.
+// connect, times out, is reset or gets any HTTP answer proves nothing: a
+// node over its per-source connection cap resets new connections before
+// reading them.
 func (c *Client) probe(ctx context.Context, ep *node) bool {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -114,7 +116,7 @@ func (c *Client) probe(ctx context.Context, ep *node) bool {
 		resp.Body.Close()
 		return false
 	}
-	if ctx.Err() != nil || notSent(err) || isRefused(err) {
+	if ctx.Err() != nil || notSent(err) || isRefused(err) || errors.Is(err, syscall.ECONNRESET) {
 		return false
 	}
 	return notHTTP(err)

@@ -207,3 +207,38 @@ func TestRaftPortNamedTLS(t *testing.T) {
 		t.Errorf("answered after %v, want about a second", took)
 	}
 }
+
+// A node over its per-source connection cap resets new connections before
+// reading them (internal/server's connCap); that proves nothing about the
+// port, so the client must not name it "not the API" for a minute. The
+// listener here resets every connection the same way, standing in for a
+// node over its cap (a real node needs hundreds of held connections to get
+// there).
+func TestResetEndpointNotNamedNotAPI(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	c, err := lockd.New(lockd.WithEndpoints(ln.Addr().String()), lockd.WithConnectTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	err = listLocks(ctx, c)
+	if err == nil || strings.Contains(err.Error(), "does not speak the lockd API") {
+		t.Fatalf("got %v, want a failure that does not name the endpoint as not the API", err)
+	}
+}
