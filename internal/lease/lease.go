@@ -54,10 +54,6 @@ type Entry struct {
 	// Revoked marks a session an operator force-released: it accepts no
 	// KeepAlive and expires at its deadline.
 	Revoked bool
-	// ExpireNow decides the item's end at Promote: it accepts no KeepAlive
-	// (ErrExpiring) and is handed to expire at once, for the term Promote
-	// was called for, as if its deadline had passed.
-	ExpireNow bool
 }
 
 type entry struct {
@@ -112,9 +108,6 @@ func (m *Manager) Promote(term uint64, entries []Entry) {
 		e := &es[i]
 		d := now.Add(s.TTL + m.grace)
 		*e = entry{id: s.ID, ttl: s.TTL, revoked: s.Revoked, deadline: d, when: d, index: len(m.heap)}
-		if s.ExpireNow {
-			e.expiring, e.when = true, now
-		}
 		m.entries[s.ID] = e
 		m.heap = append(m.heap, e)
 	}

@@ -180,21 +180,26 @@ func (s *Server) promoteTimers(term uint64) {
 	s.fsm.WithSessions(func(ss []fsm.SessionInfo) {
 		promote(s.lease, term, len(ss), slices.All(ss), func(_ int, x fsm.SessionInfo) lease.Entry {
 			// A session without a secret hash (restored from a backup
-			// written before session secrets) accepts any secret in Apply:
-			// anyone who reads its id could keep it alive and use its
-			// holds. No client of this cluster knows a secret for it, so it
-			// expires at once, in this term, by the lease timer's own
-			// ExpireSession (holds released as an expiry releases them:
-			// waiters granted, lock-delays kept). Apply is unchanged, so
-			// every version decides the expiry alike.
+			// written before session secrets, or created by a node from
+			// before them) accepts any secret in Apply: anyone who reads
+			// its id could keep it alive and use its holds. No client of
+			// this cluster knows a secret for it, so it is revoked as a
+			// force-release revokes: no KeepAlive is accepted, and its
+			// lease ends at its deadline in full (now + TTL + grace), by
+			// the lease timer's own ExpireSession (holds released as an
+			// expiry releases them: waiters granted, lock-delays kept). Not
+			// at once: its holder may still be running under a lease an
+			// earlier leader granted, and a lease never ends early across
+			// a leader change. Apply is unchanged, so every version decides
+			// the expiry alike.
 			if x.Secretless {
 				secretless = append(secretless, x)
 			}
-			return lease.Entry{ID: x.ID, TTL: x.TTL, Revoked: x.Revoked, ExpireNow: x.Secretless}
+			return lease.Entry{ID: x.ID, TTL: x.TTL, Revoked: x.Revoked || x.Secretless}
 		})
 	})
 	for _, x := range secretless {
-		s.log.Warn("session without a secret revoked: it was restored from a backup written before session secrets and would accept any secret; its holds are released as on expiry",
+		s.log.Warn("session without a secret revoked: it comes from a backup or node from before session secrets and would accept any secret; it accepts no keepalive and expires after its ttl and grace, its holds released as on expiry",
 			"session", x.ID, "owner", x.Owner, "holds", x.Holds, "waits", x.Waits, "term", term)
 	}
 	s.fsm.WithMarks(func(ms map[string]fsm.Mark) {

@@ -40,9 +40,11 @@ var testSecretHash = hashSecret(waiterSecret)
 // TestRestoreRevokesSecretlessSession (issue 17, item 4): a backup written
 // before session secrets restores a session without a secret hash, which
 // Apply lets anyone use with any secret. The restored cluster's leader
-// expires it at once: its hold goes to the waiter, a hold with a lock-delay
-// stays delayed as after any expiry, KeepAlive and Release on its id are
-// refused with any secret, and a warning names it.
+// revokes it: KeepAlive and Release on its id are refused with any secret,
+// a warning names it, and it expires after its TTL and grace in full —
+// never earlier, since its holder may still run under a lease an earlier
+// leader granted — when its hold goes to the waiter and a hold with a
+// lock-delay stays delayed, as after any expiry.
 //
 // The backup is a real node's GET /v1/snapshot. Its secretless session is
 // made by a CreateSession command without secret_hash, as a node from
@@ -53,7 +55,8 @@ var testSecretHash = hashSecret(waiterSecret)
 func TestRestoreRevokesSecretlessSession(t *testing.T) {
 	src := startServer(t, testConfig(t.TempDir()))
 	defer src.Close()
-	propose(t, src, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "old", TtlMs: 3600_000, Owner: "old-owner"})
+	const oldTTL = 2 * time.Second
+	propose(t, src, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "old", TtlMs: oldTTL.Milliseconds(), Owner: "old-owner"})
 	propose(t, src, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "old", Seq: 1, Name: "jobs/x", Mode: fsm.ModeExclusive})
 	propose(t, src, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "old", Seq: 2, Ack: 1, Name: "jobs/delayed", Mode: fsm.ModeExclusive, LockDelayMs: 3600_000})
 	hash := hashSecret(waiterSecret)
@@ -82,22 +85,36 @@ func TestRestoreRevokesSecretlessSession(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.Restore = file
 	logs := &lockedBuffer{}
+	start := time.Now() // before the restored node's leadership began
 	s, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctxWait(t, s)
-	// The expiry is proposed right after the leader is established: poll
-	// (a real node) with a generous deadline; on a node without the fix
-	// the session lives its hour.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	c := lockdv1connect.NewLockServiceClient(http.DefaultClient, s.URL())
+	ctx := t.Context()
+	// Revoked while it lives: a KeepAlive with any secret is refused (on a
+	// node without the fix, it is served and the session lives on).
+	if _, ok := s.fsm.Session("old"); ok {
+		if _, err := c.KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: "old", Secret: "any-secret-any-secret-0123456789"})); err == nil {
+			t.Fatal("KeepAlive of the revoked session was served")
+		}
+	}
+	// It expires at the leader's timer: poll (a real node) with a generous
+	// deadline.
+	for deadline := time.Now().Add(10*time.Second + oldTTL); ; time.Sleep(10 * time.Millisecond) {
 		if _, ok := s.fsm.Session("old"); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the restored secretless session is still there 10s after the leader was established")
+			t.Fatal("the restored secretless session is still there 10s after its TTL")
 		}
+	}
+	// Never before its TTL and grace from the leadership's start (a lower
+	// bound: a busy machine only makes it later).
+	if took := time.Since(start); took < oldTTL+cfg.Grace {
+		t.Fatalf("the secretless session expired %v after the restore began, before its TTL %v and grace", took, oldTTL)
 	}
 	if l, ok := s.fsm.Describe("jobs/x"); !ok || len(l.Holders) != 1 || l.Holders[0].Session != "waiter" {
 		t.Fatalf("jobs/x after the revocation: %+v, want held by the waiter", l)
@@ -109,8 +126,6 @@ func TestRestoreRevokesSecretlessSession(t *testing.T) {
 		t.Fatal("the waiter's session (it has a secret) was revoked too")
 	}
 
-	c := lockdv1connect.NewLockServiceClient(http.DefaultClient, s.URL())
-	ctx := t.Context()
 	for _, secret := range []string{"", "any-secret-any-secret-0123456789"} {
 		if _, err := c.KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: "old", Secret: secret})); err == nil {
 			t.Fatalf("KeepAlive of the revoked session with secret %q was served", secret)
