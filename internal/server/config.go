@@ -254,7 +254,12 @@ func (c *Config) Validate() error {
 		bad("node-id is longer than 64 bytes")
 	}
 	for _, h := range c.AllowedHosts {
-		if h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h[1:], "*") {
+		// Checked after normalizing too: "*." (a template's "*.${DOMAIN}"
+		// with DOMAIN unset) normalizes to "*", which would turn the check
+		// off without a word.
+		n := normalizeHost(h)
+		if h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h[1:], "*") ||
+			n == "" || n == "*" && h != "*" || n == "*." {
 			bad("allowed-hosts %q: want a host name (no scheme or path), *.domain, or * alone", h)
 		}
 	}

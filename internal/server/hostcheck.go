@@ -61,12 +61,12 @@ const refusalLogEvery = 10 * time.Second
 // as its own beside --allowed-hosts (allowed).
 func newHostPolicy(allowed, hosts []string, store *certs.Store) *hostPolicy {
 	p := &hostPolicy{names: map[string]bool{}, tls: store}
-	for _, h := range append(append([]string(nil), allowed...), hosts...) {
-		h = normalizeHost(h)
+	for _, raw := range append(append([]string(nil), allowed...), hosts...) {
+		h := normalizeHost(raw)
 		switch {
-		case h == "":
+		case h == "" || h == "*.":
 		case h == "*":
-			p.any = true
+			p.any = raw == "*" // not "*." (Validate refuses it)
 		case strings.HasPrefix(h, "*."):
 			p.wild = append(p.wild, h[1:])
 		default:

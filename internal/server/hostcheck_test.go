@@ -213,7 +213,9 @@ func TestNormalizeHost(t *testing.T) {
 // TestAllowedHostsValidate: a URL or an embedded wildcard in
 // --allowed-hosts is a configuration error, not a silent no-match.
 func TestAllowedHostsValidate(t *testing.T) {
-	for _, bad := range []string{"http://lockd.internal", "lockd.internal/x", "a.*.example", "", "a b"} {
+	// "*." and "*.." are what a template's "*.${DOMAIN}" gives with DOMAIN
+	// unset: they normalize to "*" (no check at all) or to no domain.
+	for _, bad := range []string{"http://lockd.internal", "lockd.internal/x", "a.*.example", "", "a b", "*.", "*..", "."} {
 		cfg := DefaultConfig()
 		cfg.AllowedHosts = []string{bad}
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "allowed-hosts") {
