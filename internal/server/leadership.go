@@ -293,9 +293,18 @@ func (s *Server) linearizable() error {
 	// (verify.go): under load, one round of heartbeats per batch of
 	// requests instead of one per request.
 	err := s.verify.do(func() error {
+		checkTerm := s.raft.CurrentTerm()
+		since := time.Now()
 		end := s.watch.begin() // VerifyLeader runs on the leader loop a hung disk blocks
-		defer end()
-		return s.raftCall(func() error { return s.raft.VerifyLeader().Error() })
+		err := s.raftCall(func() error { return s.raft.VerifyLeader().Error() })
+		end()
+		if err != nil {
+			return err
+		}
+		// VerifyLeader also counts replies to requests sent before it
+		// began (acks.go): require a quorum of replies to requests of this
+		// term sent since.
+		return s.freshQuorum(checkTerm, since)
 	})
 	if err != nil {
 		return err
