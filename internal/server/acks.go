@@ -45,9 +45,10 @@ type ackTracker struct {
 	peers   map[raft.ServerID]ack
 	changed chan struct{} // non-nil while a check waits; closed at the next ack
 
-	// stale counts checks VerifyLeader confirmed that no fresh quorum did
-	// (errNoFreshQuorum), for tests.
-	stale atomic.Uint64
+	// waits counts checks VerifyLeader confirmed before a fresh quorum had
+	// answered (they waited for it); stale those where none did in time
+	// (errNoFreshQuorum). For tests and benchmarks.
+	waits, stale atomic.Uint64
 }
 
 // record notes that peer id answered, with success, a request of term sent
@@ -102,6 +103,7 @@ func (t *ackTracker) await(self raft.ServerID, servers []raft.Server, term uint6
 	// Rare: VerifyLeader was answered by a reply to a request sent before
 	// the check began. The heartbeats VerifyLeader triggered are on their
 	// way; wait for their replies.
+	t.waits.Add(1)
 	leadership := lost()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()

@@ -17,7 +17,7 @@ func benchLinearizable(b *testing.B, parallel int) {
 		b.Fatal(err)
 	}
 	s := c.server(i)
-	before := s.verify.checks.Load()
+	before, waits := s.verify.checks.Load(), s.acks.waits.Load()
 	b.ReportAllocs()
 	b.SetParallelism(parallel)
 	b.ResetTimer()
@@ -31,6 +31,7 @@ func benchLinearizable(b *testing.B, parallel int) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(s.verify.checks.Load()-before)/float64(b.N), "checks/op")
+	b.ReportMetric(float64(s.acks.waits.Load()-waits)/float64(b.N), "waits/op")
 }
 
 // BenchmarkLinearizableSerial: one caller, so one check per call.
