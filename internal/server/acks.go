@@ -25,7 +25,7 @@ import (
 // and term of the newest AppendEntries request that a successful reply
 // answered; after VerifyLeader the check also waits until a quorum of voters
 // (this node counts) has answered a request of this term sent at or after
-// the check began (docs/design.md, "Leadership checks").
+// the check began (docs/design.md, "Fresh replies only").
 
 // errNoFreshQuorum: VerifyLeader succeeded, but no quorum of voters answered
 // a request sent after the check began, within a heartbeat timeout. The
