@@ -418,3 +418,99 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 		t.Errorf("precondition: no check of the old leader had VerifyLeader answered by a late reply (keepalive: %v, read: %v)", kaErr, rdErr)
 	}
 }
+
+// TestExpiryRetriedAfterStaleCheck: a session's lease runs out on a leader
+// whose followers' replies arrive late (replyGate, no partition: the
+// followers still follow it). The expiry's leadership check is answered by
+// VerifyLeader but no fresh quorum (errNoFreshQuorum) while the node still
+// leads; the decision must be retried, as after a failed proposal, and the
+// session expire once replies are timely again — not stay held for the
+// rest of the term.
+func TestExpiryRetriedAfterStaleCheck(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		gates = map[string]*replyGate{}
+	)
+	opts := defaultClusterOpts()
+	opts.heartbeat = time.Second // the Raft lease the late replies keep
+	opts.raftTransport = func(id string, tr *raft.InmemTransport) raft.Transport {
+		g := newReplyGate(tr)
+		mu.Lock()
+		gates[id] = g
+		mu.Unlock()
+		return g
+	}
+	c := newTestCluster(t, 3, opts)
+	li, err := c.waitLeader(15 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.server(li)
+	term := s.raft.CurrentTerm()
+	mu.Lock()
+	g := gates[c.nodes[li].id]
+	mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	api := lockdv1connect.NewLockServiceClient(http.DefaultClient, c.nodes[li].url)
+	sess, err := api.CreateSession(ctx, connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Second), Owner: "late"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sess.Msg.SessionId
+
+	g.hold()
+	var wg sync.WaitGroup
+	stopPacer := make(chan struct{})
+	wg.Go(func() {
+		tick := time.NewTicker(200 * time.Millisecond) // the slow return path
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				g.deliver()
+			case <-stopPacer:
+				return
+			}
+		}
+	})
+	defer func() {
+		select {
+		case <-stopPacer:
+		default:
+			close(stopPacer)
+		}
+		g.open()
+		wg.Wait()
+	}()
+	// The lease runs out (TTL + grace); its check finds no fresh quorum.
+	deadline := time.Now().Add(15 * time.Second)
+	for s.acks.stale.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no leadership check failed for want of fresh replies")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.raft.State() != raft.Leader || s.raft.CurrentTerm() != term {
+		t.Fatalf("precondition: the leader stepped down (%v, term %d, was %d)", s.raft.State(), s.raft.CurrentTerm(), term)
+	}
+	if _, ok := s.fsm.Session(id); !ok {
+		t.Fatal("precondition: the session expired before the stale check")
+	}
+	// Replies are timely again: the retried expiry goes through.
+	close(stopPacer)
+	g.open()
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		if _, ok := s.fsm.Session(id); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session never expired after its expiry's check failed (leader %v, term %d, was %d)", s.raft.State(), s.raft.CurrentTerm(), term)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.raft.CurrentTerm() != term {
+		t.Logf("a leadership change happened meanwhile (term %d, was %d): the new leader expired the session", s.raft.CurrentTerm(), term)
+	}
+}

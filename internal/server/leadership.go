@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -242,7 +243,13 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 		return false
 	}
 	if err := s.linearizable(); err != nil {
-		return false // no longer leader: Demote clears the timers
+		if errors.Is(err, errNoFreshQuorum) {
+			// Raft still says leader, but no quorum answered in time
+			// (acks.go): the decision stands and is tried again, as after
+			// a failed proposal, or it would be lost for the whole term.
+			m.Retry(key, s.cfg.ElectionTimeout)
+		}
+		return false // otherwise no longer leader: Demote clears the timers
 	}
 	if _, err := s.propose(t, msg); err != nil {
 		s.log.Warn("propose of a timed command failed", "type", t, "key", key, "err", err)
