@@ -153,7 +153,8 @@ type ackPreVoteTransport struct {
 // trackAcks wraps t so that acks sees its AppendEntries replies. The
 // wrapper keeps t's optional behaviour: pre-vote (raft.WithPreVote) exactly
 // when t has it; Close, CloseStreams and raft.WithPeers are passed on when
-// t has them and do nothing otherwise.
+// t has them and do nothing otherwise. Another optional method that Raft
+// or the server looks for on the transport must be passed on here too.
 func trackAcks(t raft.Transport, acks *ackTracker) raft.Transport {
 	at := &ackTransport{Transport: t, acks: acks}
 	if pv, ok := t.(raft.WithPreVote); ok {
