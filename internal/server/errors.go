@@ -57,6 +57,9 @@ func (s *Server) invalid(format string, args ...any) *connect.Error {
 // with the same request id.
 func (s *Server) raftError(err error) *connect.Error {
 	switch {
+	case errors.Is(err, errNoFreshQuorum):
+		// Raft still names this node the leader; it could not show it.
+		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s could not confirm it still leads (no quorum answered a heartbeat sent after the request arrived); retry", s.nodeID))
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		_, id := s.raft.LeaderWithID()
 		if id == "" {

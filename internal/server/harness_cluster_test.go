@@ -237,6 +237,9 @@ type clusterOpts struct {
 	history   int           // Config.WatchHistory; 0: the default
 	trailing  uint64        // Config.TrailingLogs (and 4 KiB WAL segments, so truncation drops entries); 0: the defaults
 	security  Security      // auth file, peer token, limits
+	// raftTransport, if set, wraps each node's in-memory transport (fault
+	// injection); the harness still connects the in-memory transports.
+	raftTransport func(id string, tr *raft.InmemTransport) raft.Transport
 }
 
 func defaultClusterOpts() clusterOpts {
@@ -344,13 +347,17 @@ func testLogger(id string) *slog.Logger {
 func (c *tcluster) start(i int) error {
 	nd := c.nodes[i]
 	_, tr := raft.NewInmemTransportWithTimeout(raft.ServerAddress(nd.id), 100*time.Millisecond)
+	var rt raft.Transport = tr
+	if c.opts.raftTransport != nil {
+		rt = c.opts.raftTransport(nd.id, tr)
+	}
 	var (
 		s   *Server
 		err error
 	)
 	for attempt := 0; attempt < 40; attempt++ {
 		s, err = newRecovered(c.config(nd),
-			WithRaftTransport(tr), WithForwardClient(nd.hc), WithBootstrapServers(c.boot),
+			WithRaftTransport(rt), WithForwardClient(nd.hc), WithBootstrapServers(c.boot),
 			WithLogger(testLogger(nd.id)),
 			WithFatal(func(err error) {
 				c.mu.Lock()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -263,7 +264,13 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 		return false
 	}
 	if err := s.linearizable(); err != nil {
-		return false // no longer leader: Demote clears the timers
+		if errors.Is(err, errNoFreshQuorum) {
+			// Raft still says leader, but no quorum answered in time
+			// (acks.go): the decision stands and is tried again, as after
+			// a failed proposal, or it would be lost for the whole term.
+			m.Retry(key, s.cfg.ElectionTimeout)
+		}
+		return false // otherwise no longer leader: Demote clears the timers
 	}
 	if _, err := s.propose(t, msg); err != nil {
 		s.log.Warn("propose of a timed command failed", "type", t, "key", key, "err", err)
@@ -314,9 +321,18 @@ func (s *Server) linearizable() error {
 	// (verify.go): under load, one round of heartbeats per batch of
 	// requests instead of one per request.
 	err := s.verify.do(func() error {
+		checkTerm := s.raft.CurrentTerm()
+		since := time.Now()
 		end := s.watch.begin() // VerifyLeader runs on the leader loop a hung disk blocks
-		defer end()
-		return s.raftCall(func() error { return s.raft.VerifyLeader().Error() })
+		err := s.raftCall(func() error { return s.raft.VerifyLeader().Error() })
+		end()
+		if err != nil {
+			return err
+		}
+		// VerifyLeader also counts replies to requests sent before it
+		// began (acks.go): require a quorum of replies to requests of this
+		// term sent since.
+		return s.freshQuorum(checkTerm, since)
 	})
 	if err != nil {
 		return err

@@ -130,6 +130,8 @@ type Server struct {
 	logSize *logSize // log bytes since the last snapshot (snapshots.go)
 	fatal   func(error)
 
+	acks ackTracker // replies to this node's AppendEntries, for leadership checks (acks.go)
+
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
 
@@ -267,6 +269,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if s.trans, err = openTransport(cfg, &o, s.tls, hl); err != nil {
 		return nil, err
 	}
+	s.trans = trackAcks(s.trans, &s.acks)
 	if c, ok := s.trans.(io.Closer); ok {
 		closers = append(closers, c)
 	}
