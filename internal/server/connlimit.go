@@ -136,6 +136,10 @@ type peerAddrs struct {
 	resolved atomic.Pointer[map[netip.Addr]bool]
 }
 
+// raftMember reports whether ip is another member's address, once Raft
+// runs: the Raft port's handshake caps spare it.
+func (s *Server) raftMember(ip netip.Addr) bool { return s.raftUp.Load() && s.isPeer(ip) }
+
 // isPeer reports whether ip is the address of another member: a host in
 // the Raft configuration or a member's API URL. It runs only for a
 // connection over its cap (the Raft configuration is read without

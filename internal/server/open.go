@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,8 +164,9 @@ func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft
 
 // openTransport returns the Raft transport: the one given by
 // WithRaftTransport, else TCP on RaftListen, over mutual TLS when store is
-// not nil.
-func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger) (raft.Transport, error) {
+// not nil; member reports another member's address (the TLS Raft port's
+// handshake caps spare it).
+func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
 	if o.transport != nil {
 		return o.transport, nil
 	}
@@ -176,7 +178,7 @@ func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger) 
 		}
 	}
 	if store != nil {
-		return openTLSTransport(cfg, store, adv, hl)
+		return openTLSTransport(cfg, store, adv, hl, member)
 	}
 	nt, err := raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl)
 	if err != nil {

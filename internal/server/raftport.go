@@ -25,7 +25,9 @@ import (
 // inside the handshake). Handshakes run in goroutines of their own, each
 // within raftHandshakeTimeout, and at most maxRaftHandshakesPerSource of
 // them per source address (maxRaftHandshakes in all) at once: a connection
-// beyond a cap is closed at once. Authenticated connections are never
+// beyond a cap is closed at once, unless it comes from another member's
+// address (the Raft configuration), so that a flood cannot keep a member
+// out. Authenticated connections are never
 // capped: a member's pooled connections and pipeline are never refused
 // once they are in. See docs/security-tls.md, "The Raft port".
 //
@@ -62,6 +64,10 @@ type tlsStream struct {
 	adv   net.Addr
 	store *certs.Store
 	cfg   *tls.Config // the Raft listener's (certs.Store.PeerServerConfig)
+	// member reports whether an address is another member's (from the
+	// Raft configuration): its handshakes are never capped, so a flood
+	// from other addresses cannot keep a member out.
+	member func(netip.Addr) bool
 
 	ready   chan net.Conn // authenticated connections, for Accept
 	done    chan struct{} // closed by Close
@@ -77,8 +83,12 @@ type tlsStream struct {
 
 // newTLSStream serves the Raft port on l: it starts the goroutine that
 // accepts connections and hands each to a handshake.
-func newTLSStream(l net.Listener, adv net.Addr, store *certs.Store, log hclog.Logger) *tlsStream {
+func newTLSStream(l net.Listener, adv net.Addr, store *certs.Store, log hclog.Logger, member func(netip.Addr) bool) *tlsStream {
+	if member == nil {
+		member = func(netip.Addr) bool { return false }
+	}
 	t := &tlsStream{
+		member:    member,
 		l:         l,
 		adv:       adv,
 		store:     store,
@@ -133,14 +143,20 @@ func (t *tlsStream) acceptLoop() {
 			continue
 		}
 		delay = 0
-		_, src, _ := sourceOf(c.RemoteAddr())
+		ip, src, _ := sourceOf(c.RemoteAddr())
+		t.mu.Lock()
+		over := t.handshake >= maxRaftHandshakes || t.perSource[src] >= maxRaftHandshakesPerSource
+		t.mu.Unlock()
+		// Read only over a cap (it reads the Raft configuration), and
+		// outside the lock.
+		over = over && !t.member(ip)
 		t.mu.Lock()
 		switch {
 		case t.closed:
 			t.mu.Unlock()
 			c.Close()
 			return
-		case t.handshake >= maxRaftHandshakes || t.perSource[src] >= maxRaftHandshakesPerSource:
+		case over:
 			t.mu.Unlock()
 			c.Close()
 			t.refused.add(c.RemoteAddr(), "over_cap", nil)
@@ -263,8 +279,8 @@ func (t *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 }
 
 // openTLSTransport is openTransport's TLS branch.
-func openTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger) (raft.Transport, error) {
-	st, err := listenTLSStream(cfg, store, adv, hl)
+func openTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
+	st, err := listenTLSStream(cfg, store, adv, hl, member)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +289,7 @@ func openTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Log
 
 // listenTLSStream listens on cfg.RaftListen and serves the Raft port's
 // TLS on it.
-func listenTLSStream(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger) (*tlsStream, error) {
+func listenTLSStream(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger, member func(netip.Addr) bool) (*tlsStream, error) {
 	if a, ok := adv.(*net.TCPAddr); ok && a.IP.IsUnspecified() {
 		return nil, fmt.Errorf("raft-advertise %q is not an address peers can dial", adv)
 	}
@@ -289,7 +305,7 @@ func listenTLSStream(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logg
 		l.Close()
 		return nil, fmt.Errorf("raft-listen %q is a wildcard address: give --raft-advertise", cfg.RaftListen)
 	}
-	return newTLSStream(l, adv, store, hl), nil
+	return newTLSStream(l, adv, store, hl, member), nil
 }
 
 // refusalLog logs the connections the Raft port refuses without a line per

@@ -10,11 +10,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -87,7 +89,7 @@ func (p *testPKI) raftTransport(t *testing.T, crt, key string) *raft.NetworkTran
 	}
 	cfg := DefaultConfig()
 	cfg.RaftListen = "127.0.0.1:0"
-	tr, err := openTLSTransport(cfg, st, nil, hclog.NewNullLogger())
+	tr, err := openTLSTransport(cfg, st, nil, hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func TestRaftPortAcceptsOnlyMembers(t *testing.T) {
 	var logMu sync.Mutex
 	cfg := DefaultConfig()
 	cfg.RaftListen = "127.0.0.1:0"
-	s, err := listenTLSStream(cfg, st, nil, hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&logMu, &logged}}))
+	s, err := listenTLSStream(cfg, st, nil, hclog.New(&hclog.LoggerOptions{Output: lockedWriter{&logMu, &logged}}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,5 +540,93 @@ func TestTLSPeerCallsNeedMember(t *testing.T) {
 	goodCrt, goodKey := p.issue(t, certs.Node, "n9")
 	if err := call(p.tlsConfigFor(t, goodCrt, goodKey), false); err != nil {
 		t.Errorf("control: a member's forwarded call: %v", err)
+	}
+}
+
+// TestRaftPortCapsSpareMembers (review of issue 17, item 2): a flood that
+// holds every handshake slot — maxRaftHandshakes idle connections from
+// several sources, none over its own cap — must not keep out a member,
+// recognised by its address (the Raft configuration's, here the member
+// func), nor a member from a flooding source; a stranger beyond the cap is
+// closed at once.
+func TestRaftPortCapsSpareMembers(t *testing.T) {
+	leakCheck(t)
+	p := newTestPKI(t)
+	nodeCrt, nodeKey := p.issue(t, certs.Node, "n1")
+	st, err := certs.Load(certs.Files{CA: p.caFile, Cert: nodeCrt, Key: nodeKey}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.RaftListen = "127.0.0.1:0"
+	member := func(ip netip.Addr) bool {
+		return ip == netip.MustParseAddr("127.0.1.1") || ip == netip.MustParseAddr("127.0.2.1")
+	}
+	s, err := listenTLSStream(cfg, st, nil, hclog.NewNullLogger(), member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := s.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	addr := s.Addr().String()
+	dialFrom := func(from string) net.Conn {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial from %s: %v", from, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// Every slot taken: maxRaftHandshakes idle connections, at most the
+	// per-source cap from each source; 127.0.2.1 (a member's address)
+	// floods too.
+	sources := []string{"127.0.2.1"}
+	for i := 0; len(sources)*maxRaftHandshakesPerSource < maxRaftHandshakes; i++ {
+		sources = append(sources, fmt.Sprintf("127.0.3.%d", i+1))
+	}
+	for _, src := range sources {
+		for range maxRaftHandshakesPerSource {
+			dialFrom(src)
+		}
+	}
+	// The accept loop counts connections as it takes them: wait until a
+	// stranger is refused, which proves every slot is held.
+	for deadline := time.Now().Add(raftHandshakeTimeout); ; {
+		c := dialFrom("127.0.4.1")
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+			break // closed at once: over the cap
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a stranger was not refused with every handshake slot held")
+		}
+	}
+	for _, from := range []string{"127.0.1.1", "127.0.2.1"} {
+		tc := p.tlsConfigFor(t, nodeCrt, nodeKey)
+		tc.NextProtos = []string{certs.PeerProto}
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := tls.DialWithDialer(d, "tcp", addr, tc)
+		if err != nil {
+			t.Fatalf("member from %s with every slot held: %v", from, err)
+		}
+		defer c.Close()
+		got := <-accepted
+		defer got.Close()
+		if ip := got.RemoteAddr().(*net.TCPAddr).IP.String(); ip != from {
+			t.Fatalf("accepted %s, want the member from %s", ip, from)
+		}
 	}
 }

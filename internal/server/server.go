@@ -112,6 +112,7 @@ type Server struct {
 	hosts     *hostPolicy // the Host/Origin check (hostcheck.go)
 	conns     *connCap    // nil: no per-source connection cap (connlimit.go)
 	peerAddrs peerAddrs   // the other members' addresses given as names, resolved
+	raftUp    atomic.Bool // s.raft is set (the Raft port may ask raftMember before)
 
 	tls        *certs.Store // nil: plaintext
 	clientAuth certs.ClientAuth
@@ -266,7 +267,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	} else if has && len(cfg.Join) > 0 {
 		s.log.Info("data dir has state: resuming, --join ignored")
 	}
-	if s.trans, err = openTransport(cfg, &o, s.tls, hl); err != nil {
+	if s.trans, err = openTransport(cfg, &o, s.tls, hl, s.raftMember); err != nil {
 		return nil, err
 	}
 	s.trans = trackAcks(s.trans, &s.acks)
@@ -286,6 +287,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, stores.stable, stores.snaps, s.trans); err != nil {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
+	s.raftUp.Store(true)
 
 	s.wg.Add(4)
 	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done) }()

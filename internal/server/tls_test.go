@@ -278,7 +278,7 @@ func TestTLSForeignNodeRefused(t *testing.T) {
 			}
 			cfg := DefaultConfig()
 			cfg.RaftListen = "127.0.0.1:0"
-			tr, err := openTLSTransport(cfg, st, nil, hclog.NewNullLogger())
+			tr, err := openTLSTransport(cfg, st, nil, hclog.NewNullLogger(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
