@@ -52,10 +52,11 @@ func newConnCap(l net.Listener, max int, exempt func(netip.Addr) bool, onRefuse 
 }
 
 // sourceOf returns the IP address a connection comes from (an IPv4-mapped
-// IPv6 address as IPv4) and the key the per-source caps (this one and the
-// Raft port's handshakes) count it under: the IPv4 address, or the IPv6
-// /64, since one host usually holds a whole /64 and a cap per IPv6
-// address would cap nothing.
+// IPv6 address as IPv4) and its /64 key: the IPv4 address, or the IPv6
+// /64, what one host usually holds. The API's connection cap counts by
+// address (a cloud subnet is often one /64 shared by every client); the
+// Raft port's handshake cap counts by /64 key (no client handshakes there,
+// and members are spared by address).
 func sourceOf(a net.Addr) (ip, key netip.Addr, ok bool) {
 	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {
@@ -78,12 +79,12 @@ func (l *connCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip, key, ok := sourceOf(c.RemoteAddr())
+		ip, _, ok := sourceOf(c.RemoteAddr())
 		if !ok {
 			return c, nil // not TCP/IP: nothing to count by
 		}
 		l.mu.Lock()
-		n := l.conns[key]
+		n := l.conns[ip]
 		l.mu.Unlock()
 		if n >= l.max && !l.exempt(ip) {
 			if tc, ok := c.(*net.TCPConn); ok {
@@ -96,32 +97,32 @@ func (l *connCap) Accept() (net.Conn, error) {
 		// Accept runs in one goroutine: no other connection was counted
 		// meanwhile (closes only lower the count).
 		l.mu.Lock()
-		l.conns[key]++
+		l.conns[ip]++
 		l.mu.Unlock()
-		return &cappedConn{Conn: c, l: l, key: key}, nil
+		return &cappedConn{Conn: c, l: l, ip: ip}, nil
 	}
 }
 
-// open returns the connections counted for a source's key (tests).
-func (l *connCap) open(key netip.Addr) int {
+// open returns the connections counted for ip (tests).
+func (l *connCap) open(ip netip.Addr) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.conns[key]
+	return l.conns[ip]
 }
 
 // cappedConn frees its slot when closed, however often Close is called.
 type cappedConn struct {
 	net.Conn
 	l      *connCap
-	key    netip.Addr
+	ip     netip.Addr
 	closed atomic.Bool
 }
 
 func (c *cappedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.mu.Lock()
-		if c.l.conns[c.key]--; c.l.conns[c.key] <= 0 {
-			delete(c.l.conns, c.key)
+		if c.l.conns[c.ip]--; c.l.conns[c.ip] <= 0 {
+			delete(c.l.conns, c.ip)
 		}
 		c.l.mu.Unlock()
 	}
