@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -217,5 +218,30 @@ func checkWallOffset(ctx context.Context, t *testing.T, c *cluster) {
 	}
 	if ago := time.Since(busy.Holders[0].GrantedAt); ago < 3*time.Hour-time.Minute || ago > 3*time.Hour+time.Minute {
 		t.Errorf("granted %v ago with the nodes' wall clocks 3h behind, want about 3h", ago.Round(time.Second))
+	}
+}
+
+// TestHelpListsFaults: `chaos --help` names every kind --faults accepts,
+// on lockd and on the Redis backends, and each kind it names parses.
+func TestHelpListsFaults(t *testing.T) {
+	var out strings.Builder
+	if code := Main(context.Background(), []string{"--help"}, io.Discard, &out); code != exitUsage {
+		t.Fatalf("--help exited %d; want %d", code, exitUsage)
+	}
+	help := out.String()
+	for _, k := range append(slices.Clone(allFaults), redisFaults...) {
+		if !strings.Contains(help, k) {
+			t.Errorf("--help does not list fault kind %q:\n%s", k, help)
+		}
+	}
+	for _, k := range allFaults {
+		if _, err := parseConfig([]string{"--nodes", "5", "--faults", k}, io.Discard); err != nil {
+			t.Errorf("--faults %s: %v", k, err)
+		}
+	}
+	for _, k := range redisFaults {
+		if _, err := parseConfig([]string{"--backend", "redis", "--faults", k}, io.Discard); err != nil {
+			t.Errorf("--backend redis --faults %s: %v", k, err)
+		}
 	}
 }

@@ -138,7 +138,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.Out, "out", "", "directory for report.json and history.jsonl (default: a new temp dir)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the cluster's data dirs and logs")
 	fs.StringVar(&c.Backend, "backend", backendLockd, "lockd; or redis (one redis-server, no persistence), redis-aof (appendfsync always) or redlock (3 redis-servers): violations are then the measurement and exit 0 unless --strict")
-	faults := fs.String("faults", "", "comma-separated fault kinds to inject instead of the profile's (the short profile injects each listed once)")
+	faults := fs.String("faults", "", faultsUsage())
 	fs.BoolVar(&c.Strict, "strict", false, "exit 1 on violations on a Redis backend too")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -176,6 +176,15 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		c.Seed = uint64(time.Now().UnixNano())
 	}
 	return c, nil
+}
+
+// faultsUsage is the help of --faults: it lists the kinds from the tables
+// checkFaults accepts (allFaults, redisFaults), so the two cannot drift.
+func faultsUsage() string {
+	redis := slices.Compact(slices.Clone(redisFaults))
+	return "comma-separated fault kinds to inject instead of the profile's (the short profile injects each listed once).\n" +
+		"On lockd: " + strings.Join(allFaults, ", ") + " (" + faultPartBridge + " with --nodes 5 only).\n" +
+		"On redis, redis-aof, redlock: " + strings.Join(redis, ", ")
 }
 
 // checkFaults refuses a --faults kind the backend has no use for.
