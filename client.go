@@ -26,6 +26,7 @@ type Client struct {
 	cfg        config
 	ownsHTTP   bool
 	h1         *http.Client // unary calls while an endpoint has no stream
+	conns      *connTracker // the own transports' connections; nil with WithHTTPClient
 	ka         *kaScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
@@ -56,6 +57,7 @@ type node struct {
 	stream   streamSlot
 	refused  bool      // answered another cluster's id
 	silent   time.Time // did not answer; passed over until then
+	abandon  bool      // abandoned (abandon.go) and has not answered since
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -94,6 +96,9 @@ func New(opts ...Option) (*Client, error) {
 			cfg.setTLS(h1, []string{"http/1.1"})
 			cfg.setTLS(h2, []string{"h2"})
 		}
+		c.conns = newConnTracker()
+		c.conns.track(h1)
+		c.conns.track(h2)
 		c.h1 = &http.Client{Transport: h1}
 		c.cfg.httpClient = &http.Client{Transport: h2}
 		if !cfg.stream {
@@ -242,6 +247,7 @@ func (c *Client) answered(ep *node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ep.silent = time.Time{}
+	ep.abandon = false
 }
 
 // rotate moves past ep after it failed, unless another call already did.
