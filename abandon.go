@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 )
@@ -28,6 +29,15 @@ import (
 // Acquire) sent there after a stale leader hint must not wait a whole
 // request timeout on a node that is still frozen.
 const reopenTimeout = time.Second
+
+// staleHintFor is how long after abandoning a node the client does not
+// let a leader hint naming it bring it back: a follower names a frozen
+// leader until its own heartbeat timeout passes (400–800 ms at the
+// servers' defaults) and an election starts, so such a hint is stale, and
+// following it would send the calls straight back to the frozen node.
+// Later hints are followed: a leader that was only slow to answer is
+// found again in time for the sessions' leases.
+const staleHintFor = time.Second
 
 // connTracker remembers the client's open connections per dialled address,
 // so that abandoning an endpoint can close them (http.Transport closes
@@ -132,6 +142,7 @@ func (c *Client) abandon(ep *node, after time.Duration) {
 	c.mu.Lock()
 	ep.silent = time.Now().Add(silentFor)
 	ep.abandon = true
+	ep.leftAt = time.Now()
 	c.mu.Unlock()
 	why := fmt.Errorf("no keepalive answer within %v: node abandoned", after)
 	ep.stream.mu.Lock()
@@ -145,6 +156,13 @@ func (c *Client) abandon(ep *node, after time.Duration) {
 		n = c.conns.closeAddr(dialAddr(ep.url))
 	}
 	c.logger.Warn("endpoint stopped answering; its connections are closed and its calls re-sent elsewhere", "endpoint", ep.url, "after", after, "connections", n)
+}
+
+// connLost reports whether err is an HTTP/2 connection that its pings
+// found dead (the bundled http2's errClientConnLost, not exported): a
+// frozen node, not a server that answered without a stream.
+func connLost(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "http2: client connection lost")
 }
 
 // openTimeout is how long opening a stream to ep may take.

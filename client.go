@@ -58,6 +58,7 @@ type node struct {
 	refused  bool      // answered another cluster's id
 	silent   time.Time // did not answer; passed over until then
 	abandon  bool      // abandoned (abandon.go) and has not answered since
+	leftAt   time.Time // when it was last abandoned
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -274,7 +275,9 @@ func (c *Client) follow(from *node, hint string) bool {
 				return false
 			}
 			c.cur = i
-			ep.silent = time.Time{} // a server just saw it lead
+			if !ep.abandon || time.Since(ep.leftAt) >= staleHintFor {
+				ep.silent = time.Time{} // a server just saw it lead
+			}
 			return true
 		}
 	}

@@ -220,9 +220,15 @@ func summary(r *Report) string {
 	case len(r.Violations) > 0:
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms violations=%d history=%s",
+	gap := ""
+	if r.Faults[faultPauseLeader] > 0 {
+		// The longest stretch without a grant around a leader pause: what
+		// a frozen leader costs the clients (issue 17).
+		gap = fmt.Sprintf(" leader-pause-gap=%dms", r.UnavailAlone[faultPauseLeader])
+	}
+	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms%s violations=%d history=%s",
 		verdict, r.Seed, backend, r.Profile, r.Nodes, r.Clients, faults, r.Ops.Acquired, r.Ops.Runs, r.Overlaps.Unsafe, r.Overlaps.Unfenced, r.Overlaps.Fenced,
-		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Latency.P50, r.Latency.P99, len(r.Violations), r.History)
+		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Latency.P50, r.Latency.P99, gap, len(r.Violations), r.History)
 }
 
 // checkFile is `chaos check FILE`: the checker on a recorded history.

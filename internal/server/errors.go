@@ -38,7 +38,7 @@ func (s *Server) unavailable(reason lockdv1.ErrorReason, msg string) *connect.Er
 // leaderHint returns the API URL of the leader when another node leads and
 // its URL is known, else "".
 func (s *Server) leaderHint() string {
-	_, id := s.raft.LeaderWithID()
+	id := s.heardLeader()
 	if id == "" || string(id) == s.nodeID {
 		return ""
 	}
@@ -58,7 +58,7 @@ func (s *Server) invalid(format string, args ...any) *connect.Error {
 func (s *Server) raftError(err error) *connect.Error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		_, id := s.raft.LeaderWithID()
+		id := s.heardLeader()
 		if id == "" {
 			return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
 		}

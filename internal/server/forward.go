@@ -109,6 +109,28 @@ func (f *forwarder) clusterClient(url string) lockdv1connect.ClusterServiceClien
 
 func (f *forwarder) close() { f.hc.CloseIdleConnections() }
 
+// heardLeader returns the leader's id as this node knows it, or "" when
+// it knows none, or when it is a follower that has not heard from its
+// leader for half a heartbeat timeout (heartbeats come every tenth of
+// it): a frozen leader keeps its place in a follower's view until the
+// follower's own timeout starts an election, and naming it (a hint) or
+// forwarding to it would send callers to a node that does not answer.
+// They get "no leader" and retry a moment later instead.
+func (s *Server) heardLeader() raft.ServerID {
+	_, id := s.raft.LeaderWithID()
+	if id == "" || string(id) == s.nodeID || s.raft.State() == raft.Leader {
+		return id
+	}
+	ht := s.cfg.HeartbeatTimeout
+	if ht <= 0 {
+		ht = DefaultConfig().HeartbeatTimeout
+	}
+	if time.Since(s.raft.LastContact()) > ht/2 {
+		return ""
+	}
+	return id
+}
+
 // leaderURL decides where a request that needs the leader is served: ""
 // means here (this node is the leader), else the leader's API URL. A node
 // that is not the leader and cannot forward answers an unavailable error
@@ -120,7 +142,7 @@ func (s *Server) leaderURL(h http.Header) (string, error) {
 	if h.Get(ForwardedHeader) != "" {
 		return "", s.raftError(raft.ErrNotLeader)
 	}
-	_, id := s.raft.LeaderWithID()
+	id := s.heardLeader()
 	if id == "" {
 		return "", s.raftError(raft.ErrNotLeader)
 	}
