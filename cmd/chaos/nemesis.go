@@ -24,7 +24,7 @@ const (
 	faultKillFollower  = "node-kill-follower"
 	faultKillRandom    = "node-kill-random"
 	faultPauseNode     = "node-pause"
-	faultPauseLeader   = "node-pause-leader" // the leader SIGSTOPped for leaderPause
+	faultPauseLeader   = "node-pause-leader"      // the leader SIGSTOPped for leaderPause
 	faultPartLeader    = "node-partition-leader"  // the leader isolated: a minority leader
 	faultPartRandom    = "node-partition-random"  // a random node isolated, both ways
 	faultPartInbound   = "node-partition-inbound" // no peer can reach a random node: one-way
