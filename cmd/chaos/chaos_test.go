@@ -247,10 +247,9 @@ func TestHelpListsFaults(t *testing.T) {
 }
 
 // The leader SIGSTOPped for 7 s under the tool's clients (issue 17, item
-// 10): the clients leave it for the new leader, and the report shows the
-// longest stretch without a grant around the pause, within 3 s (a
-// generous correctness bound: a leader kill costs about 2 s; before the
-// client abandoned frozen nodes it cost the whole pause).
+// 10): no violation, and the summary shows the longest stretch without a
+// grant around the pause (a measurement here; the bound is asserted by
+// cmd/lockd's TestClusterLeaderPause, under lockd run loops alone).
 func TestLeaderPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process chaos run: skipped with -short")
@@ -272,8 +271,5 @@ func TestLeaderPause(t *testing.T) {
 	}
 	if !strings.Contains(s, "leader-pause-gap=") {
 		t.Errorf("summary without the leader pause's gap: %s", s)
-	}
-	if g := r.UnavailAlone[faultPauseLeader]; g > 3000 {
-		t.Errorf("%d ms without a grant around a 7 s leader pause; want at most 3000", g)
 	}
 }
