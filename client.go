@@ -26,6 +26,7 @@ type Client struct {
 	cfg        config
 	ownsHTTP   bool
 	h1         *http.Client // unary calls while an endpoint has no stream
+	conns      *connTracker // the own transports' connections; nil with WithHTTPClient
 	ka         *kaScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
@@ -61,6 +62,8 @@ type node struct {
 	probed   time.Time // last probed for HTTP (dial.go)
 	notAPI   error     // does not speak the API (dial.go); passed over until notUntil
 	notUntil time.Time
+	abandon  bool      // abandoned (abandon.go) and has not answered since
+	leftAt   time.Time // when it was last abandoned
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -99,6 +102,9 @@ func New(opts ...Option) (*Client, error) {
 			cfg.setTLS(h1, []string{"http/1.1"})
 			cfg.setTLS(h2, []string{"h2"})
 		}
+		c.conns = newConnTracker()
+		c.conns.track(h1)
+		c.conns.track(h2)
 		c.h1 = &http.Client{Transport: h1}
 		c.cfg.httpClient = &http.Client{Transport: h2}
 		if !cfg.stream {
@@ -257,6 +263,7 @@ func (c *Client) answered(ep *node) {
 	defer c.mu.Unlock()
 	ep.silent = time.Time{}
 	ep.spoke, c.spoke = true, true
+	ep.abandon = false
 }
 
 // rotate moves past ep after it failed, unless another call already did.
@@ -283,7 +290,9 @@ func (c *Client) follow(from *node, hint string) bool {
 				return false
 			}
 			c.cur = i
-			ep.silent = time.Time{} // a server just saw it lead
+			if !ep.abandon || time.Since(ep.leftAt) >= staleHintFor {
+				ep.silent = time.Time{} // a server just saw it lead
+			}
 			return true
 		}
 	}

@@ -176,7 +176,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 	// One attempt (and an immediate one on another endpoint after a broken
 	// stream or a leader hint), like a single session's keepalive: the
 	// sessions' loops run the jeopardy schedule.
-	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(ttl, c.cfg.requestTimeout), until: func() time.Time { return until }}
+	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(ttl, c.cfg.requestTimeout), until: func() time.Time { return until }}
 	var resp *lockdv1.KeepAliveBatchResponse
 	unary := false
 	err := c.do(context.Background(), p, "", func(ctx context.Context, ep *node) error {

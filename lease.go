@@ -57,7 +57,7 @@ func (s *Session) keepalive() {
 	defer close(s.loopDone)
 	// A KeepAlive attempt that outlives the lease is useless: it ends
 	// at the deadline, or sooner to leave time for another endpoint.
-	p := policy{idempotent: true, once: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
+	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
 	s.mu.Lock()
 	next := s.lease.sent.Add(retry.RenewInterval(s.ttl))
 	s.mu.Unlock()

@@ -40,6 +40,10 @@ type policy struct {
 	// once makes a single attempt (still rotating endpoints on failure):
 	// the caller runs its own schedule, as the keepalive loop does.
 	once bool
+	// abandon makes an attempt that times out (given its whole timeout)
+	// abandon the endpoint: a keepalive overdue means the node stopped
+	// answering (abandon.go).
+	abandon bool
 }
 
 // do runs fn against endpoints until it succeeds, fails in a way that is
@@ -103,6 +107,10 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			}
 			return retry.JoinCtx(ctx.Err(), mapError(err, name))
 		}
+		abandoned := timedOut && p.abandon && timeout >= p.timeout
+		if abandoned {
+			c.abandon(ep, timeout)
+		}
 		if timedOut {
 			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.url), err))
 		}
@@ -129,7 +137,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			}
 		}
 		ok, hint := retryable(err, p.idempotent, timedOut)
-		broken := errors.Is(err, errStreamBroken)
+		broken := errors.Is(err, errStreamBroken) || abandoned
 		err = mapError(err, name)
 		immediate := false
 		if hint != "" {

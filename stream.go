@@ -48,12 +48,24 @@ func newTransports() (h2, h1 *http.Transport) {
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetHTTP2(true)
 	h2.Protocols.SetUnencryptedHTTP2(true)
-	// Pings find a dead connection (a frozen or unplugged node) while the
-	// stream is idle, so its calls fail over instead of waiting for their
+	// Pings find a dead connection (a frozen or unplugged node) once
+	// nothing has come from it for pingAfter, so its calls (a closing
+	// session's Close, a Release: no keepalive of theirs goes there to
+	// notice, see abandon.go) fail over instead of waiting for their
 	// timeouts.
-	h2.HTTP2 = &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second}
+	h2.HTTP2 = &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout}
 	return h2, h1
 }
+
+// pingAfter and pingTimeout: an HTTP/2 connection silent for pingAfter
+// is pinged, and closed (its calls re-sent with their seq) when the ping
+// is not answered within pingTimeout. A live node answers a ping from its
+// connection's read loop, without waiting for Raft, in microseconds; a
+// second leaves room for a loaded machine's scheduling.
+const (
+	pingAfter   = time.Second
+	pingTimeout = time.Second
+)
 
 // streamSlot is an endpoint's stream state.
 type streamSlot struct {
@@ -171,7 +183,8 @@ func openAborted(ep *node, ctx context.Context) error {
 // answered but not with a stream: HTTP/2 did not pass (a proxy), or an
 // old server; the endpoint is then used unary for a while.
 func (c *Client) dialStream(ctx context.Context, ep *node) (s *stream, unary bool, err error) {
-	octx, ocancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+	limit := c.openTimeout(ep)
+	octx, ocancel := context.WithTimeout(ctx, limit)
 	defer ocancel()
 	sctx, cancel := context.WithCancel(context.Background())
 	st := ep.sessions.Stream(sctx)
@@ -186,11 +199,13 @@ func (c *Client) dialStream(ctx context.Context, ep *node) (s *stream, unary boo
 		if ctx.Err() != nil {
 			return nil, false, openAborted(ep, ctx)
 		}
-		return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: no answer within %v", ep.url, c.cfg.requestTimeout))
+		return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: no answer within %v", ep.url, limit))
 	}
 	if err != nil {
 		cancel()
-		if notSent(err) {
+		if notSent(err) || connLost(err) || c.openTimeout(ep) < c.cfg.requestTimeout {
+			// Not an answer without a stream: the connection failed
+			// (or the node was abandoned lately), so retry, not unary.
 			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
 		}
 		c.logger.Info("session stream unavailable, using unary calls", "endpoint", ep.url, "err", err)

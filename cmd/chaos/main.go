@@ -138,7 +138,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.Out, "out", "", "directory for report.json and history.jsonl (default: a new temp dir)")
 	fs.BoolVar(&c.Keep, "keep", false, "keep the cluster's data dirs and logs")
 	fs.StringVar(&c.Backend, "backend", backendLockd, "lockd; or redis (one redis-server, no persistence), redis-aof (appendfsync always) or redlock (3 redis-servers): violations are then the measurement and exit 0 unless --strict")
-	faults := fs.String("faults", "", "comma-separated fault kinds to inject instead of the profile's (the short profile injects each listed once)")
+	faults := fs.String("faults", "", faultsUsage())
 	fs.BoolVar(&c.Strict, "strict", false, "exit 1 on violations on a Redis backend too")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -178,6 +178,15 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	return c, nil
 }
 
+// faultsUsage is the help of --faults: it lists the kinds from the tables
+// checkFaults accepts (allFaults, redisFaults), so the two cannot drift.
+func faultsUsage() string {
+	redis := slices.Compact(slices.Clone(redisFaults))
+	return "comma-separated fault kinds to inject instead of the profile's (the short profile injects each listed once).\n" +
+		"On lockd: " + strings.Join(allFaults, ", ") + " (" + faultPartBridge + " with --nodes 5 only).\n" +
+		"On redis, redis-aof, redlock: " + strings.Join(redis, ", ")
+}
+
 // checkFaults refuses a --faults kind the backend has no use for.
 func (c *config) checkFaults() error {
 	valid := allFaults
@@ -211,9 +220,15 @@ func summary(r *Report) string {
 	case len(r.Violations) > 0:
 		verdict = "FAIL"
 	}
-	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms violations=%d history=%s",
+	gap := ""
+	if r.Faults[faultPauseLeader] > 0 {
+		// The longest stretch without a grant around a leader pause: what
+		// a frozen leader costs the clients (issue 17).
+		gap = fmt.Sprintf(" leader-pause-gap=%dms", r.UnavailAlone[faultPauseLeader])
+	}
+	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms%s violations=%d history=%s",
 		verdict, r.Seed, backend, r.Profile, r.Nodes, r.Clients, faults, r.Ops.Acquired, r.Ops.Runs, r.Overlaps.Unsafe, r.Overlaps.Unfenced, r.Overlaps.Fenced,
-		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Latency.P50, r.Latency.P99, len(r.Violations), r.History)
+		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Latency.P50, r.Latency.P99, gap, len(r.Violations), r.History)
 }
 
 // checkFile is `chaos check FILE`: the checker on a recorded history.

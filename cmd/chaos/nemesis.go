@@ -24,6 +24,7 @@ const (
 	faultKillFollower  = "node-kill-follower"
 	faultKillRandom    = "node-kill-random"
 	faultPauseNode     = "node-pause"
+	faultPauseLeader   = "node-pause-leader"      // the leader SIGSTOPped for leaderPause
 	faultPartLeader    = "node-partition-leader"  // the leader isolated: a minority leader
 	faultPartRandom    = "node-partition-random"  // a random node isolated, both ways
 	faultPartInbound   = "node-partition-inbound" // no peer can reach a random node: one-way
@@ -40,10 +41,17 @@ const (
 	faultDiskHang      = "node-disk-hang"       // the leader's Raft disk writes block past the watchdog limit
 )
 
+// leaderPause is how long node-pause-leader stops the leader: far longer
+// than an election, as in issue 17's finding (4–8 s pauses), so the clients
+// must leave the frozen node for the new leader rather than wait for it
+// to come back; the report's unavailabilityMs for the kind shows what it
+// cost.
+const leaderPause = 7 * time.Second
+
 // allFaults is every kind the tool injects, each once in the short
 // profile.
 var allFaults = []string{
-	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode,
+	faultKillLeader, faultKillFollower, faultKillRandom, faultPauseNode, faultPauseLeader,
 	faultPartLeader, faultPartRandom, faultPartInbound, faultPartBridge,
 	faultClientPauseGo, faultClientPauseRn, faultClientKillGo, faultClientKillRn, faultRevoke,
 	faultClockJump, faultPartDelay, faultDiskSlow, faultDiskHang,
@@ -126,9 +134,15 @@ func (m *nemesis) inject(ctx context.Context, kind string) (bool, error) {
 			return true, fmt.Errorf("restart %s: %w", n.id, err)
 		}
 		m.record(kindHeal, kind, n.id, "restarted", id)
-	case faultPauseNode:
+	case faultPauseNode, faultPauseLeader:
 		n := m.c.nodes[m.rng.IntN(len(m.c.nodes))]
 		d := t.TTL + t.Grace + time.Second
+		if kind == faultPauseLeader {
+			if n = m.c.leader(ctx); n == nil {
+				return false, nil
+			}
+			d = leaderPause
+		}
 		m.record(kindFault, kind, n.id, "SIGSTOP "+d.String(), id)
 		n.signal(syscall.SIGSTOP)
 		sleep(ctx, d)

@@ -38,7 +38,7 @@ func (s *Server) unavailable(reason lockdv1.ErrorReason, msg string) *connect.Er
 // leaderHint returns the API URL of the leader when another node leads and
 // its URL is known, else "".
 func (s *Server) leaderHint() string {
-	_, id := s.raft.LeaderWithID()
+	id := s.heardLeader()
 	if id == "" || string(id) == s.nodeID {
 		return ""
 	}
@@ -61,7 +61,7 @@ func (s *Server) raftError(err error) *connect.Error {
 		// Raft still names this node the leader; it could not show it.
 		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s could not confirm it still leads (no quorum answered a heartbeat sent after the request arrived); retry", s.nodeID))
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		_, id := s.raft.LeaderWithID()
+		id := s.heardLeader()
 		if id == "" {
 			return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
 		}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,25 @@ type forwarder struct {
 	mu      sync.Mutex
 	lock    map[string]lockdv1connect.LockServiceClient
 	cluster map[string]lockdv1connect.ClusterServiceClient
+	moved   chan struct{} // closed and replaced when this node sees the leader change
+}
+
+// leaderMoved returns a channel closed at the next leader change this node
+// observes (a follower's view included: the leader it forwards to).
+func (f *forwarder) leaderMoved() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.moved
+}
+
+// leaderChanged ends the forwards in flight: they went to a leader this
+// node no longer follows (countLeaderChanges calls it on every Raft leader
+// observation).
+func (f *forwarder) leaderChanged() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.moved)
+	f.moved = make(chan struct{})
 }
 
 // newForwarder returns a forwarder that uses hc, or its own transport
@@ -62,6 +82,7 @@ func newForwarder(hc *http.Client, store *certs.Store, peerToken string) *forwar
 		opts:    opts,
 		lock:    map[string]lockdv1connect.LockServiceClient{},
 		cluster: map[string]lockdv1connect.ClusterServiceClient{},
+		moved:   make(chan struct{}),
 	}
 }
 
@@ -89,6 +110,28 @@ func (f *forwarder) clusterClient(url string) lockdv1connect.ClusterServiceClien
 
 func (f *forwarder) close() { f.hc.CloseIdleConnections() }
 
+// heardLeader returns the leader's id as this node knows it, or "" when
+// it knows none, or when it is a follower that has not heard from its
+// leader for half a heartbeat timeout (heartbeats come every tenth of
+// it): a frozen leader keeps its place in a follower's view until the
+// follower's own timeout starts an election, and naming it (a hint) or
+// forwarding to it would send callers to a node that does not answer.
+// They get "no leader" and retry a moment later instead.
+func (s *Server) heardLeader() raft.ServerID {
+	_, id := s.raft.LeaderWithID()
+	if id == "" || string(id) == s.nodeID || s.raft.State() == raft.Leader {
+		return id
+	}
+	ht := s.cfg.HeartbeatTimeout
+	if ht <= 0 {
+		ht = DefaultConfig().HeartbeatTimeout
+	}
+	if time.Since(s.raft.LastContact()) > ht/2 {
+		return ""
+	}
+	return id
+}
+
 // leaderURL decides where a request that needs the leader is served: ""
 // means here (this node is the leader), else the leader's API URL. A node
 // that is not the leader and cannot forward answers an unavailable error
@@ -100,7 +143,7 @@ func (s *Server) leaderURL(h http.Header) (string, error) {
 	if h.Get(ForwardedHeader) != "" {
 		return "", s.raftError(raft.ErrNotLeader)
 	}
-	_, id := s.raft.LeaderWithID()
+	id := s.heardLeader()
 	if id == "" {
 		return "", s.raftError(raft.ErrNotLeader)
 	}
@@ -121,17 +164,47 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 	out.Header().Set(ForwardedHeader, s.nodeID)
 	s.peerHeaders(ctx, out.Header())
 	s.metrics.forwarded.Inc()
-	resp, err := call(client, ctx, out)
+	// A leader that stops answering (frozen, cut off) keeps the
+	// connection open: the forward would wait on it for the caller's
+	// whole deadline, a long poll's included, while the cluster elects
+	// another. It ends when this node sees the leader change.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var moved atomic.Bool
+	stop := afterClose(s.fwd.leaderMoved(), func() { moved.Store(true); cancel() })
+	defer stop()
+	resp, err := call(client, fctx, out)
 	if err != nil {
 		if ctx.Err() == nil && !answeredByServer(err) {
 			// The leader never answered (transport error): a write's outcome
 			// is unknown; the client retries with the same request id.
-			return nil, s.detailError(connect.CodeUnavailable, "forward to leader "+url+": "+err.Error(),
-				&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, LeaderApi: url})
+			hint, msg := url, "forward to leader "+url+": "+err.Error()
+			if moved.Load() {
+				hint, _ = s.leaderURL(nil) // the new one, if known
+				if hint == "" && s.raft.State() == raft.Leader {
+					hint = s.apiURL
+				}
+				msg = "forward to leader " + url + " ended: the leader changed; retry"
+			}
+			return nil, s.detailError(connect.CodeUnavailable, msg,
+				&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, LeaderApi: hint})
 		}
 		return nil, err // the leader's own answer, details included
 	}
 	return connect.NewResponse(resp.Msg), nil
+}
+
+// afterClose runs f once ch is closed, unless stop is called first.
+func afterClose(ch <-chan struct{}, f func()) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			f()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }
 
 // answeredByServer reports whether err is an error a lockd node returned:

@@ -171,8 +171,8 @@ func (m *lockMetrics) holdEnded(end string, granted time.Time) {
 }
 
 // countLeaderChanges counts the leader changes Raft reports until done
-// closes.
-func (m *lockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}) {
+// closes, and calls changed on each.
+func (m *lockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}, changed func()) {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -186,6 +186,7 @@ func (m *lockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}) {
 			return
 		case <-ch:
 			m.leaderChanges.Inc()
+			changed()
 		}
 	}
 }

@@ -290,7 +290,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	s.raftUp.Store(true)
 
 	s.wg.Add(4)
-	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done) }()
+	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done, s.fwd.leaderChanged) }()
 	go s.watchLeadership(notify)
 	go s.runWatchdog()
 	go s.snapshotByLogSize(s.logSize)

@@ -1,0 +1,190 @@
+package lockd_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/lockdtest"
+)
+
+// freezeProxy is a TCP proxy that a test can freeze: while frozen it
+// accepts connections and reads nothing, and no byte passes either way,
+// with every connection left open, as a SIGSTOPped node's kernel does. A
+// fault injector: an in-process server cannot be stopped on cue (the
+// process-level test TestClusterLeaderPause in cmd/lockd stops a real
+// `lockd serve`).
+type freezeProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	frozen chan struct{} // closed while thawed; nil when not frozen
+	conns  []net.Conn
+}
+
+func newFreezeProxy(t testing.TB, target string) *freezeProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln, target: target}
+	go p.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		p.thaw()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezeProxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+// used reports whether any connection went through the proxy.
+func (p *freezeProxy) used() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) > 0
+}
+
+func (p *freezeProxy) freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen == nil {
+		p.frozen = make(chan struct{})
+	}
+}
+
+func (p *freezeProxy) thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frozen != nil {
+		close(p.frozen)
+		p.frozen = nil
+	}
+}
+
+// gate waits while the proxy is frozen.
+func (p *freezeProxy) gate() {
+	p.mu.Lock()
+	ch := p.frozen
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+func (p *freezeProxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		go p.pipe(out, in)
+		go p.pipe(in, out)
+	}
+}
+
+// pipe copies src to dst, holding every chunk while the proxy is frozen.
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		p.gate()
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.gate()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				_ = src.Close()
+			}
+			return
+		}
+	}
+}
+
+// A node that stops answering (frozen, not dead: its connections stay
+// open) under a queued Acquire: the client's keepalive to it goes
+// unanswered, the client abandons the node and re-sends the Acquire with
+// its seq through the other endpoint, where it gets the grant made while
+// it was away — one grant, within about the keepalive attempt timeout
+// (TTL/4) rather than the long poll's 25 s or the whole freeze. Over the
+// session stream and over unary HTTP/1.1.
+func TestFrozenNodeAcquireMovesOn(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		name := "stream"
+		if !stream {
+			name = "unary"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := lockdtest.New(t)
+			direct := newClient(t, srv)
+			// Two ways to the one node: freezing the one the client uses
+			// leaves the other, as a frozen leader leaves the next node.
+			a, b := newFreezeProxy(t, srv.Addr().String()), newFreezeProxy(t, srv.Addr().String())
+			c := newClient(t, srv, lockd.WithEndpoints(a.URL(), b.URL()), lockd.WithStream(stream))
+			holder := newSession(t, direct)
+			const ttl = 2 * time.Second
+			waiter := newSession(t, c, lockd.WithTTL(ttl))
+			mh, mw := holder.NewMutex("payroll"), waiter.NewMutex("payroll")
+			if err := mh.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- mw.Lock(t.Context()) }()
+			waitQueue(t, direct, "payroll", 1)
+			used := a
+			if !a.used() {
+				used = b
+			}
+			if a.used() && b.used() {
+				t.Fatal("the client used both endpoints before any fault")
+			}
+			used.freeze()
+			frozeAt := time.Now()
+			// The grant is made now, on the node; the waiter can learn it
+			// only through the endpoint that still answers.
+			if err := mh.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatalf("Lock after its node froze = %v", err)
+				}
+			case <-time.After(ttl + 2*time.Second): // generous: about TTL/3 + TTL/4 is expected
+				t.Fatalf("the queued Lock still waits on the frozen endpoint %v after the freeze", ttl+2*time.Second)
+			}
+			t.Logf("moved on %v after the freeze", time.Since(frozeAt).Round(time.Millisecond))
+			if waiter.Err() != nil {
+				t.Fatalf("session lost: %v", waiter.Err())
+			}
+			l := describe(t, direct, "payroll")
+			if len(l.GetHolders()) != 1 || l.GetHolders()[0].GetSessionId() != waiter.ID() || l.GetHolders()[0].GetToken() != mw.Token() || len(l.GetWaiters()) != 0 {
+				t.Fatalf("lock %v, want one hold by %s with token %d and no waiter", l, waiter.ID(), mw.Token())
+			}
+			if err := mw.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
