@@ -153,3 +153,45 @@ func TestStoreReloadsChangedFiles(t *testing.T) {
 		t.Fatal("Reload of a broken pair: no error")
 	}
 }
+
+// TestCheckOwnMember (review of issue 17, item 1): a node whose own
+// certificate is not a member's (a client certificate, here) fails to
+// load it, with an error that says so, instead of starting isolated; and a
+// reload that swaps one in keeps the node's previous member certificate.
+func TestCheckOwnMember(t *testing.T) {
+	dir := t.TempDir()
+	ca := mustCA(t)
+	caFile := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(caFile, ca.Cert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	crt, key := writePair(t, dir, "app", mustIssue(t, ca, Client, "app"))
+	if _, err := Load(Files{CA: caFile, Cert: crt, Key: key, Check: (*Material).CheckOwnMember}, nil); err == nil || !errors.Is(err, ErrNotMember) {
+		t.Fatalf("a client certificate as a node's: %v, want ErrNotMember", err)
+	}
+	node := mustIssue(t, ca, Node, "n1")
+	crt, key = writePair(t, dir, "n1", node)
+	st, err := Load(Files{CA: caFile, Cert: crt, Key: key, Check: (*Material).CheckOwnMember}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePair(t, dir, "n1", mustIssue(t, ca, Client, "n1"))
+	if err := st.Reload(); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("reload of a client certificate: %v, want ErrNotMember", err)
+	}
+	if got := leafOf(t, PEM{Cert: mustRead(t, crt), Key: mustRead(t, key)}); got.Equal(st.Current().Cert.Leaf) {
+		t.Fatal("the non-member certificate replaced the node's")
+	}
+	if !st.Current().Cert.Leaf.Equal(leafOf(t, node)) {
+		t.Fatal("the node's member certificate is no longer in use")
+	}
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -187,6 +187,29 @@ func (m *Material) VerifyMember(chain []*x509.Certificate) (*x509.Certificate, e
 	return leaf, nil
 }
 
+// CheckOwnMember checks that this node's own certificate is a member's
+// (VerifyMember): a node whose certificate is not would refuse every peer's
+// connection and have its own refused, and sit isolated with nothing but
+// refusal lines in its log (a PKI whose node certificates name no
+// extended key usage, say, which older lockd versions accepted).
+func (m *Material) CheckOwnMember() error {
+	if m.Cert == nil {
+		return errors.New("no node certificate")
+	}
+	chain := make([]*x509.Certificate, 0, len(m.Cert.Certificate))
+	for _, der := range m.Cert.Certificate {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("parse node certificate: %w", err)
+		}
+		chain = append(chain, c)
+	}
+	if _, err := m.VerifyMember(chain); err != nil {
+		return fmt.Errorf("this node's own certificate would be refused by its peers (see docs/security-tls.md, the member rule): %w", err)
+	}
+	return nil
+}
+
 // verifyMemberConn is VerifyMember as a tls.Config.VerifyConnection.
 func (m *Material) verifyMemberConn(cs tls.ConnectionState) error {
 	_, err := m.VerifyMember(cs.PeerCertificates)

@@ -36,6 +36,11 @@ type Files struct {
 	// ClientCA holds the CAs a node verifies client certificates against,
 	// when they are not the cluster's CA. Default: CA.
 	ClientCA string
+	// Check, when set, vets material newly read before it is used (a node
+	// checks that its own certificate is a member's: CheckOwnMember).
+	// Material that fails it is refused as files that do not load are:
+	// Load fails, and a reload keeps the previous material.
+	Check func(*Material) error
 }
 
 // Material is one loaded set of files.
@@ -149,6 +154,20 @@ func changed(old, now []os.FileInfo) bool {
 }
 
 func (f Files) load() (*Material, error) {
+	m, err := f.read()
+	if err != nil {
+		return nil, err
+	}
+	if f.Check != nil {
+		if err := f.Check(m); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// read reads the files.
+func (f Files) read() (*Material, error) {
 	m := &Material{}
 	if f.Cert != "" {
 		pair, err := tls.LoadX509KeyPair(f.Cert, f.Key)

@@ -167,12 +167,16 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 	// A leader that stops answering (frozen, cut off) keeps the
 	// connection open: the forward would wait on it for the caller's
 	// whole deadline, a long poll's included, while the cluster elects
-	// another. It ends when this node sees the leader change.
+	// another. It ends when this node sees the leader change — except a
+	// leadership transfer's, which changes the leader itself and is
+	// answered by the old leader right after.
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var moved atomic.Bool
-	stop := afterClose(s.fwd.leaderMoved(), func() { moved.Store(true); cancel() })
-	defer stop()
+	if req.Spec().Procedure != lockdv1connect.ClusterServiceTransferLeadershipProcedure {
+		stop := afterClose(s.fwd.leaderMoved(), func() { moved.Store(true); cancel() })
+		defer stop()
+	}
 	resp, err := call(client, fctx, out)
 	if err != nil {
 		if ctx.Err() == nil && !answeredByServer(err) {

@@ -76,7 +76,8 @@ func (s *Server) openTLS(cfg Config) error {
 		return err
 	}
 	s.clientAuth = auth
-	s.tls, err = certs.Load(certs.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA}, s.log.With("component", "tls"))
+	s.tls, err = certs.Load(certs.Files{CA: cfg.TLSCA, Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA,
+		Check: (*certs.Material).CheckOwnMember}, s.log.With("component", "tls"))
 	if err != nil {
 		return fmt.Errorf("tls: %w", err)
 	}
