@@ -259,6 +259,11 @@ func unanswered(err error) bool {
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded:
 		return true
+	case connect.CodeCanceled:
+		// connect maps a reset or broken connection (ECONNRESET, EPIPE) to
+		// Canceled: no server answered. The caller's own cancellation is
+		// told apart by its context, before this is asked.
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 	}
 	return false
 }

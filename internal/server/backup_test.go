@@ -68,20 +68,8 @@ func TestBackupRestore10kLocks(t *testing.T) {
 		t.Fatalf("only %d locks in the state", n)
 	}
 
-	resp, err := http.Get(s.URL() + "/v1/snapshot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	backup, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("snapshot: %d %v", resp.StatusCode, err)
-	}
-	file := filepath.Join(t.TempDir(), "backup.lockd")
-	if err := os.WriteFile(file, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("backup of %d locks, %d sessions: %d bytes", len(before.Locks), len(before.Sessions), len(backup))
+	file := downloadBackup(t, s)
+	t.Logf("backup of %d locks, %d sessions: %d bytes", len(before.Locks), len(before.Sessions), fileSize(t, file))
 
 	cfg := testConfig(t.TempDir())
 	cfg.Restore = file
@@ -139,4 +127,33 @@ func TestRestoreRefusesAtStartWhatApplyRefuses(t *testing.T) {
 	if !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "last token") {
 		t.Fatalf("refusal %q: want the file and the reason", err)
 	}
+}
+
+// downloadBackup downloads s's backup (GET /v1/snapshot, as lockd snapshot
+// does) into a file and returns its name.
+func downloadBackup(t *testing.T, s *Server) string {
+	t.Helper()
+	resp, err := http.Get(s.URL() + "/v1/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("snapshot: %d %v", resp.StatusCode, err)
+	}
+	file := filepath.Join(t.TempDir(), "backup.lockd")
+	if err := os.WriteFile(file, backup, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func fileSize(t *testing.T, name string) int64 {
+	t.Helper()
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -112,11 +112,15 @@ func (f *forwarder) close() { f.hc.CloseIdleConnections() }
 
 // heardLeader returns the leader's id as this node knows it, or "" when
 // it knows none, or when it is a follower that has not heard from its
-// leader for half a heartbeat timeout (heartbeats come every tenth of
-// it): a frozen leader keeps its place in a follower's view until the
-// follower's own timeout starts an election, and naming it (a hint) or
-// forwarding to it would send callers to a node that does not answer.
-// They get "no leader" and retry a moment later instead.
+// leader for a heartbeat timeout: a frozen leader keeps its place in a
+// follower's view until the follower's own timeout (randomized between
+// one and two heartbeat timeouts) starts an election, and naming it (a
+// hint) or forwarding to it would send callers to a node that does not
+// answer. They get "no leader" and retry a moment later instead. Not
+// less than a heartbeat timeout: hashicorp/raft sends the next heartbeat
+// a random tenth to fifth of it after the last reply, so a round trip, a
+// lost packet or a busy leader could otherwise make a healthy follower
+// answer "no leader".
 func (s *Server) heardLeader() raft.ServerID {
 	_, id := s.raft.LeaderWithID()
 	if id == "" || string(id) == s.nodeID || s.raft.State() == raft.Leader {
@@ -126,7 +130,7 @@ func (s *Server) heardLeader() raft.ServerID {
 	if ht <= 0 {
 		ht = DefaultConfig().HeartbeatTimeout
 	}
-	if time.Since(s.raft.LastContact()) > ht/2 {
+	if time.Since(s.raft.LastContact()) > ht {
 		return ""
 	}
 	return id

@@ -247,17 +247,7 @@ func TestRaftPortAcceptsOnlyMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	accepted := make(chan net.Conn, 100)
-	go func() {
-		for {
-			c, err := s.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(s, 100)
 	addr := s.Addr().String()
 	dial := func(from, crt, key string) (*tls.Conn, error) {
 		tc := p.tlsConfigFor(t, crt, key)
@@ -567,17 +557,7 @@ func TestRaftPortCapsSpareMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	accepted := make(chan net.Conn, 4)
-	go func() {
-		for {
-			c, err := s.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
+	accepted := acceptAll(s, 4)
 	addr := s.Addr().String()
 	dialFrom := func(from string) net.Conn {
 		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -629,4 +609,21 @@ func TestRaftPortCapsSpareMembers(t *testing.T) {
 			t.Fatalf("accepted %s, want the member from %s", ip, from)
 		}
 	}
+}
+
+// acceptAll hands what s accepts to the channel it returns (buffered by n),
+// closed when s is.
+func acceptAll(s *tlsStream, n int) <-chan net.Conn {
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := s.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
 }

@@ -3,11 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,20 +64,8 @@ func TestRestoreRevokesSecretlessSession(t *testing.T) {
 	if secretHash, _, ok := src.fsm.SessionAuth("old"); !ok || len(secretHash) != 0 {
 		t.Fatal("the source cluster has no secretless session to back up")
 	}
-	resp, err := http.Get(src.URL() + "/v1/snapshot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	backup, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("snapshot: %d %v", resp.StatusCode, err)
-	}
+	file := downloadBackup(t, src)
 	src.Close()
-	file := filepath.Join(t.TempDir(), "backup.lockd")
-	if err := os.WriteFile(file, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
 
 	cfg := testConfig(t.TempDir())
 	cfg.Restore = file

@@ -41,8 +41,9 @@ type memberHealth struct {
 	ID    string `json:"id"`
 	Ready bool   `json:"ready"`
 	// Reachable is whether the member answered at all (any HTTP status):
-	// lockd members shows a member that did not as "unreachable".
-	Reachable bool   `json:"reachable"`
+	// lockd members shows a member that did not as "unreachable". Absent
+	// when it was not asked (its API address is not known yet): unknown.
+	Reachable *bool  `json:"reachable,omitempty"`
 	Error     string `json:"error,omitempty"`
 }
 
@@ -78,12 +79,13 @@ func (s *Server) probeMembers(ctx context.Context, members []*lockdv1.Member) []
 				return
 			}
 			resp, err := s.fwd.hc.Do(req)
+			reachable := err == nil
+			out[i].Reachable = &reachable
 			if err != nil {
 				out[i].Error = err.Error()
 				return
 			}
 			resp.Body.Close()
-			out[i].Reachable = true
 			out[i].Ready = resp.StatusCode == http.StatusOK
 			if !out[i].Ready {
 				out[i].Error = resp.Status

@@ -8,8 +8,6 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -263,19 +261,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 		t.Fatalf("position %q does not carry cluster %s", saved, a.fsm.ClusterID())
 	}
 
-	resp, err := http.Get(a.URL() + "/v1/snapshot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	backup, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("snapshot: %d %v", resp.StatusCode, err)
-	}
-	file := filepath.Join(t.TempDir(), "backup.lockd")
-	if err := os.WriteFile(file, backup, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := downloadBackup(t, a)
 	cfg := testConfig(t.TempDir())
 	cfg.Restore = file
 	b := startServer(t, cfg)
