@@ -613,3 +613,44 @@ func TestRunRetryUntilPeriodEnd(t *testing.T) {
 		}
 	})
 }
+
+// A server that was running but reaches a period only after its window
+// (paused, or its clock stood still, from 01:59 to 03:10) is a late
+// server like one that starts then: it joins the 02:00 period only if the
+// fleet is at work on it, and then waits until the period's end.
+func TestRunWakeAfterWindow(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			day := time.Now()
+			stuck, wake := day.Add(time.Hour+59*time.Minute), day.Add(3*time.Hour+10*time.Minute)
+			var a attempts
+			runFor(t, Config{
+				Schedule:   mustParse(t, "0 2 * * *", nil),
+				CatchUp:    time.Hour,
+				RetryDelay: 10 * time.Second,
+				Now: func() time.Time {
+					if n := time.Now(); n.Before(wake) && n.After(stuck) {
+						return stuck
+					}
+					return time.Now()
+				},
+				History: func(context.Context, Period) (bool, error) { t.Error("History asked"); return true, nil },
+				Underway: func(_ context.Context, p Period) (bool, error) {
+					// Yesterday's period, under way at the start, is not.
+					return busy && p.Start.Equal(day.Add(2*time.Hour)), nil
+				},
+				Attempt: func(ctx context.Context, p Period) Outcome {
+					a.record(ctx, p)
+					return Done
+				},
+			}, 4*time.Hour)
+			calls := a.get()
+			switch {
+			case !busy && len(calls) != 0:
+				t.Errorf("nobody at work: attempts %v, want the period skipped", calls)
+			case busy && (len(calls) != 1 || !calls[0].at.Equal(wake) || !calls[0].deadline.Equal(day.Add(26*time.Hour))):
+				t.Errorf("fleet at work: attempts %v, want one at %v waiting until the period's end", calls, wake)
+			}
+		})
+	}
+}

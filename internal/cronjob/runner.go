@@ -128,7 +128,9 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 				joined = p.Start
 			}
-			actx, cancel := context.WithTimeout(ctx, p.End.Sub(t))
+			// The wait for the lock lasts until the period ends, not
+			// the window: a standby must outlast a runner that dies late.
+			actx, cancel := context.WithTimeout(ctx, p.End.Sub(now()))
 			out := cfg.Attempt(actx, p)
 			cancel()
 			if ctx.Err() != nil {
