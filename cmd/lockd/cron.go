@@ -35,8 +35,9 @@ const skewMargin = 5 * time.Minute
 const maxRetention = 400 * 24 * time.Hour
 
 // defaultCatchUp is --catch-up's default: a late start (a restart, a
-// pause) still runs the period within the hour, a late deploy days later
-// does not; a failed run is retried for as long.
+// pause) still joins the period within the hour, a late deploy days later
+// does not. It bounds only when a server begins to contend: a standby
+// already waiting, and a failed run's retries, last until the period ends.
 const defaultCatchUp = time.Hour
 
 // CronCommand is `lockd cron [flags] SCHEDULE NAME -- CMD [ARGS...]`: every
@@ -49,8 +50,8 @@ const defaultCatchUp = time.Hour
 // covering the rest of the period plus skewMargin, so the other servers
 // (waiting in the lock's queue, or arriving later) get "already done". A
 // failed run releases the lock: the next server in the queue runs it at
-// once, and this one tries again after --retry-delay while the period's
-// window lasts (internal/cronjob has the policy).
+// once, and this one tries again after --retry-delay until the period
+// ends (internal/cronjob has the policy).
 type CronCommand struct {
 	// Stderr receives help, errors and the log (slog text).
 	Stderr io.Writer
@@ -84,12 +85,15 @@ in UTC, RFC 3339; CMD sees it in LOCKD_LOCK) and runs CMD like lockd run
 (same supervision, LOCKD_TOKEN, LOCKD_SESSION). Exit 0 marks the period
 done for every server. A failed run (non-zero exit, lease lost) leaves it
 open: the next waiting server runs it at once, and this one tries again
-after --retry-delay, while the period's window lasts (--catch-up after
-its start, 1h by default, or its end if sooner). A server that starts
-inside a window catches the period up only if the fleet has a record of
-an earlier run (the previous period done, or a server at work on it or on
-this one): a first start never runs a period it did not see begin, unless
---catch-up-first. One that reaches a period after its window skips it.
+after --retry-delay, until the period ends. A server joins a period (and
+then waits for its lock until the period ends) when it reaches it inside
+its window, the first --catch-up of the period (1h by default). One that
+starts inside a window joins only if the fleet has a record of an earlier
+run (the previous period done, or a server at work on it or on this one):
+a first start never runs a period it did not see begin, unless
+--catch-up-first. One that reaches a period after its window joins only
+if a server holds or waits for the period's lock (it becomes a standby
+for that run), and skips the period otherwise.
 Runs in the foreground and logs to stderr; SIGINT, SIGTERM or SIGHUP stop
 waiting, are forwarded to a running CMD, and lockd cron exits 0 once CMD
 has ended. See docs/cron.md.
@@ -161,6 +165,7 @@ func (c *CronCommand) Run(ctx context.Context, args []string) error {
 		RetryDelay: f.retryDelay,
 		Now:        now,
 		Logger:     log,
+		Underway:   j.underway,
 		Attempt:    j.attempt,
 	}
 	if !f.catchFirst {
@@ -197,15 +202,29 @@ func (j *cronJob) history(ctx context.Context, p cronjob.Period) (bool, error) {
 		names = append(names, j.f.run.name+"@"+prev.Key())
 	}
 	for _, name := range names {
-		resp, err := j.cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: name}))
-		if err != nil {
-			return false, fmt.Errorf("describe %s: %w", name, err)
-		}
-		if l := resp.Msg.GetLock(); l != nil && (l.GetMark() != nil || len(l.GetHolders()) > 0 || len(l.GetWaiters()) > 0) {
-			return true, nil
+		if busy, err := j.busy(ctx, name); err != nil || busy {
+			return busy, err
 		}
 	}
 	return false, nil
+}
+
+// underway reports whether the fleet is at work on period p after its
+// window: p's lock held or waited for (a run began in time; this server
+// becomes a standby for it) or marked done (the attempt then finds it
+// done).
+func (j *cronJob) underway(ctx context.Context, p cronjob.Period) (bool, error) {
+	return j.busy(ctx, j.f.run.name+"@"+p.Key())
+}
+
+// busy reports whether lock name is marked done, held or waited for.
+func (j *cronJob) busy(ctx context.Context, name string) (bool, error) {
+	resp, err := j.cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: name}))
+	if err != nil {
+		return false, fmt.Errorf("describe %s: %w", name, err)
+	}
+	l := resp.Msg.GetLock()
+	return l != nil && (l.GetMark() != nil || len(l.GetHolders()) > 0 || len(l.GetWaiters()) > 0), nil
 }
 
 // retention is how long the mark of period p, set now, is kept: the rest
@@ -221,7 +240,7 @@ func (j *cronJob) retention(p cronjob.Period) time.Duration {
 	return min(max(p.End.Sub(j.now())+after, time.Second), maxRetention)
 }
 
-// attempt waits (until ctx ends with the period's window) for the period's
+// attempt waits (until ctx ends with the period) for the period's
 // lock and, when granted, runs the command under lockd run's supervision.
 func (j *cronJob) attempt(ctx context.Context, p cronjob.Period) cronjob.Outcome {
 	name := j.f.run.name + "@" + p.Key()
@@ -299,9 +318,9 @@ func (c *CronCommand) parse(args []string) (_ *cronFlags, err error) {
 	}()
 	f.run.client.register(fs, c.Getenv)
 	tz := fs.String("tz", "UTC", "time zone of the schedule (IANA name, like Europe/Paris, or Local)")
-	fs.DurationVar(&f.catchUp, "catch-up", defaultCatchUp, "start a period (or retry it) at most this long after its scheduled time; a server that reaches it later skips it (0: until the period ends)")
+	fs.DurationVar(&f.catchUp, "catch-up", defaultCatchUp, "begin to contend for a period at most this long after its scheduled time; a server that reaches it later joins only a run under way (its lock held or waited for) and skips it otherwise; a server already contending waits and retries until the period ends (0: the whole period)")
 	fs.BoolVar(&f.catchFirst, "catch-up-first", false, "catch up a period that began before this server started even when the fleet has no record of an earlier run (a first deploy)")
-	fs.DurationVar(&f.retryDelay, "retry-delay", 10*time.Second, "after a failed run here, try the same period again after this long, while its window lasts")
+	fs.DurationVar(&f.retryDelay, "retry-delay", 10*time.Second, "after a failed run here, try the same period again after this long, until the period ends")
 	fs.DurationVar(&f.run.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
 	fs.DurationVar(&f.run.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
 	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")

@@ -87,11 +87,12 @@ func startCron(t *testing.T, s *lockdServer, env []string, args ...string) (*exe
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{}) // closed on exit, even once the test read done
+	go func() { done <- cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(10 * time.Second):
 		}
 	})
@@ -141,5 +142,61 @@ func TestCronStopAndDone(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(out); string(b) != "start\nterm\n" {
 		t.Errorf("job ran again: output %q", b)
+	}
+}
+
+// Review of issue 17, item 13a: a server that starts after the window
+// (default --catch-up 1h; the yearly period began long before) while
+// another runs the period joins it as a standby, and runs the job when
+// that run fails; the first server's retry then finds the period done.
+func TestCronJoinAfterWindow(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	out, fail := filepath.Join(dir, "out"), filepath.Join(dir, "fail")
+	// Server a's run lasts until the test creates $FAIL, then fails;
+	// server b's succeeds at once.
+	job := []string{"0 0 1 1 *", "report", "--", "sh", "-c",
+		`echo "run-$ID" >> "$OUT"; [ "$ID" = b ] && exit 0; while [ ! -e "$FAIL" ]; do sleep 0.1; done; exit 1`}
+	env := func(id string) []string { return []string{"OUT=" + out, "FAIL=" + fail, "ID=" + id} }
+	// The runner: it catches up the period under way (a first start).
+	cmdA, logA, doneA := startCron(t, s, env("a"), append([]string{"--catch-up", "0", "--catch-up-first", "--retry-delay", "2s"}, job...)...)
+	t.Cleanup(func() { _ = os.WriteFile(fail, nil, 0o644) }) // a's job ends even if the test stops early
+	if !poll(10*time.Second, func() bool { b, _ := os.ReadFile(out); return string(b) == "run-a\n" }) {
+		b, _ := os.ReadFile(logA)
+		t.Fatalf("server a: job not started within 10s; log:\n%s", b)
+	}
+	cmdB, logB, doneB := startCron(t, s, env("b"), job...)
+	if !poll(10*time.Second, func() bool {
+		b, _ := os.ReadFile(logB)
+		return strings.Contains(string(b), "period joined after its window")
+	}) {
+		b, _ := os.ReadFile(logB)
+		t.Fatalf("server b: no \"period joined after its window\" within 10s; log:\n%s", b)
+	}
+	if err := os.WriteFile(fail, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !poll(15*time.Second, func() bool {
+		b, _ := os.ReadFile(logB)
+		return strings.Contains(string(b), "job succeeded: period done")
+	}) {
+		b, _ := os.ReadFile(logB)
+		t.Fatalf("server b: did not take over within 15s; log:\n%s", b)
+	}
+	if !poll(15*time.Second, func() bool { b, _ := os.ReadFile(logA); return strings.Contains(string(b), "period already done") }) {
+		b, _ := os.ReadFile(logA)
+		t.Fatalf("server a: its retry did not find the period done within 15s; log:\n%s", b)
+	}
+	for _, c := range []struct {
+		cmd  *exec.Cmd
+		done chan error
+	}{{cmdA, doneA}, {cmdB, doneB}} {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-c.done; err != nil {
+			t.Errorf("lockd cron after SIGTERM: %v", err)
+		}
+	}
+	if b, _ := os.ReadFile(out); string(b) != "run-a\nrun-b\n" {
+		t.Errorf("job output %q, want a's failed run then b's", b)
 	}
 }

@@ -217,9 +217,10 @@ func TestRunCatchUp(t *testing.T) {
 					t.Errorf("catch-up %v: attempts at %v, want %v", tc.catchUp, got, tc.want)
 				}
 			}
-			// The window ends the attempt's wait.
-			if c := a.get()[0]; tc.catchUp == 40*time.Second && !c.deadline.Equal(start.Add(40*time.Second)) {
-				t.Errorf("deadline %v, want the catch-up window's end %v", c.deadline, start.Add(40*time.Second))
+			// The window bounds when the server joins, not how long it
+			// waits: the attempt's wait lasts until the period's end.
+			if c := a.get()[0]; tc.catchUp == 40*time.Second && !c.deadline.Equal(start.Add(time.Minute)) {
+				t.Errorf("deadline %v, want the period's end %v", c.deadline, start.Add(time.Minute))
 			}
 		})
 	}
@@ -364,6 +365,291 @@ func TestRunFirstStart(t *testing.T) {
 				if k != start.UTC().Format(time.RFC3339) {
 					t.Errorf("%s: History asked for %s, want only %s", tc.name, k, start.UTC().Format(time.RFC3339))
 				}
+			}
+		})
+	}
+}
+
+// fleetLock plays, for the schedulers of one bubble, what lockd gives
+// lockd cron: per period, an exclusive lock whose holders and waiters can
+// be seen, and a completion mark. A fake on purpose: the real lock's queue
+// and mark are exercised against real servers in cmd/lockd/fleettest;
+// here only the scheduler's timing is under test, in virtual time.
+type fleetLock struct {
+	mu      sync.Mutex
+	slots   map[string]chan struct{} // a buffered slot per period: held when full
+	waiting map[string]int
+	marked  map[string]string // period → server whose job succeeded
+	runs    []jobRun
+}
+
+// jobRun is one start of the job.
+type jobRun struct {
+	key, server string
+	at          time.Time
+}
+
+func (r jobRun) String() string {
+	return r.key + " by " + r.server + " at " + r.at.UTC().Format(time.RFC3339)
+}
+
+func newFleetLock() *fleetLock {
+	return &fleetLock{slots: map[string]chan struct{}{}, waiting: map[string]int{}, marked: map[string]string{}}
+}
+
+func (l *fleetLock) slot(key string) chan struct{} {
+	s, ok := l.slots[key]
+	if !ok {
+		s = make(chan struct{}, 1)
+		l.slots[key] = s
+	}
+	return s
+}
+
+// busy is what History and Underway read: the period's lock held, waited
+// for or marked done.
+func (l *fleetLock) busy(_ context.Context, p Period) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	key := p.Key()
+	_, done := l.marked[key]
+	return done || len(l.slot(key)) > 0 || l.waiting[key] > 0, nil
+}
+
+// server returns the Attempt of one server: wait for the period's lock
+// until ctx ends, then run the job for jobTime unless the server dies
+// first (its lock is then freed, as a session expiry would).
+func (l *fleetLock) server(name string, jobTime time.Duration, dead <-chan struct{}) func(context.Context, Period) Outcome {
+	return func(ctx context.Context, p Period) Outcome {
+		key := p.Key()
+		l.mu.Lock()
+		s := l.slot(key)
+		l.waiting[key]++
+		l.mu.Unlock()
+		select {
+		case s <- struct{}{}:
+		case <-ctx.Done():
+			l.mu.Lock()
+			l.waiting[key]--
+			l.mu.Unlock()
+			return Failed
+		}
+		l.mu.Lock()
+		l.waiting[key]--
+		if _, done := l.marked[key]; done {
+			<-s
+			l.mu.Unlock()
+			return Done
+		}
+		l.runs = append(l.runs, jobRun{key, name, time.Now()})
+		l.mu.Unlock()
+		select {
+		case <-time.After(jobTime):
+			l.mu.Lock()
+			l.marked[key] = name
+			l.mu.Unlock()
+			<-s
+			return Done
+		case <-dead:
+			<-s
+			return Failed
+		}
+	}
+}
+
+func (l *fleetLock) get() ([]jobRun, map[string]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := map[string]string{}
+	for k, v := range l.marked {
+		m[k] = v
+	}
+	return append([]jobRun(nil), l.runs...), m
+}
+
+// Review of issue 17, item 13a: the catch-up window bounds when a server
+// begins to contend for a period, not how long a standby waits. A nightly
+// 3 h job (02:00, --catch-up 1h) whose runner dies at 03:30: the standby
+// takes the lock then and runs the job, whether it was waiting since
+// before 02:00, joined late inside the window (the runner's hold is its
+// record), or was restarted after the window while the runner held the
+// lock (it joins the run under way).
+func TestRunStandbyOutlastsWindow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		standby time.Duration // when the standby starts, after 00:00
+	}{
+		{"waiting since before the period", time.Hour},
+		{"joined late inside the window", 2*time.Hour + 40*time.Minute},
+		{"restarted after the window while the runner holds", 3*time.Hour + 10*time.Minute},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			day := time.Now() // 2000-01-01T00:00:00Z
+			sched := mustParse(t, "0 2 * * *", nil)
+			l := newFleetLock()
+			dead := make(chan struct{})
+			cfg := func(name string, behind time.Duration, dead <-chan struct{}) Config {
+				return Config{
+					Schedule:   sched,
+					Now:        func() time.Time { return time.Now().Add(-behind) },
+					CatchUp:    time.Hour,
+					RetryDelay: 10 * time.Second,
+					History:    l.busy,
+					Underway:   l.busy,
+					Attempt:    l.server(name, 3*time.Hour, dead),
+				}
+			}
+			ctxA, killA := context.WithCancel(t.Context())
+			ctxB, stopB := context.WithCancel(t.Context())
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				if err := Run(ctxA, cfg("runner", 0, dead)); err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(tc.standby)
+			wg.Go(func() {
+				// Its clock is a second behind, so the runner takes the
+				// lock first at 02:00 whatever the goroutines' order.
+				if err := Run(ctxB, cfg("standby", time.Second, nil)); err != nil {
+					t.Error(err)
+				}
+			})
+			time.Sleep(3*time.Hour + 30*time.Minute - tc.standby)
+			close(dead) // the runner dies 1h30 into its job
+			killA()
+			time.Sleep(4 * time.Hour) // to 07:30: the standby's job ends at 06:30
+			stopB()
+			wg.Wait()
+
+			key := day.Add(2 * time.Hour).UTC().Format(time.RFC3339)
+			runs, marked := l.get()
+			want := []jobRun{{key, "runner", day.Add(2 * time.Hour)}, {key, "standby", day.Add(3*time.Hour + 30*time.Minute)}}
+			if len(runs) != len(want) {
+				t.Fatalf("%s: job runs %v, want %v", tc.name, runs, want)
+			}
+			for i := range runs {
+				if runs[i].key != want[i].key || runs[i].server != want[i].server || !runs[i].at.Equal(want[i].at) {
+					t.Errorf("%s: job runs %v, want %v", tc.name, runs, want)
+				}
+			}
+			if marked[key] != "standby" {
+				t.Errorf("%s: period %s marked by %q, want the standby", tc.name, key, marked[key])
+			}
+		})
+	}
+}
+
+// A first start after the window, with no server at work on the period,
+// does not run it (nor asks History): the first-start protection holds
+// after the window as inside it. The next period runs at its start.
+func TestRunFirstStartAfterWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		day := time.Now()
+		l := newFleetLock()
+		time.Sleep(3*time.Hour + 10*time.Minute) // a deploy at 03:10, the 02:00 run never began
+		var historyAsked, underwayAsked []string
+		var mu sync.Mutex
+		runFor(t, Config{
+			Schedule:   mustParse(t, "0 2 * * *", nil),
+			CatchUp:    time.Hour,
+			RetryDelay: 10 * time.Second,
+			History: func(ctx context.Context, p Period) (bool, error) {
+				mu.Lock()
+				historyAsked = append(historyAsked, p.Key())
+				mu.Unlock()
+				return l.busy(ctx, p)
+			},
+			Underway: func(ctx context.Context, p Period) (bool, error) {
+				mu.Lock()
+				underwayAsked = append(underwayAsked, p.Key())
+				mu.Unlock()
+				return l.busy(ctx, p)
+			},
+			Attempt: l.server("new", time.Minute, nil),
+		}, 24*time.Hour) // to 03:10 the next day
+		runs, _ := l.get()
+		next := day.Add(26 * time.Hour)
+		if len(runs) != 1 || !runs[0].at.Equal(next) || runs[0].key != next.UTC().Format(time.RFC3339) {
+			t.Errorf("job runs %v, want only the next period's, at %v", runs, next)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(historyAsked) != 0 || len(underwayAsked) != 1 || underwayAsked[0] != day.Add(2*time.Hour).UTC().Format(time.RFC3339) {
+			t.Errorf("History asked for %v, Underway for %v; want none, then the period under way at start only", historyAsked, underwayAsked)
+		}
+	})
+}
+
+// A failed run is retried after RetryDelay until the period ends, not
+// only within the catch-up window; then the next period starts fresh.
+func TestRunRetryUntilPeriodEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var a attempts
+		runFor(t, Config{
+			Schedule:   mustParse(t, "0 */2 * * *", nil),
+			CatchUp:    30 * time.Minute,
+			RetryDelay: 10 * time.Minute,
+			Attempt: func(ctx context.Context, p Period) Outcome {
+				a.record(ctx, p)
+				time.Sleep(2 * time.Minute)
+				return Failed // always
+			},
+		}, 2*time.Hour+5*time.Minute)
+		var got []string
+		for _, c := range a.get() {
+			got = append(got, c.at.Sub(start).String())
+			if wantEnd := c.at.Truncate(2 * time.Hour).Add(2 * time.Hour); !c.deadline.Equal(wantEnd) {
+				t.Errorf("attempt at %v: deadline %v, want the period's end %v", c.at, c.deadline, wantEnd)
+			}
+		}
+		// Attempts 12 min apart (2 min job + 10 min delay) through the
+		// 2 h period; after the one at 1h48 the next would start at its
+		// end. Then the next period, at its start.
+		want := "0s 12m0s 24m0s 36m0s 48m0s 1h0m0s 1h12m0s 1h24m0s 1h36m0s 1h48m0s 2h0m0s"
+		if strings.Join(got, " ") != want {
+			t.Errorf("attempts at %v, want %s", got, want)
+		}
+	})
+}
+
+// A server that was running but reaches a period only after its window
+// (paused, or its clock stood still, from 01:59 to 03:10) is a late
+// server like one that starts then: it joins the 02:00 period only if the
+// fleet is at work on it, and then waits until the period's end.
+func TestRunWakeAfterWindow(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			day := time.Now()
+			stuck, wake := day.Add(time.Hour+59*time.Minute), day.Add(3*time.Hour+10*time.Minute)
+			var a attempts
+			runFor(t, Config{
+				Schedule:   mustParse(t, "0 2 * * *", nil),
+				CatchUp:    time.Hour,
+				RetryDelay: 10 * time.Second,
+				Now: func() time.Time {
+					if n := time.Now(); n.Before(wake) && n.After(stuck) {
+						return stuck
+					}
+					return time.Now()
+				},
+				History: func(context.Context, Period) (bool, error) { t.Error("History asked"); return true, nil },
+				Underway: func(_ context.Context, p Period) (bool, error) {
+					// Yesterday's period, under way at the start, is not.
+					return busy && p.Start.Equal(day.Add(2*time.Hour)), nil
+				},
+				Attempt: func(ctx context.Context, p Period) Outcome {
+					a.record(ctx, p)
+					return Done
+				},
+			}, 4*time.Hour)
+			calls := a.get()
+			switch {
+			case !busy && len(calls) != 0:
+				t.Errorf("nobody at work: attempts %v, want the period skipped", calls)
+			case busy && (len(calls) != 1 || !calls[0].at.Equal(wake) || !calls[0].deadline.Equal(day.Add(26*time.Hour))):
+				t.Errorf("fleet at work: attempts %v, want one at %v waiting until the period's end", calls, wake)
 			}
 		})
 	}
