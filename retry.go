@@ -137,6 +137,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			}
 		}
 		ok, hint := retryable(err, p.idempotent, timedOut)
+		electing := hint == "" && electionUnderWay(err)
 		broken := errors.Is(err, errStreamBroken) || abandoned
 		err = mapError(err, name)
 		immediate := false
@@ -180,6 +181,13 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 		if immediate {
 			r.Now()
+		} else if electing {
+			// A live node says there is no leader: an election is under
+			// way and ends within about an election timeout. Ask again
+			// within electionPoll rather than back off for seconds, so a
+			// failover costs the election, not the election plus the
+			// backoff grown meanwhile.
+			r.AtMost(electionPoll)
 		} else if connectLeft > 0 && !answered {
 			left := c.cfg.connectTimeout - time.Since(start)
 			if fast {
@@ -194,6 +202,26 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 	}
 	return r.Err()
+}
+
+// electionPoll bounds the wait before asking again while a live node
+// answers that there is no leader (an election takes an election timeout
+// or two: 0.4–0.8 s at the server's defaults). Full jitter below it keeps
+// many clients from asking together.
+const electionPoll = 200 * time.Millisecond
+
+// electionUnderWay reports whether a node answered that it knows no
+// leader (no hint to follow).
+func electionUnderWay(err error) bool {
+	d := errorDetail(err)
+	if d == nil || d.GetLeaderApi() != "" {
+		return false
+	}
+	switch d.GetReason() {
+	case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER:
+		return true
+	}
+	return false
 }
 
 // attemptTimeout returns how long the next attempt may take.

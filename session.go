@@ -288,7 +288,14 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	seq := s.seqs.begin()
 	defer seq.end()
 	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq, Secret: s.secret}
-	_, err := rpcCloseSession.invoke(ctx, s.c, rpcCloseSession.policyOf(msg), msg, nil)
+	// Each attempt gets a keepalive's time and abandons a node that does
+	// not answer in it, as a keepalive does: the keepalives have stopped,
+	// so nothing else would notice a node that froze (a paused leader)
+	// and the holds would stay until the session expired. A re-sent
+	// CloseSession keeps its seq: the server answers it once.
+	p := rpcCloseSession.policyOf(msg)
+	p.timeout, p.abandon = keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
+	_, err := rpcCloseSession.invoke(ctx, s.c, p, msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}
