@@ -99,6 +99,13 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			return nil
 		}
 		if ctx.Err() != nil {
+			if all, never := c.refusedAll(refused); all && never && !answered {
+				// Every endpoint refused so far, and the caller's time ran
+				// out during one more attempt: nothing listens, whichever
+				// of the two ended first (lockd run --wait 1s against a
+				// stopped server is "unavailable", not "busy").
+				return retry.JoinCtx(ctx.Err(), c.refusedErr(refused))
+			}
 			if isContextErr(err) || connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 				// The caller's time ran out during this attempt, not because
 				// of an earlier failure: say only that (a --wait that ran out
