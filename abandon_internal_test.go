@@ -110,7 +110,7 @@ func TestTLSFilesTransportsSeeTLS(t *testing.T) {
 	go func() { _ = hs.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() { hs.Close() })
 	url := "https://" + ln.Addr().String()
-	c, err := New(WithEndpoints(url), WithTLSFiles(caFile, "", ""))
+	c, err := New(WithEndpoints(url), WithTLSFiles(caFile, "", ""), WithStream(true))
 	if err != nil {
 		t.Fatal(err)
 	}
