@@ -217,12 +217,26 @@ func connLost(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "http2: client connection lost")
 }
 
-// openTimeout is how long opening a stream to ep may take.
+// openTimeout is how long opening a stream to ep may take: reopenTimeout
+// for a node abandoned since it last answered, and for a node this client
+// never heard from while another one answers it (a call moved there after
+// a failure elsewhere, with no hint: that node may be the frozen leader
+// the failure came from, and its hello, which a live node sends without
+// Raft, would never come); the request timeout otherwise (a cold start on
+// a busy machine).
 func (c *Client) openTimeout(ep *node) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ep.abandon {
+	if ep.abandon || (c.spoke && !ep.spoke) {
 		return min(c.cfg.requestTimeout, reopenTimeout)
 	}
 	return c.cfg.requestTimeout
+}
+
+// abandonedLately reports whether ep was abandoned and has not answered
+// since.
+func (c *Client) abandonedLately(ep *node) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ep.abandon
 }

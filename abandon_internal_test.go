@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/lockdtest"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // An overdue keepalive abandons a node only when nothing at all came from
@@ -182,5 +185,41 @@ func TestConnLostMatchesPingTimeout(t *testing.T) {
 	}
 	if !connLost(err) {
 		t.Fatalf("connLost(%q) = false: the http2 message for a connection its pings found dead changed (abandon.go matches %q)", err, "http2: client connection lost")
+	}
+}
+
+// A stream to a node this client never heard from, while another node
+// answers it, opens within reopenTimeout, not the request timeout: a call
+// moved there after a failure elsewhere may meet the frozen leader the
+// failure came from, whose hello never comes (in TestClusterLeaderPause a
+// Release waited 2 s there, until the pings gave up). Before any node
+// answered (a cold start on a busy machine) the request timeout holds.
+func TestOpenTimeoutForUnheardNode(t *testing.T) {
+	srv := lockdtest.New(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // never spoken to below
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	c, err := New(WithEndpoints(srv.URL(), "http://"+ln.Addr().String()), WithRequestTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	live, unheard := c.eps[0], c.eps[1]
+	if got := c.openTimeout(unheard); got != 30*time.Second {
+		t.Fatalf("before any answer: open timeout %v, want the request timeout", got)
+	}
+	c.mu.Lock()
+	c.cur = 0
+	c.mu.Unlock()
+	if _, err := c.Service().DescribeLock(t.Context(), connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "x"})); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.openTimeout(unheard); got != reopenTimeout {
+		t.Errorf("node never heard from while another answers: open timeout %v, want %v", got, reopenTimeout)
+	}
+	if got := c.openTimeout(live); got != 30*time.Second {
+		t.Errorf("node that answered: open timeout %v, want the request timeout", got)
 	}
 }
