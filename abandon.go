@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,22 +42,46 @@ const staleHintFor = time.Second
 
 // connTracker remembers the client's open connections per dialled address,
 // so that abandoning an endpoint can close them (http.Transport closes
-// only idle ones).
+// only idle ones), and when a byte last came from each address, so that a
+// node that is slow but alive (a keepalive attempt overdue while other
+// answers, or HTTP/2 ping replies, still arrive) is not abandoned: only a
+// node that sent nothing during the attempt is (abandon.go's rule). It
+// tracks TCP connections, beneath TLS, so net/http still gets the
+// *tls.Conn (tls.go).
 type connTracker struct {
 	mu    sync.Mutex
 	conns map[string]map[*trackedConn]struct{}
+	heard map[string]*atomic.Int64 // per address: monoNow of the last byte read
 }
 
 func newConnTracker() *connTracker {
-	return &connTracker{conns: map[string]map[*trackedConn]struct{}{}}
+	return &connTracker{conns: map[string]map[*trackedConn]struct{}{}, heard: map[string]*atomic.Int64{}}
 }
+
+// monoEpoch anchors monoNow.
+var monoEpoch = time.Now()
+
+// monoNow is a monotonic clock reading in nanoseconds (never 0 after
+// start: a zero stamp means "nothing heard").
+func monoNow() int64 { return int64(time.Since(monoEpoch)) + 1 }
 
 // trackedConn is a connection the tracker knows until it is closed.
 type trackedConn struct {
 	net.Conn
-	t    *connTracker
-	addr string
-	once sync.Once
+	t     *connTracker
+	addr  string
+	heard *atomic.Int64 // shared by the address's connections
+	once  sync.Once
+}
+
+// Read stamps the address's last-heard time when bytes came: an atomic
+// store per read, cheap beside the read itself.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.heard.Store(monoNow())
+	}
+	return n, err
 }
 
 func (c *trackedConn) Close() error {
@@ -80,8 +105,15 @@ func (t *connTracker) wrap(dial dialFunc) dialFunc {
 		if err != nil {
 			return nil, err
 		}
-		tc := &trackedConn{Conn: conn, t: t, addr: addr}
 		t.mu.Lock()
+		h := t.heard[addr]
+		if h == nil {
+			// One stamp per address, kept after its connections close
+			// (the client dials a bounded set of endpoints).
+			h = new(atomic.Int64)
+			t.heard[addr] = h
+		}
+		tc := &trackedConn{Conn: conn, t: t, addr: addr, heard: h}
 		if t.conns[addr] == nil {
 			t.conns[addr] = map[*trackedConn]struct{}{}
 		}
@@ -91,16 +123,26 @@ func (t *connTracker) wrap(dial dialFunc) dialFunc {
 	}
 }
 
-// track makes tr's connections (plain and TLS) tracked.
+// track makes tr's connections tracked at the TCP level: its
+// DialContext, which the TLS dial of WithTLSFiles (tls.go) and net/http's
+// own TLS (WithTLSConfig) run beneath the handshake. DialTLSContext is
+// not wrapped: a wrapper would hide the *tls.Conn from net/http (no
+// resp.TLS, no HTTP/2 by ALPN).
 func (t *connTracker) track(tr *http.Transport) {
 	dial := tr.DialContext
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
 	tr.DialContext = t.wrap(dial)
-	if tr.DialTLSContext != nil {
-		tr.DialTLSContext = t.wrap(tr.DialTLSContext)
-	}
+}
+
+// heardSince reports whether a byte came from addr at or after the
+// monoNow reading since.
+func (t *connTracker) heardSince(addr string, since int64) bool {
+	t.mu.Lock()
+	h := t.heard[addr]
+	t.mu.Unlock()
+	return h != nil && h.Load() >= since
 }
 
 // closeAddr closes every tracked connection to addr and returns how many.
@@ -158,19 +200,43 @@ func (c *Client) abandon(ep *node, after time.Duration) {
 	c.logger.Warn("endpoint stopped answering; its connections are closed and its calls re-sent elsewhere", "endpoint", ep.url, "after", after, "connections", n)
 }
 
+// heardFrom reports whether anything came from ep since the monoNow
+// reading since. Without the own transports (WithHTTPClient) nothing is
+// known, and it reports false: an overdue keepalive then abandons the
+// node as before.
+func (c *Client) heardFrom(ep *node, since int64) bool {
+	return c.conns != nil && c.conns.heardSince(dialAddr(ep.url), since)
+}
+
 // connLost reports whether err is an HTTP/2 connection that its pings
-// found dead (the bundled http2's errClientConnLost, not exported): a
-// frozen node, not a server that answered without a stream.
+// found dead (the bundled http2's errClientConnLost, not exported, and
+// net/http offers no sentinel for it, so the message is matched;
+// TestConnLostMatchesPingTimeout pins it): a frozen node, not a server
+// that answered without a stream.
 func connLost(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "http2: client connection lost")
 }
 
-// openTimeout is how long opening a stream to ep may take.
+// openTimeout is how long opening a stream to ep may take: reopenTimeout
+// for a node abandoned since it last answered, and for a node this client
+// never heard from while another one answers it (a call moved there after
+// a failure elsewhere, with no hint: that node may be the frozen leader
+// the failure came from, and its hello, which a live node sends without
+// Raft, would never come); the request timeout otherwise (a cold start on
+// a busy machine).
 func (c *Client) openTimeout(ep *node) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if ep.abandon {
+	if ep.abandon || (c.spoke && !ep.spoke) {
 		return min(c.cfg.requestTimeout, reopenTimeout)
 	}
 	return c.cfg.requestTimeout
+}
+
+// abandonedLately reports whether ep was abandoned and has not answered
+// since.
+func (c *Client) abandonedLately(ep *node) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ep.abandon
 }

@@ -1,8 +1,10 @@
 package lockd_test
 
 import (
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -186,5 +188,89 @@ func TestFrozenNodeAcquireMovesOn(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// signalHandler is a slog.Handler that closes a channel at the first
+// record with the given message.
+type signalHandler struct {
+	msg  string
+	once *sync.Once
+	ch   chan struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.ch) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// A queued Lock whose cluster stops answering for longer than the retry
+// timeout, while its session lives (a short outage, well within the TTL),
+// waits on with the same request and keeps its place in the queue: it
+// neither returns ErrUnavailable (which made `lockd run` queue anew at
+// the back, or exit when the repeat met its own first wait as "already
+// held") nor lets the waiter queued behind it overtake. The outage is a
+// frozen proxy in front of the one node (freezeProxy), over the session
+// stream.
+func TestLockWaitKeepsPlaceThroughOutage(t *testing.T) {
+	srv := lockdtest.New(t)
+	direct := newClient(t, srv)
+	p := newFreezeProxy(t, srv.Addr().String())
+	waiting := make(chan struct{})
+	log := slog.New(signalHandler{msg: "lock wait: cluster unavailable, still waiting", once: new(sync.Once), ch: waiting})
+	c := newClient(t, srv, lockd.WithEndpoints(p.URL()), lockd.WithStream(true),
+		lockd.WithRetryTimeout(300*time.Millisecond), lockd.WithLogger(log))
+	holder, second := newSession(t, direct), newSession(t, direct)
+	waiter := newSession(t, c, lockd.WithTTL(20*time.Second))
+	mh, mw, m2 := holder.NewMutex("ledger"), waiter.NewMutex("ledger"), second.NewMutex("ledger")
+	if err := mh.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- mw.Lock(t.Context()) }()
+	waitQueue(t, direct, "ledger", 1)
+	got2 := make(chan error, 1)
+	go func() { got2 <- m2.Lock(t.Context()) }()
+	waitQueue(t, direct, "ledger", 2)
+
+	p.freeze()
+	select {
+	case err := <-got:
+		t.Fatalf("the queued Lock ended during a short outage with its session alive: %v", err)
+	case <-waiting: // its attempt gave up, and the wait goes on
+	case <-time.After(15 * time.Second): // generous: pings find the frozen connection in about 2 s
+		t.Fatal("no sign of the outage reaching the queued Lock within 15 s")
+	}
+	p.thaw()
+	if err := mh.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Lock after the outage = %v", err)
+		}
+	case err := <-got2:
+		t.Fatalf("the waiter queued second got the lock first (err %v)", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first waiter got no grant within 30 s of the outage's end")
+	}
+	if waiter.Err() != nil {
+		t.Fatalf("session lost: %v", waiter.Err())
+	}
+	l := describe(t, direct, "ledger")
+	if len(l.GetHolders()) != 1 || l.GetHolders()[0].GetSessionId() != waiter.ID() || len(l.GetWaiters()) != 1 || l.GetWaiters()[0].GetSessionId() != second.ID() {
+		t.Fatalf("lock %v, want the first waiter holding and the second still queued", l)
+	}
+	if err := mw.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got2; err != nil {
+		t.Fatalf("second waiter: %v", err)
 	}
 }

@@ -118,6 +118,22 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 				s.lose(err)
 				return s.Err()
 			}
+			if wait && ctx.Err() == nil && errors.Is(err, ErrUnavailable) && !definitive(err) {
+				// No answer within the retry timeout (a node froze or
+				// died under the wait, no leader for a while) while the
+				// session lives: its lease says the cluster is reachable
+				// enough, and it ends the wait (ErrLeaseLost) when not.
+				// Wait on with the same seq, so the server's duplicate
+				// table answers the repeat and the wait keeps its place
+				// in the queue; a withdrawal and a new request would
+				// queue at the back, and one that landed before the
+				// withdrawal would be refused as already held.
+				s.c.logger.Warn("lock wait: cluster unavailable, still waiting", "lock", l.name, "session", s.id, "err", err)
+				if werr := l.pauseWait(ctx); werr != nil {
+					return werr
+				}
+				continue
+			}
 			if ctx.Err() != nil || !definitive(err) {
 				// The request may sit in the queue, or even hold the lock.
 				l.withdraw(ctx, seq)
@@ -136,6 +152,27 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 			l.withdraw(ctx, seq)
 			return fmt.Errorf("acquire %q: unexpected status %v", l.name, st)
 		}
+	}
+}
+
+// waitRepeatPause is the pause before a wait is repeated after the
+// cluster did not answer: the failed call already retried for the retry
+// timeout, so this only keeps a tiny retry timeout from spinning.
+const waitRepeatPause = 100 * time.Millisecond
+
+// pauseWait waits waitRepeatPause before a wait is repeated. When ctx or
+// the session ends first it returns what acquire returns then: the wait
+// withdrawn and ctx's error, or the session's.
+func (l *lock) pauseWait(ctx context.Context) error {
+	t := time.NewTimer(waitRepeatPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-l.s.ctx.Done():
+		return l.s.Err()
+	case <-ctx.Done():
+		return nil // the next attempt sees ctx ended and withdraws
 	}
 }
 
@@ -346,7 +383,9 @@ type Mutex struct{ l *lock }
 // granted or ctx ends. When ctx ends first, Lock removes its queue entry
 // (releasing a grant that raced in) and returns an error matching ctx.Err().
 // If the session's lease is lost while waiting, Lock returns at once with
-// an error matching ErrLeaseLost, never a grant.
+// an error matching ErrLeaseLost, never a grant. While the session lives,
+// a cluster that does not answer for a while does not end the wait: it
+// goes on, keeping its place in the queue.
 func (m *Mutex) Lock(ctx context.Context) error { return m.l.acquire(ctx, false, true) }
 
 // TryLock takes the lock if it is free now, without waiting. A lock that is

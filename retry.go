@@ -41,8 +41,8 @@ type policy struct {
 	// the caller runs its own schedule, as the keepalive loop does.
 	once bool
 	// abandon makes an attempt that times out (given its whole timeout)
-	// abandon the endpoint: a keepalive overdue means the node stopped
-	// answering (abandon.go).
+	// while nothing came from the endpoint abandon it: a keepalive overdue
+	// on a silent node means the node stopped answering (abandon.go).
 	abandon bool
 }
 
@@ -91,6 +91,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 		timeout := c.attemptTimeout(ctx, p, others, connectLeft)
 		actx, cancel := context.WithTimeout(ctx, timeout)
+		sent := monoNow()
 		err = fn(actx, ep)
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
@@ -114,9 +115,14 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			}
 			return retry.JoinCtx(ctx.Err(), mapError(err, name))
 		}
-		abandoned := timedOut && p.abandon && timeout >= p.timeout
+		// A node that sent anything during the attempt (another call's
+		// answer, an HTTP/2 ping reply) is slow, not frozen: keep it,
+		// and only this attempt fails.
+		abandoned := timedOut && p.abandon && timeout >= p.timeout && !c.heardFrom(ep, sent)
 		if abandoned {
 			c.abandon(ep, timeout)
+		} else if timedOut && p.abandon {
+			c.logger.Debug("keepalive overdue, but the endpoint still sends: kept", "endpoint", ep.url, "after", timeout)
 		}
 		if timedOut {
 			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.url), err))

@@ -203,7 +203,7 @@ func (c *Client) dialStream(ctx context.Context, ep *node) (s *stream, unary boo
 	}
 	if err != nil {
 		cancel()
-		if notSent(err) || connLost(err) || c.openTimeout(ep) < c.cfg.requestTimeout {
+		if notSent(err) || connLost(err) || c.abandonedLately(ep) {
 			// Not an answer without a stream: the connection failed
 			// (or the node was abandoned lately), so retry, not unary.
 			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))

@@ -86,13 +86,44 @@ func (c *config) checkTLS() error {
 func (c *config) setTLS(t *http.Transport, protos []string) {
 	switch {
 	case c.tlsFiles != nil:
+		// The handshake runs over t.DialContext, read at dial time, so
+		// that the connection tracker (abandon.go), installed after this,
+		// sees the TCP connection beneath TLS and net/http gets the
+		// *tls.Conn itself (resp.TLS set, HTTP/2 by ALPN).
 		st := c.tlsFiles
 		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return st.DialTLS(ctx, network, addr, protos)
+			conn, err := dialTLS(ctx, t.DialContext, st, network, addr, protos)
+			if err != nil {
+				return nil, err // not a nil *tls.Conn in a non-nil interface
+			}
+			return conn, nil
 		}
 	case c.tlsConfig != nil:
 		t.TLSClientConfig = c.tlsConfig.Clone()
 	}
+}
+
+// dialTLS dials addr with dial (a net.Dialer's when nil) and completes a
+// TLS handshake with st's current material (certs.Store.ClientConfig: the
+// files read again when they change), within ctx.
+func dialTLS(ctx context.Context, dial dialFunc, st *certs.Store, network, addr string, protos []string) (*tls.Conn, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	raw, err := dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := tls.Client(raw, st.ClientConfig(host, protos))
+	if err := conn.HandshakeContext(ctx); err != nil {
+		_ = raw.Close()
+		return nil, err
+	}
+	return conn, nil
 }
 
 // tlsRefused reports whether err is a TLS handshake that failed on a

@@ -140,7 +140,11 @@ func (c *RunCommand) acquireLockd(ctx context.Context, f *runFlags) (lease, func
 
 var errInterrupted = errors.New("interrupted")
 
-// acquire takes the lock in the mode the flags ask.
+// acquire takes the lock in the mode the flags ask. A blocking Lock waits
+// on through a cluster that does not answer for a while (a node froze or
+// died under the wait, no leader) as long as the session lives, with the
+// same request, so it keeps its place in the queue; a lost session ends
+// it (exit 69).
 func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFlags) (heldLock, error) {
 	try := f.waitSet && f.wait == 0
 	switch {
@@ -149,13 +153,13 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 		if try {
 			return l, l.TryLock(ctx)
 		}
-		return l, c.waitFor(ctx, sess, f, l.Lock)
+		return l, l.Lock(ctx)
 	case f.shared:
 		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay))
 		if try {
 			return l, l.TryRLock(ctx)
 		}
-		return l, c.waitFor(ctx, sess, f, l.RLock)
+		return l, l.RLock(ctx)
 	default:
 		// An election's leader is the holder of its exclusive lock, its
 		// value what the leader announces (lockd elect, Election.Campaign).
@@ -163,24 +167,7 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 		if try {
 			return l, l.TryLock(ctx)
 		}
-		return l, c.waitFor(ctx, sess, f, l.Lock)
-	}
-}
-
-// waitFor runs a blocking acquisition, and runs it again when it failed
-// because the cluster did not answer (a node froze or died under the wait,
-// no leader for a while: the client's retries gave up) while the session
-// is still alive and the wait may go on: the session's lease says the
-// cluster is reachable enough, and exiting 69 there would drop the caller's
-// place for nothing. Each run withdraws its wait before it fails, so a
-// repeat queues anew. When the session is lost the wait ends (exit 69).
-func (c *RunCommand) waitFor(ctx context.Context, sess *lockd.Session, f *runFlags, lock func(context.Context) error) error {
-	for {
-		err := lock(ctx)
-		if err == nil || !errors.Is(err, lockd.ErrUnavailable) || ctx.Err() != nil || sess.Err() != nil {
-			return err
-		}
-		fmt.Fprintf(c.Stderr, "lockd: still waiting for lock %q: %s\n", f.name, oneLine(err))
+		return l, l.Lock(ctx)
 	}
 }
 
