@@ -219,8 +219,9 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 
 // electionPoll bounds the wait before asking again while a live node
 // answers that there is no leader (an election takes an election timeout
-// or two: 0.4–0.8 s at the server's defaults). Full jitter below it keeps
-// many clients from asking together.
+// or two: 0.4–0.8 s at the server's defaults). The wait is still the
+// backoff's full-jitter draw, only capped at it, so clients that failed
+// together mostly do not ask together.
 const electionPoll = 200 * time.Millisecond
 
 // electionUnderWay reports whether a node answered that it knows no

@@ -260,6 +260,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 
 	lost := l.lost()
+	stoppedForLoss := false
 	for waiting := true; waiting; {
 		select {
 		case <-proc.Done():
@@ -268,7 +269,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 			// The hold is gone: someone else may hold the lock now.
 			_ = proc.Stop(l.lostReason())
 			proc.Kill()
-			lost = nil
+			lost, stoppedForLoss = nil, true
 		case s := <-sigs:
 			_ = proc.Signal(s.(syscall.Signal))
 		}
@@ -278,6 +279,12 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		// The supervisor died and Wait killed and reaped the group itself.
 		c.release(l, releaseTimeout)
 		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %w", f.command[0], f.name, token, err))
+	}
+	if stoppedForLoss && res.Killed == supervise.ReasonNone {
+		// The direct SIGKILL can end the command before the supervisor
+		// reads the stop message, which then reports a plain SIGKILL: it
+		// was still this lockd run that stopped it, for the lost lease.
+		res.Killed = supervise.Reason(l.lostReason())
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:
