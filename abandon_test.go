@@ -2,10 +2,7 @@ package lockd_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -13,116 +10,6 @@ import (
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/lockdtest"
 )
-
-// freezeProxy is a TCP proxy that a test can freeze: while frozen it
-// accepts connections and reads nothing, and no byte passes either way,
-// with every connection left open, as a SIGSTOPped node's kernel does. A
-// fault injector: an in-process server cannot be stopped on cue (the
-// process-level test TestClusterLeaderPause in cmd/lockd stops a real
-// `lockd serve`).
-type freezeProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	frozen chan struct{} // closed while thawed; nil when not frozen
-	conns  []net.Conn
-}
-
-func newFreezeProxy(t testing.TB, target string) *freezeProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &freezeProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		p.thaw()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-	})
-	return p
-}
-
-func (p *freezeProxy) URL() string { return "http://" + p.ln.Addr().String() }
-
-// used reports whether any connection went through the proxy.
-func (p *freezeProxy) used() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns) > 0
-}
-
-func (p *freezeProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frozen == nil {
-		p.frozen = make(chan struct{})
-	}
-}
-
-func (p *freezeProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.frozen != nil {
-		close(p.frozen)
-		p.frozen = nil
-	}
-}
-
-// gate waits while the proxy is frozen.
-func (p *freezeProxy) gate() {
-	p.mu.Lock()
-	ch := p.frozen
-	p.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-func (p *freezeProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go p.pipe(out, in)
-		go p.pipe(in, out)
-	}
-}
-
-// pipe copies src to dst, holding every chunk while the proxy is frozen.
-func (p *freezeProxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		p.gate()
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.gate()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				_ = src.Close()
-			}
-			return
-		}
-	}
-}
 
 // A node that stops answering (frozen, not dead: its connections stay
 // open) under a queued Acquire: the client's keepalive to it goes
@@ -142,7 +29,7 @@ func TestFrozenNodeAcquireMovesOn(t *testing.T) {
 			direct := newClient(t, srv)
 			// Two ways to the one node: freezing the one the client uses
 			// leaves the other, as a frozen leader leaves the next node.
-			a, b := newFreezeProxy(t, srv.Addr().String()), newFreezeProxy(t, srv.Addr().String())
+			a, b := newFaultProxy(t, srv.Addr().String()), newFaultProxy(t, srv.Addr().String())
 			c := newClient(t, srv, lockd.WithEndpoints(a.URL(), b.URL()), lockd.WithStream(stream))
 			holder := newSession(t, direct)
 			const ttl = 2 * time.Second
@@ -215,12 +102,12 @@ func (h signalHandler) WithGroup(string) slog.Handler      { return h }
 // neither returns ErrUnavailable (which made `lockd run` queue anew at
 // the back, or exit when the repeat met its own first wait as "already
 // held") nor lets the waiter queued behind it overtake. The outage is a
-// frozen proxy in front of the one node (freezeProxy), over the session
+// frozen proxy in front of the one node (faultProxy), over the session
 // stream.
 func TestLockWaitKeepsPlaceThroughOutage(t *testing.T) {
 	srv := lockdtest.New(t)
 	direct := newClient(t, srv)
-	p := newFreezeProxy(t, srv.Addr().String())
+	p := newFaultProxy(t, srv.Addr().String())
 	waiting := make(chan struct{})
 	log := slog.New(signalHandler{msg: "lock wait: cluster unavailable, still waiting", once: new(sync.Once), ch: waiting})
 	c := newClient(t, srv, lockd.WithEndpoints(p.URL()), lockd.WithStream(true),

@@ -3,8 +3,6 @@ package lockd_test
 import (
 	"bufio"
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -86,57 +84,6 @@ func TestStreamCarriesSessionCalls(t *testing.T) {
 	if n := metric(t, srv.URL(), "lockd_api_streams_open"); n != 1 {
 		t.Errorf("%v streams open, want 1 (one per client and endpoint)", n)
 	}
-}
-
-// faultProxy is a TCP proxy whose connections a test can cut: a fault
-// injector, since a real network does not break a connection on cue.
-type faultProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newFaultProxy(t testing.TB, target string) *faultProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &faultProxy{ln: ln, target: target}
-	go p.serve()
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	return p
-}
-
-func (p *faultProxy) URL() string { return "http://" + p.ln.Addr().String() }
-
-func (p *faultProxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, in, out)
-		p.mu.Unlock()
-		go func() { io.Copy(out, in); out.Close() }()
-		go func() { io.Copy(in, out); in.Close() }()
-	}
-}
-
-// cut closes every connection through the proxy.
-func (p *faultProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
 }
 
 // A stream cut while an Acquire waits in the queue: the client re-sends
