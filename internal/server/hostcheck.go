@@ -42,10 +42,13 @@ type hostPolicy struct {
 	wild  []string        // "*.example.com" as ".example.com"
 	tls   *certs.Store    // nil: no certificate names
 
-	// certNames caches the DNS names of the last certificate seen.
+	// certNames caches the DNS names of the last certificate seen, read
+	// again at most every certNamesEvery (reading the current certificate
+	// stats its files).
 	certMu    sync.Mutex
 	certLeaf  []byte
 	certNames []string
+	certRead  time.Time
 
 	refused *prometheus.CounterVec // by header: host, origin
 	log     *sparseLog
@@ -117,6 +120,11 @@ func (p *hostPolicy) allowed(host string) bool {
 	return false
 }
 
+// certNamesEvery is how often at most the Host check reads the node's
+// current certificate for its names: a request naming the node by one of
+// them should not cost a stat of every TLS file.
+const certNamesEvery = time.Second
+
 // underWild reports whether h is one label under suffix (".example.com"),
 // as a wildcard name matches in a certificate.
 func underWild(h, suffix string) bool {
@@ -130,6 +138,12 @@ func (p *hostPolicy) tlsNames() []string {
 	if p.tls == nil {
 		return nil
 	}
+	p.certMu.Lock()
+	if !p.certRead.IsZero() && time.Since(p.certRead) < certNamesEvery {
+		defer p.certMu.Unlock()
+		return p.certNames
+	}
+	p.certMu.Unlock()
 	m := p.tls.Current()
 	if m == nil || m.Cert == nil || len(m.Cert.Certificate) == 0 {
 		return nil
@@ -137,6 +151,7 @@ func (p *hostPolicy) tlsNames() []string {
 	der := m.Cert.Certificate[0]
 	p.certMu.Lock()
 	defer p.certMu.Unlock()
+	p.certRead = time.Now()
 	if string(der) != string(p.certLeaf) {
 		p.certLeaf, p.certNames = der, nil
 		leaf := m.Cert.Leaf
