@@ -87,6 +87,9 @@ type lockdServer struct {
 // Linux), so that between this check and the server's bind no outgoing
 // connection of another process can be given the port (the way
 // 127.0.0.1:0 was seen to collide when tests ran in parallel).
+// portsGiven holds every port freePort returned in this process.
+var portsGiven sync.Map
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	for range 200 {
@@ -96,6 +99,11 @@ func freePort(t *testing.T) string {
 		}
 		addr := l.Addr().String()
 		l.Close()
+		// A port is free until its user binds it: a cluster takes all its
+		// ports before it starts a node, so never hand one out twice.
+		if _, taken := portsGiven.LoadOrStore(addr, true); taken {
+			continue
+		}
 		return addr
 	}
 	t.Fatal("no free port in 20000-31999")
