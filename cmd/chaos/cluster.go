@@ -164,12 +164,15 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// buildBinary builds ./cmd/lockd (the module of this source tree) into dir.
+// buildBinary builds ./cmd/lockd (the module of this source tree) into dir,
+// with the build tag lockdfault: the disk-fault and wall-clock hooks the
+// node-disk-* and node-clock-jump faults drive are compiled only into such
+// a build, never into a release binary.
 func buildBinary(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "lockd")
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockd-dev/lockd/cmd/lockd")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lockdfault", "-o", bin, "github.com/lockd-dev/lockd/cmd/lockd")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/lockd: %w: %s", err, strings.TrimSpace(string(out)))
 	}

@@ -21,11 +21,6 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// clockOffsetEnv is a test hook read only by lockd cron: a duration added
-// to the scheduler's clock, to play a server whose clock is off. Not
-// documented in the help on purpose.
-const clockOffsetEnv = "LOCKD_TEST_CLOCK_OFFSET"
-
 // skewMargin is how long a period's completion mark outlives the period:
 // a server whose clock is behind by less than this still finds the period
 // done instead of running it again.
@@ -369,7 +364,7 @@ func (c *CronCommand) parse(args []string) (_ *cronFlags, err error) {
 		}
 		f.run.killGrace = d
 	}
-	if v := c.Getenv(clockOffsetEnv); v != "" {
+	if v := c.Getenv(clockOffsetEnv); clockOffsetEnv != "" && v != "" {
 		if f.offset, err = time.ParseDuration(v); err != nil {
 			return nil, usageError{fmt.Errorf("%s %q: %w", clockOffsetEnv, v, err)}
 		}

@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockd-dev/lockd/internal/certs"
-	"github.com/lockd-dev/lockd/internal/diskfault"
 )
 
 // This file opens what a node keeps on disk and talks to Raft through: the
@@ -127,16 +126,15 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	if err != nil {
 		return raftStores{}, fmt.Errorf("open snapshot store: %w", err)
 	}
-	// Test-only slow or hung disk (diskfault.EnvDelayFile); nil, and
-	// nothing wrapped, unless the variable is set.
-	disk := diskfault.FromEnv()
-	ls := disk.LogStore(s.wal)
+	// A test-only slow or hung disk (diskhook_fault.go); nothing is
+	// wrapped in a release build.
+	ls, stable := testDisk(s.wal, s.wal)
 	if o.logStore != nil {
 		ls = o.logStore(ls)
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
 	s.logSize = size
-	return raftStores{logs: newCountingLogStore(ls, reg, size), stable: disk.StableStore(s.wal), snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
+	return raftStores{logs: newCountingLogStore(ls, reg, size), stable: stable, snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
 }
 
 // raftConfig is Raft's configuration for this node; leadership changes are

@@ -11,11 +11,14 @@
 // that way, so that a test can move one node's wall clock and see that
 // nothing safe changes.
 //
-// The offset is test-only: when the environment variable named by
-// EnvOffsetFile names a file, Now adds the Go duration written in it
-// ("5m", "-3m30s"; missing, empty or unreadable: 0), re-read at every
-// call, so a writer changes the clock at once. The variable is not part of
-// lockd's interface; the chaos tool's node-clock-jump fault uses it.
+// The offset is test-only and compiled in only with the build tag
+// lockdfault (the chaos tool builds lockd with it; release builds leave it
+// out, so a release binary reads no such variable): then, when the
+// environment variable named by EnvOffsetFile names a file, Now adds the
+// Go duration written in it ("5m", "-3m30s"; missing, empty or unreadable:
+// 0), re-read at every call, so a writer changes the clock at once. The
+// variable is not part of lockd's interface; the chaos tool's
+// node-clock-jump fault uses it.
 package wallclock
 
 import (
@@ -26,7 +29,7 @@ import (
 )
 
 // EnvOffsetFile names the environment variable with the path of the
-// offset file (tests only).
+// offset file (tests only, and only in a build with the tag lockdfault).
 const EnvOffsetFile = "LOCKD_TEST_WALL_OFFSET_FILE"
 
 var (
@@ -38,7 +41,7 @@ var (
 // set. It carries no monotonic reading, so that comparing two results
 // compares wall times: measure durations with time.Now instead.
 func Now() time.Time {
-	pathOnce.Do(func() { path = os.Getenv(EnvOffsetFile) })
+	pathOnce.Do(func() { path = offsetPath() })
 	now := time.Now().Round(0)
 	if path == "" {
 		return now

@@ -38,7 +38,7 @@ echo "$p ok $ID $(date +%s)" >> "$DIR/log"
 func needBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "lockd")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "lockdfault", "-o", bin, "github.com/lockd-dev/lockd/cmd/lockd").CombinedOutput()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("go build ./cmd/lockd: %v\n%s", err, out)

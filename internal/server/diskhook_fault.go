@@ -1,0 +1,17 @@
+//go:build lockdfault
+
+package server
+
+import (
+	"github.com/hashicorp/raft"
+
+	"github.com/lockd-dev/lockd/internal/diskfault"
+)
+
+// testDisk wraps the Raft log and stable stores in the test-only slow or
+// hung disk of diskfault.EnvDelayFile, when the variable is set. Only a
+// build with the tag lockdfault (the chaos tool's) has this hook.
+func testDisk(ls raft.LogStore, ss raft.StableStore) (raft.LogStore, raft.StableStore) {
+	disk := diskfault.FromEnv()
+	return disk.LogStore(ls), disk.StableStore(ss)
+}
