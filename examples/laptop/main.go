@@ -99,7 +99,7 @@ func run(ctx context.Context, endpoint, dsn string) (outcome, error) {
 	}
 	tokenA := ma.Token()
 	if left, err := inStock(ctx, db); err != nil || left != 1 {
-		return outcome{}, fmt.Errorf("A sees %d left: %v", left, err)
+		return outcome{}, fmt.Errorf("buyer A sees %d left: %v", left, err)
 	}
 	pause.Pause() // A stops between its check and its write
 

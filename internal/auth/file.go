@@ -152,7 +152,7 @@ func (a *File) directive(f []string) error {
 	switch f[0] {
 	case "token":
 		if len(f) != 3 {
-			return errors.New("want: token sha256:<hex> <identity>")
+			return errors.New("want: token sha256:HEX IDENTITY")
 		}
 		hexHash, ok := strings.CutPrefix(f[1], "sha256:")
 		if !ok {
@@ -194,7 +194,7 @@ func (a *File) directive(f []string) error {
 		a.Grants[f[1]] = append(a.Grants[f[1]], g)
 	case "limit":
 		if len(f) < 3 {
-			return errors.New("want: limit <identity>|* key=value...")
+			return errors.New("want: limit IDENTITY|* KEY=VALUE [KEY=VALUE]")
 		}
 		if f[1] != "*" {
 			if err := checkIdentity(f[1]); err != nil {

@@ -122,15 +122,6 @@ func (s *Server) authFile() *auth.File {
 	return s.auth.rules().file
 }
 
-// authChanged returns a channel closed when the auth rules in force are
-// replaced; nil (never ready) when authentication is off.
-func (s *Server) authChanged() <-chan struct{} {
-	if s.auth == nil {
-		return nil
-	}
-	return s.auth.rules().changed
-}
-
 // ReloadAuth reads the auth file again (SIGHUP). Calls that start after it
 // returns use the new rules; open streams judge their caller again at once.
 // A file that does not parse is an error and the previous rules stay in
