@@ -3,6 +3,7 @@ package redislock_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,7 +24,17 @@ func TestMain(m *testing.M) {
 		os.Exit(m.Run())
 	}
 	redis.SetLogger(quiet{}) // connection errors are expected when tests stop servers
-	goleak.VerifyTestMain(m)
+	flag.Parse()
+	stop := startExampleServer()
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 type quiet struct{}

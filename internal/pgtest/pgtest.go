@@ -30,31 +30,69 @@ import (
 // startTimeout bounds initdb and the server's start.
 const startTimeout = 60 * time.Second
 
+// ErrNotInstalled is Launch's error when no PostgreSQL server is installed.
+var ErrNotInstalled = errors.New("no PostgreSQL server under /usr/lib/postgresql/*/bin")
+
 // Start starts a PostgreSQL server and returns a connection string for its
 // superuser "postgres" on database "postgres" (password-less, trust auth).
+// The server stops at t's cleanup.
 func Start(t testing.TB) string {
 	t.Helper()
-	bin, err := binDir()
-	if err != nil {
+	pg, err := Launch()
+	if errors.Is(err, ErrNotInstalled) {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("pgtest: %v (CI=true: .ci/run installs the Debian package postgresql)", err)
 		}
 		t.Skipf("pgtest: %v; install the Debian package postgresql to run this test", err)
 	}
-	cred, uid, gid, err := credential()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := pg.Stop(); err != nil {
+			t.Logf("pgtest: %v", err)
+		}
+	})
+	return pg.DSN
+}
+
+// Postgres is a running server started by Launch.
+type Postgres struct {
+	// DSN is the connection string of the superuser "postgres" on the
+	// database "postgres".
+	DSN    string
+	root   string
+	srv    *exec.Cmd
+	exited chan struct{} // closed when srv has exited
+}
+
+// Launch starts a PostgreSQL server without a test (a TestMain, a testable
+// example); the caller stops it with Stop. ErrNotInstalled when there is
+// none to start.
+func Launch() (_ *Postgres, err error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, uid, gid, err := credential()
+	if err != nil {
+		return nil, err
 	}
 	// Not t.TempDir: its parents are root's 0700 directories, which the
 	// postgres user cannot enter.
 	root, err := os.MkdirTemp("", "lockd-pgtest-")
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, err
 	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	pg := &Postgres{root: root}
+	defer func() {
+		if err != nil {
+			_ = pg.Stop()
+		}
+	}()
 	if cred != nil {
 		if err := os.Chown(root, uid, gid); err != nil {
-			t.Fatalf("pgtest: chown data dir to the postgres user: %v", err)
+			return nil, fmt.Errorf("chown data dir to the postgres user: %w", err)
 		}
 	}
 	data := filepath.Join(root, "data")
@@ -65,15 +103,15 @@ func Start(t testing.TB) string {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Env = env(root)
 	if out, err := initdb.CombinedOutput(); err != nil {
-		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
 	port, err := freePort()
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, err
 	}
 	logFile, err := os.Create(filepath.Join(root, "postgres.log"))
 	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+		return nil, err
 	}
 	defer logFile.Close()
 	srv := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port),
@@ -82,17 +120,20 @@ func Start(t testing.TB) string {
 	srv.Env = env(root)
 	srv.Stdout, srv.Stderr = logFile, logFile
 	if err := srv.Start(); err != nil {
-		t.Fatalf("pgtest: start postgres: %v", err)
+		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Wait() }()
-	t.Cleanup(func() { stop(t, srv, exited) })
+	pg.srv, pg.exited = srv, make(chan struct{})
+	go func() {
+		_ = srv.Wait()
+		close(pg.exited)
+	}()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	if err := waitReady(ctx, addr, exited); err != nil {
+	if err := waitReady(ctx, addr, pg.exited); err != nil {
 		log, _ := os.ReadFile(logFile.Name())
-		t.Fatalf("pgtest: postgres did not start: %v\n%s", err, log)
+		return nil, fmt.Errorf("postgres did not start: %w\n%s", err, log)
 	}
-	return fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+	pg.DSN = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", addr)
+	return pg, nil
 }
 
 // binDir finds the newest installed PostgreSQL's bin directory.
@@ -108,7 +149,7 @@ func binDir() (string, error) {
 			return dirs[i], nil
 		}
 	}
-	return "", errors.New("no PostgreSQL server under /usr/lib/postgresql/*/bin")
+	return "", ErrNotInstalled
 }
 
 // credential returns the credential to run PostgreSQL with: none when not
@@ -145,14 +186,14 @@ func freePort() (int, error) {
 
 // waitReady polls (a real process: a deadline, no fixed sleep) until the
 // server accepts TCP connections and answers the startup handshake.
-func waitReady(ctx context.Context, addr string, exited <-chan error) error {
+func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
 	for {
 		if err := probe(ctx, addr); err == nil {
 			return nil
 		}
 		select {
-		case err := <-exited:
-			return fmt.Errorf("postgres exited: %v", err)
+		case <-exited:
+			return errors.New("postgres exited")
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -174,16 +215,21 @@ func probe(ctx context.Context, addr string) error {
 	return c.QueryRow(cctx, "SELECT 1").Scan(&one)
 }
 
-// stop shuts the server down (SIGINT: fast shutdown), killing its process
-// group if it does not exit in time.
-func stop(t testing.TB, srv *exec.Cmd, exited <-chan error) {
-	_ = srv.Process.Signal(syscall.SIGINT)
-	select {
-	case <-exited:
-		return
-	case <-time.After(20 * time.Second):
+// Stop shuts the server down (SIGINT: fast shutdown), killing its process
+// group if it does not exit in time, and removes its directory. It is safe
+// to call more than once.
+func (pg *Postgres) Stop() error {
+	var err error
+	if pg.srv != nil {
+		_ = pg.srv.Process.Signal(syscall.SIGINT)
+		select {
+		case <-pg.exited:
+		case <-time.After(20 * time.Second):
+			err = errors.New("postgres did not stop on SIGINT; killed it")
+			_ = syscall.Kill(-pg.srv.Process.Pid, syscall.SIGKILL)
+			<-pg.exited
+		}
+		pg.srv = nil
 	}
-	t.Logf("pgtest: postgres did not stop on SIGINT; killing it")
-	_ = syscall.Kill(-srv.Process.Pid, syscall.SIGKILL)
-	<-exited
+	return errors.Join(err, os.RemoveAll(pg.root))
 }

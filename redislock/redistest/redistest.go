@@ -36,6 +36,8 @@ type Server struct {
 	extra  []string
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// tempDir: Stop removes dir (Launch made it; New's is t.TempDir).
+	tempDir bool
 }
 
 // New starts a redis-server with extra arguments appended to its command
@@ -60,6 +62,38 @@ func New(t testing.TB, extra ...string) *Server {
 	}
 	t.Fatalf("redistest: start redis-server: %v", last)
 	return nil
+}
+
+// ErrNotInstalled is Launch's error when redis-server is not on PATH.
+var ErrNotInstalled = errors.New("redistest: redis-server not found (install the redis-server package)")
+
+// Launch starts a redis-server without a test (a TestMain, a testable
+// example); the caller stops it with Stop, which also removes its
+// directory. ErrNotInstalled when there is none to start. The Server's
+// Start, Pause and Resume need a test: use New for those.
+func Launch(extra ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotInstalled, err)
+	}
+	dir, err := os.MkdirTemp("", "lockd-redistest-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, dir: dir, extra: extra, tempDir: true}
+	var last error
+	for range 5 { // another process may take the free port first
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, errors.Join(err, os.RemoveAll(dir))
+		}
+		s.port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if last = s.start(); last == nil {
+			return s, nil
+		}
+	}
+	return nil, errors.Join(fmt.Errorf("redistest: start redis-server: %w", last), os.RemoveAll(dir))
 }
 
 func freePort(t testing.TB) int {
@@ -164,6 +198,9 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 // It is safe to call more than once.
 func (s *Server) Stop() {
 	s.kill()
+	if s.tempDir {
+		_ = os.RemoveAll(s.dir)
+	}
 }
 
 func (s *Server) kill() {
