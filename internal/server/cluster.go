@@ -158,49 +158,67 @@ func (s *Server) promotePending() {
 	}
 }
 
+// promoteSchedule paces promoteWhenCaughtUp's polls of a new member.
+var promoteSchedule = retry.Backoff{Base: 100 * time.Millisecond, Cap: 2 * time.Second}
+
 // promoteWhenCaughtUp polls the new member's Status until it has applied
-// the leader's commit index as of now, then makes it a voter.
+// the leader's commit index as of now, then makes it a voter. It gives up
+// after ten minutes, leaving the member a non-voter (logged).
 func (s *Server) promoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, api string) {
 	target := s.raft.CommitIndex()
 	c := s.fwd.lockClient(api)
-	deadline := time.Now().Add(10 * time.Minute)
-	for attempt := 0; time.Now().Before(deadline); attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ApplyTimeout)
-		resp, err := c.Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
-		cancel()
-		if err == nil && resp.Msg.AppliedIndex >= target {
-			s.membershipMu.Lock()
-			// Promote only the member as it still is: an operator may have
-			// removed it meanwhile, and AddVoter would add it back.
-			f := s.raft.GetConfiguration()
-			err := f.Error()
-			if err == nil {
-				if !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool {
-					return srv.ID == id && srv.Address == addr && srv.Suffrage == raft.Nonvoter
-				}) {
-					s.membershipMu.Unlock()
-					s.log.Info("member no longer waits for promotion", "id", id)
-					return
-				}
-				err = s.raft.AddVoter(id, addr, f.Index(), s.cfg.ApplyTimeout).Error()
-			}
-			s.membershipMu.Unlock()
-			if err == nil {
-				s.log.Info("member promoted to voter", "id", id)
-				return
-			}
-			s.log.Warn("promote member failed", "id", id, "err", err)
-			if errors.Is(err, raft.ErrNotLeader) {
-				return
-			}
+	ctx, cancel := s.untilClosed()
+	defer cancel()
+	r := retry.New(ctx, promoteSchedule).GiveUpAfter(10 * time.Minute)
+	defer r.Stop()
+	for r.Next() {
+		actx, acancel := context.WithTimeout(ctx, s.cfg.ApplyTimeout)
+		resp, err := c.Status(actx, connect.NewRequest(&lockdv1.StatusRequest{}))
+		acancel()
+		if err == nil && resp.Msg.AppliedIndex < target {
+			err = fmt.Errorf("member %s applied %d of %d", id, resp.Msg.AppliedIndex, target)
 		}
-		select {
-		case <-s.done:
+		if err != nil {
+			r.Fail(err)
+			continue
+		}
+		done, err := s.promote(id, addr)
+		if done {
 			return
-		case <-time.After(min(s.cfg.HeartbeatTimeout*time.Duration(attempt+1), 2*time.Second)):
 		}
+		s.log.Warn("promote member failed", "id", id, "err", err)
+		if errors.Is(err, raft.ErrNotLeader) {
+			return
+		}
+		r.Fail(err)
 	}
-	s.log.Error("member did not catch up; left as non-voter", "id", id)
+	if ctx.Err() == nil {
+		s.log.Error("member did not catch up; left as non-voter", "id", id)
+	}
+}
+
+// promote makes the non-voter id at addr a voter; done when it did, or
+// when the member is no longer a non-voter waiting for it.
+func (s *Server) promote(id raft.ServerID, addr raft.ServerAddress) (done bool, err error) {
+	s.membershipMu.Lock()
+	defer s.membershipMu.Unlock()
+	// Promote only the member as it still is: an operator may have removed
+	// it meanwhile, and AddVoter would add it back.
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return false, err
+	}
+	if !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool {
+		return srv.ID == id && srv.Address == addr && srv.Suffrage == raft.Nonvoter
+	}) {
+		s.log.Info("member no longer waits for promotion", "id", id)
+		return true, nil
+	}
+	if err := s.raft.AddVoter(id, addr, f.Index(), s.cfg.ApplyTimeout).Error(); err != nil {
+		return false, err
+	}
+	s.log.Info("member promoted to voter", "id", id)
+	return true, nil
 }
 
 func (s *Server) removeMember(id string) error {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/retry"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -113,64 +114,90 @@ func (s *Server) watchLeadership(notify <-chan bool) {
 	}
 }
 
+// establish makes this node's leadership of generation gen usable: a
+// barrier (every earlier entry applied), the cluster's first entries when
+// it has none, this node's member record, then the leader's timers. A
+// failed step is retried, about once per election timeout (jittered),
+// while this node leads and the server runs.
 func (s *Server) establish(gen uint64) {
-	for attempt := 0; ; attempt++ {
-		select {
-		case <-s.done:
-			return
-		default:
-		}
+	ctx, cancel := s.untilClosed()
+	defer cancel()
+	r := retry.New(ctx, retry.Backoff{Base: s.cfg.ElectionTimeout, Cap: s.cfg.ElectionTimeout})
+	for r.Next() {
 		if s.raft.State() != raft.Leader {
 			return
 		}
-		term := s.raft.CurrentTerm()
-		end := s.watch.begin() // a hung disk stalls the Barrier too
-		err := s.raftCall(func() error { return s.raft.Barrier(s.cfg.ApplyTimeout).Error() })
-		end()
-		if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
-			var r *fsm.Result
-			r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(wallclock.Now().UnixMicro())})
-			if err == nil && r.Code != fsm.OK {
-				// Apply refused the backup: every retry would too.
-				s.fatal(fmt.Errorf("restore from backup %s: %w", s.cfg.Restore, r.Err()))
-				return
-			}
-			if err == nil {
-				s.log.Info("cluster restored from backup", "file", s.cfg.Restore, "cluster_id", s.fsm.ClusterID(), "epoch", s.fsm.Info().Epoch)
-			}
-		}
-		if err == nil && s.fsm.ClusterID() == "" {
-			_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
-				ClusterId:    randomID(16),
-				Epoch:        uint64(wallclock.Now().UnixMicro()),
-				TimeUnixNano: wallclock.Now().UnixNano(),
-			})
-		}
-		if err == nil {
-			err = s.recordSelf()
-		}
-		if err == nil {
-			s.leaderMu.Lock()
-			established := s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
-			if established {
-				s.promoteTimers(term)
-				s.promotedTerm.Store(term)
-				s.firstReadyOnce.Do(func() { close(s.firstReady) })
-				s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
-			}
-			s.leaderMu.Unlock()
-			if established {
-				s.background(s.promotePending)
-			}
+		err := s.tryEstablish(gen)
+		if err == nil || errors.Is(err, errFatalRestore) {
 			return
 		}
-		s.log.Warn("leader barrier failed", "err", err, "attempt", attempt)
-		select {
-		case <-s.done:
-			return
-		case <-time.After(s.cfg.ElectionTimeout):
+		s.log.Warn("leader barrier failed", "err", err, "attempt", r.Attempt())
+		r.Fail(err)
+	}
+}
+
+// errFatalRestore: Apply refused the backup to restore from; every retry
+// would too, and the server is stopping (s.fatal).
+var errFatalRestore = errors.New("restore refused")
+
+// tryEstablish is one attempt of establish: nil when done (or when the
+// leadership it was for has already passed).
+func (s *Server) tryEstablish(gen uint64) error {
+	term := s.raft.CurrentTerm()
+	end := s.watch.begin() // a hung disk stalls the Barrier too
+	err := s.raftCall(func() error { return s.raft.Barrier(s.cfg.ApplyTimeout).Error() })
+	end()
+	if err == nil && s.fsm.ClusterID() == "" && s.restore != nil {
+		var r *fsm.Result
+		r, err = s.propose(fsm.CmdRestore, &fsmv1.Restore{Snapshot: s.restore, ClusterId: randomID(16), Epoch: uint64(wallclock.Now().UnixMicro())})
+		if err == nil && r.Code != fsm.OK {
+			s.fatal(fmt.Errorf("restore from backup %s: %w", s.cfg.Restore, r.Err()))
+			return errFatalRestore
+		}
+		if err == nil {
+			s.log.Info("cluster restored from backup", "file", s.cfg.Restore, "cluster_id", s.fsm.ClusterID(), "epoch", s.fsm.Info().Epoch)
 		}
 	}
+	if err == nil && s.fsm.ClusterID() == "" {
+		_, err = s.propose(fsm.CmdInit, &fsmv1.Init{
+			ClusterId:    randomID(16),
+			Epoch:        uint64(wallclock.Now().UnixMicro()),
+			TimeUnixNano: wallclock.Now().UnixNano(),
+		})
+	}
+	if err == nil {
+		err = s.recordSelf()
+	}
+	if err != nil {
+		return err
+	}
+	s.leaderMu.Lock()
+	established := s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
+	if established {
+		s.promoteTimers(term)
+		s.promotedTerm.Store(term)
+		s.firstReadyOnce.Do(func() { close(s.firstReady) })
+		s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
+	}
+	s.leaderMu.Unlock()
+	if established {
+		s.background(s.promotePending)
+	}
+	return nil
+}
+
+// untilClosed returns a context cancelled when the server closes (or by
+// the returned cancel), for the retry loops of background work.
+func (s *Server) untilClosed() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // promoteTimers starts the leader's timers of term in full: every
