@@ -31,7 +31,7 @@ func (c *checker) Errorf(format string, a ...any) {
 	c.mu.Lock()
 	c.errs = append(c.errs, msg)
 	c.mu.Unlock()
-	c.t.Log("FAIL: " + msg)
+	c.t.Log("check failed: " + msg)
 }
 
 func (c *checker) failed() bool {
