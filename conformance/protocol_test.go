@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // TestProtocolFacts checks, against a real `lockd serve`, the facts of
@@ -158,4 +165,91 @@ func TestProtocolFacts(t *testing.T) {
 		}
 	}
 	want("acquire on a closed session", acq(6, 6, "facts/d"), "not_found/SESSION_NOT_FOUND")
+}
+
+// TestStreamFacts checks the session stream's framing of
+// docs/protocol.md against a real server with the generated Connect
+// client over h2c: the opening frame (call_id 0, no body), answers by
+// call_id, call_id 0 refused with a StreamError, a keepalive batch
+// answered in the batch's order, and a follower's NOT_LEADER for a batch.
+func TestStreamFacts(t *testing.T) {
+	c := startCluster(t, 3)
+	leader := c.waitLeader(t, c.nodes, 30*time.Second)
+	var follower *server
+	for _, s := range c.nodes {
+		if s != leader {
+			follower = s
+			break
+		}
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	hc := &http.Client{Transport: tr}
+	open := func(s *server) *connect.BidiStreamForClient[lockdv1.StreamRequest, lockdv1.StreamResponse] {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		t.Cleanup(cancel)
+		st := lockdv1connect.NewSessionServiceClient(hc, s.url()).Stream(ctx)
+		if err := st.Send(nil); err != nil {
+			t.Fatalf("open stream: %v", err)
+		}
+		hello, err := st.Receive()
+		if err != nil || hello.GetCallId() != 0 || hello.GetBody() != nil || hello.GetClusterId() == "" {
+			t.Fatalf("first frame: %v, %v; want call_id 0, no body, a cluster id", hello, err)
+		}
+		return st
+	}
+	st := open(leader)
+	const secret = "0123456789abcdef0123456789abcdef"
+	var ids []string
+	for i := range 3 {
+		id := uint64(10 + i)
+		if err := st.Send(&lockdv1.StreamRequest{CallId: id, Body: &lockdv1.StreamRequest_CreateSession{CreateSession: &lockdv1.CreateSessionRequest{
+			Ttl: durationpb.New(10 * time.Second), Owner: "stream-facts", RequestId: fmt.Sprintf("sf-%d", i), Secret: secret}}}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Receive()
+		if err != nil || r.GetCallId() != id || r.GetCreateSession().GetSessionId() == "" {
+			t.Fatalf("create on the stream: %v, %v", r, err)
+		}
+		ids = append(ids, r.GetCreateSession().GetSessionId())
+	}
+	if err := st.Send(&lockdv1.StreamRequest{CallId: 0, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: &lockdv1.KeepAliveBatch{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.Receive(); err != nil || r.GetError().GetCode() != uint32(connect.CodeInvalidArgument) {
+		t.Errorf("call_id 0: %v, %v; want a StreamError with code 3", r, err)
+	}
+	batch := &lockdv1.KeepAliveBatch{}
+	for _, id := range []string{ids[2], ids[0], ids[1]} {
+		batch.Sessions = append(batch.Sessions, &lockdv1.KeepAliveRequest{SessionId: id, Secret: secret})
+	}
+	batch.Sessions = append(batch.Sessions, &lockdv1.KeepAliveRequest{SessionId: ids[0], Secret: "wrong-wrong-wrong-wrong"})
+	if err := st.Send(&lockdv1.StreamRequest{CallId: 20, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: batch}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := st.Receive()
+	if err != nil || r.GetCallId() != 20 {
+		t.Fatalf("batch: %v, %v", r, err)
+	}
+	res := r.GetKeepAlive().GetResults()
+	if len(res) != 4 {
+		t.Fatalf("batch of 4: %d results", len(res))
+	}
+	for i, want := range []string{ids[2], ids[0], ids[1]} {
+		if res[i].GetSessionId() != want || res[i].GetTtl().AsDuration() != 10*time.Second || res[i].GetError() != nil {
+			t.Errorf("result %d: %v, want session %s renewed for 10s", i, res[i], want)
+		}
+	}
+	if e := res[3].GetError(); e.GetCode() != uint32(connect.CodePermissionDenied) || e.GetDetail().GetReason() != lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED {
+		t.Errorf("wrong secret in a batch: %v, want its own PERMISSION_DENIED", res[3])
+	}
+	fs := open(follower)
+	if err := fs.Send(&lockdv1.StreamRequest{CallId: 1, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: &lockdv1.KeepAliveBatch{Sessions: batch.Sessions[:1]}}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = fs.Receive()
+	if err != nil || r.GetError().GetDetail().GetReason() != lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER || r.GetError().GetDetail().GetLeaderApi() != leader.url() {
+		t.Errorf("batch on a follower: %v, %v; want NOT_LEADER naming %s", r, err, leader.url())
+	}
 }
