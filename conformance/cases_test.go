@@ -141,7 +141,7 @@ func caseBusy(t *testing.T, e *env, ck *checker) {
 // refused by check_token and by a fence that saw the next holder's.
 func casePause(t *testing.T, e *env, ck *checker) {
 	p, next := e.start(t, "paused"), e.start(t, "next")
-	const ttl = time.Second
+	const ttl = 2 * time.Second // renewed every 667 ms: room for a busy machine before the pause
 	sid := session(p, ttl, "paused")
 	session(next, 10*time.Second, "next")
 	name := "conf/pause"
