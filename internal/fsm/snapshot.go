@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -191,9 +190,6 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		}
 	}
 	f.mu.Unlock()
-	if f.obs != nil {
-		f.obs.Restored()
-	}
 	return nil
 }
 
@@ -241,21 +237,7 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
 	f.install(st)
-	f.restored, f.pending = f.sink != nil && f.inLog, nil
-	if f.obs != nil {
-		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
-			f.obs.SessionCreated(id, f.sessions[id].ttlMs)
-		}
-		f.names.Ascend(func(l *lock) bool {
-			if m := l.mark; m != nil {
-				f.obs.MarkSet(l.name, m.token, m.retentionMs)
-			}
-			if l.delayed {
-				f.obs.LockDelayed(l.name, l.delayToken, l.delayMs)
-			}
-			return true
-		})
-	}
+	f.restored, f.pending = f.sink != nil, nil
 	return &Result{}
 }
 

@@ -76,7 +76,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
 		return connect.NewResponse(resp), nil
 	}
-	if a.s.fsm.Delayed(m.Name) {
+	if r != nil && r.Delayed {
 		a.s.metrics.lock.delayHits.Inc()
 	}
 	if err != nil {
@@ -84,10 +84,9 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID()}
 	// The wait began when the request first queued (a repeat of the same
-	// request finds that time); if the grant or drop came before this
-	// look-up, it began at this proposal.
-	var queued bool
-	if queuedAt, queued = a.s.fsm.QueuedAt(m.SessionId, m.Name, m.Seq); !queued {
+	// request finds that time); if it was already granted or dropped when
+	// Apply answered (a repeat), it began at this proposal.
+	if queuedAt = r.QueuedAt; queuedAt.IsZero() {
 		queuedAt = proposed
 	}
 	// Queued (now or by the first attempt of this request).
@@ -110,13 +109,13 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
+	r, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
+	if err != nil {
 		return nil, err
 	}
-	if held {
-		a.s.metrics.lock.holdEnded(endReleased, granted)
+	if !r.GrantedAt.IsZero() { // not a repeat of a release already applied
+		a.s.metrics.lock.holdEnded(endReleased, r.GrantedAt)
 	}
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
 }
@@ -162,14 +161,14 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	if ret < time.Second || ret.Milliseconds() > fsm.MaxRetentionMs {
 		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
 	}
-	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
+	r, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
 		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
+	if err != nil {
 		return nil, err
 	}
-	if held { // not a retry of a Complete already applied
-		a.s.metrics.lock.holdEnded(endCompleted, granted)
+	if !r.GrantedAt.IsZero() { // not a retry of a Complete already applied
+		a.s.metrics.lock.holdEnded(endCompleted, r.GrantedAt)
 		a.s.metrics.lock.marksSet.Inc()
 	}
 	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil

@@ -66,19 +66,13 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if err != nil {
 		return nil, err
 	}
-	if r.Duplicate {
+	if r.Duplicate && r.Secretless {
 		// A retry found the session of its request id. Apply accepts any
 		// secret for a session without one (restored from an old backup):
 		// this answer must not hand it out.
-		if err := a.s.refuseSecretless(r.SessionID); err != nil {
-			return nil, err
-		}
+		return nil, a.s.secretlessError(r.SessionID)
 	}
-	info, ok := a.s.fsm.Session(r.SessionID)
-	if ok {
-		ttl = info.TTL
-	}
-	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID(), Secret: secret}), nil
+	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(r.TTL), ClusterId: a.clusterID(), Secret: secret}), nil
 }
 
 // KeepAlive extends a session's lease on the leader (not a Raft write).
