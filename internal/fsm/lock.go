@@ -112,17 +112,8 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		return r
 	}
 	refuse := func(r *Result) *Result { return f.remember(s, c.Seq, fp, r) }
-	if err := ValidateName(c.Name); err != nil {
+	if err := ValidateAcquire(c); err != nil {
 		return refuse(fail(CodeInvalid, "%v", err))
-	}
-	if !validMode(c.Mode) {
-		return refuse(fail(CodeInvalid, "unknown mode %d", c.Mode))
-	}
-	if c.LockDelayMs < 0 || c.LockDelayMs > MaxLockDelayMs {
-		return refuse(fail(CodeInvalid, "lock-delay %d ms is outside [0, %d]", c.LockDelayMs, MaxLockDelayMs))
-	}
-	if len(c.Value) > MaxValueBytes {
-		return refuse(fail(CodeInvalid, "value is %d bytes, more than %d", len(c.Value), MaxValueBytes))
 	}
 	if s.revoked {
 		return refuse(fail(CodeRevoked, "session %s was force-released", s.id))

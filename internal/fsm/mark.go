@@ -99,8 +99,8 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	if r != nil {
 		return r
 	}
-	if c.RetentionMs <= 0 || c.RetentionMs > MaxRetentionMs {
-		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "retention %d ms is outside (0, %d]", c.RetentionMs, MaxRetentionMs))
+	if err := ValidateComplete(c); err != nil {
+		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "%v", err))
 	}
 	h := s.holds[c.Name]
 	if h == nil || h.token != c.Token {

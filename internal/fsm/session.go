@@ -1,7 +1,6 @@
 package fsm
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
 	"maps"
 	"slices"
@@ -62,19 +61,10 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 			return &Result{SessionID: id, Duplicate: true, TTL: time.Duration(found.ttlMs) * time.Millisecond, Secretless: len(found.secretHash) == 0}
 		}
 	}
+	if err := ValidateCreateSession(c); err != nil {
+		return fail(CodeInvalid, "%v", err)
+	}
 	switch {
-	case c.SessionId == "" || len(c.SessionId) > MaxRequestIDBytes:
-		return fail(CodeInvalid, "bad session id")
-	case len(c.RequestId) > MaxRequestIDBytes:
-		return fail(CodeInvalid, "request id longer than %d bytes", MaxRequestIDBytes)
-	case len(c.Owner) > MaxOwnerBytes:
-		return fail(CodeInvalid, "owner longer than %d bytes", MaxOwnerBytes)
-	case len(c.SecretHash) != 0 && len(c.SecretHash) != sha256.Size:
-		return fail(CodeInvalid, "secret hash is %d bytes, not %d", len(c.SecretHash), sha256.Size)
-	case len(c.Identity) > MaxOwnerBytes:
-		return fail(CodeInvalid, "identity longer than %d bytes", MaxOwnerBytes)
-	case c.TtlMs <= 0:
-		return fail(CodeInvalid, "ttl must be positive")
 	case f.sessions[c.SessionId] != nil:
 		return fail(CodeInvalid, "session id %s already exists", c.SessionId)
 	case len(f.sessions) >= limits.sessions:
