@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lockd-dev/lockd/internal/label"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -128,16 +127,4 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		return 0, nil, fmt.Errorf("decode command type %d: %w", b[0], err)
 	}
 	return t, m, nil
-}
-
-// ValidateName reports why name cannot be a lock name, or nil: UTF-8, 1 to
-// 512 bytes, no control characters.
-func ValidateName(name string) error {
-	switch {
-	case name == "":
-		return errors.New("lock name is empty")
-	case len(name) > MaxNameBytes:
-		return fmt.Errorf("lock name is %d bytes, more than %d", len(name), MaxNameBytes)
-	}
-	return label.Check("lock name", name)
 }

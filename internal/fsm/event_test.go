@@ -12,11 +12,14 @@ import (
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
-// sink records events and resets as lines.
+// sink records lock events (what the watch sees) and resets as lines.
 type sink struct{ lines []string }
 
 func (s *sink) Events(index uint64, evs []fsm.Event) {
 	for _, e := range evs {
+		if !e.Kind.Watched() {
+			continue // session events: not the watch's
+		}
 		s.lines = append(s.lines, fmt.Sprintf("%d.%d %d %s %s %s %d %d %q", e.Index, e.Num, e.Kind, e.Name, e.Session, e.Owner, e.Token, e.Mode, e.Value))
 	}
 }
@@ -42,8 +45,7 @@ func logOf(t *testing.T, f *fsm.FSM, cmds ...proto.Message) []*raft.Log {
 // no event; replaying the log gives the same events.
 func TestEvents(t *testing.T) {
 	rec := &sink{}
-	f := fsm.New(nil)
-	f.SetEventSink(rec)
+	f := fsm.New(rec)
 	const tok = epoch
 	logs := logOf(t, f,
 		&fsmv1.Init{ClusterId: "c", Epoch: epoch}, // 1
@@ -84,8 +86,7 @@ func TestEvents(t *testing.T) {
 
 	// A replica replaying the log hears the same.
 	again := &sink{}
-	g := fsm.New(nil)
-	g.SetEventSink(again)
+	g := fsm.New(again)
 	g.ApplyBatch(logs)
 	if !slices.Equal(again.lines, want) {
 		t.Fatalf("replayed events:\n%s\nwant:\n%s", join(again.lines), join(want))
@@ -110,8 +111,7 @@ func TestEventsAfterRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &sink{}
-	g := fsm.New(nil)
-	g.SetEventSink(rec)
+	g := fsm.New(rec)
 	if err := g.RestoreBytes(b); err != nil {
 		t.Fatal(err)
 	}
@@ -166,8 +166,7 @@ func TestSetValue(t *testing.T) {
 // in the log before Forced existed, stays as it was.
 func TestEventsForcedExpiry(t *testing.T) {
 	rec := &sink{}
-	f := fsm.New(nil)
-	f.SetEventSink(rec)
+	f := fsm.New(rec)
 	logOf(t, f,
 		&fsmv1.Init{ClusterId: "c", Epoch: epoch}, // 1
 		newSession("a"), newSession("b"), // 2, 3
@@ -210,8 +209,7 @@ func TestEventsAfterSnapshotInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &sink{}
-	g := fsm.New(nil)
-	g.SetEventSink(rec)
+	g := fsm.New(rec)
 	if err := g.Restore(rc); err != nil {
 		t.Fatal(err)
 	}
@@ -225,5 +223,51 @@ func TestEventsAfterSnapshotInstall(t *testing.T) {
 	}
 	if f.State().AppliedIndex != 0 {
 		t.Fatal("State (a backup) carries the applied index")
+	}
+}
+
+// The one event stream carries everything the leader's timers and the
+// blocked Acquire calls need, which a separate Observer used to tell them:
+// sessions created (with the TTL), removed and revoked; queue grants and
+// dropped waits (with the acquire's seq); completion marks set (with the
+// retention) and cleared; lock-delays started (with the delay) and ended;
+// and a reset when the state is replaced. Each line below stands for one of
+// those; a kind the stream stopped carrying fails the comparison.
+func TestEventsCarryTimersAndWaits(t *testing.T) {
+	rec := &recorder{}
+	f := fsm.New(rec)
+	const t1, t2 = epoch + 1, epoch + 2
+	logOf(t, f,
+		&fsmv1.Init{ClusterId: "c", Epoch: epoch},
+		newSession("a"), newSession("b"), newSession("c"),
+		&fsmv1.Acquire{SessionId: "a", Seq: 1, Name: "x", Mode: excl, LockDelayMs: 1000},
+		&fsmv1.Acquire{SessionId: "b", Seq: 3, Name: "x", Mode: excl, Wait: true},
+		&fsmv1.Acquire{SessionId: "c", Seq: 5, Name: "x", Mode: excl, Wait: true},
+		&fsmv1.Cancel{SessionId: "c", Seq: 6, Name: "x", AcquireSeq: 5},
+		&fsmv1.ExpireSession{SessionId: "a"},
+		&fsmv1.Undelay{Name: "x", Token: t1},
+		&fsmv1.Acquire{SessionId: "c", Seq: 7, Name: "x", Mode: excl, Wait: true},
+		&fsmv1.Complete{SessionId: "b", Seq: 4, Name: "x", Token: t2, RetentionMs: 60000},
+		&fsmv1.ClearMark{Name: "x", Token: t2},
+		&fsmv1.RevokeSession{SessionIds: []string{"c"}},
+		&fsmv1.CloseSession{SessionId: "b"},
+	)
+	if err := f.RestoreBytes(persist(t, f)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"created a 10000", "created b 10000", "created c 10000",
+		fmt.Sprintf(`granted a "x" 1 %d`, t1),
+		`dropped c "x" 5`,
+		`lockdelay "x" 1000`, "removed a",
+		fmt.Sprintf(`undelayed "x" %d`, t1), fmt.Sprintf(`granted b "x" 3 %d`, t2),
+		fmt.Sprintf(`marked "x" %d 60000`, t2), `dropped c "x" 7`,
+		fmt.Sprintf(`unmarked "x" %d`, t2),
+		"revoked c",
+		"removed b",
+		"restored",
+	}
+	if got := rec.take(); !slices.Equal(got, want) {
+		t.Fatalf("events:\n%s\nwant:\n%s", join(got), join(want))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -80,6 +81,31 @@ type Result struct {
 	// Duplicate reports that the answer came from the duplicate table (or,
 	// for a repeated acquire, from its live wait or hold).
 	Duplicate bool
+
+	// What Apply knew when it answered, so the server need not read the
+	// state again around the proposal. Local to each node (never in the
+	// log, a snapshot or the duplicate table), and read from the state and
+	// the command only.
+
+	// TTL is, for a create session, the session's lease (for a repeat, the
+	// lease of the session it found).
+	TTL time.Duration
+	// Secretless reports, for a repeated create session, that the session
+	// it found has no secret hash (restored from an old backup).
+	Secretless bool
+	// QueuedAt is, for an acquire whose request waits in the queue (queued
+	// by this command or by its first attempt), when it was queued (the
+	// proposer's wall clock).
+	QueuedAt time.Time
+	// Delayed reports, for an acquire not granted, that a lock-delay runs
+	// on the lock.
+	Delayed bool
+	// GrantedAt is, for a release or complete that ended a hold (not a
+	// repeat), when that hold was granted (the proposer's wall clock).
+	GrantedAt time.Time
+	// HoldsGrantedAt is, for an expiry, when each hold it ended was
+	// granted, in time order.
+	HoldsGrantedAt []time.Time
 }
 
 // Err returns nil for OK, else an *Error with the code and message.
@@ -103,37 +129,6 @@ func (e *Error) Error() string { return e.Msg }
 
 func fail(c Code, format string, args ...any) *Result {
 	return &Result{Code: c, Msg: fmt.Sprintf(format, args...)}
-}
-
-// Observer is told, synchronously from Apply, about changes the leader's
-// lease timers and the blocked Acquire calls need. Implementations must not
-// block and must not call back into the FSM.
-//
-// Its durations are the log's integer milliseconds: they are events of
-// Apply, not read views.
-type Observer interface {
-	// SessionCreated: session id was created with a lease of ttlMs.
-	SessionCreated(id string, ttlMs int64)
-	// SessionRemoved: session id was closed or expired.
-	SessionRemoved(id string)
-	// SessionRevoked: session id was force-released.
-	SessionRevoked(id string)
-	// WaitGranted: the queued acquire (session, name, seq) was granted.
-	WaitGranted(session, name string, seq, token uint64)
-	// WaitDropped: the queued acquire (session, name, seq) left the queue
-	// without a grant (cancel, close or expiry).
-	WaitDropped(session, name string, seq uint64)
-	// MarkSet: lock name got a completion mark (token) kept retentionMs.
-	MarkSet(name string, token uint64, retentionMs int64)
-	// MarkCleared: lock name's completion mark (token) ended.
-	MarkCleared(name string, token uint64)
-	// LockDelayed: lock name's holder (token) expired; nothing is granted
-	// for delayMs.
-	LockDelayed(name string, token uint64, delayMs int64)
-	// DelayEnded: lock name's delay started by token ended or was replaced.
-	DelayEnded(name string, token uint64)
-	// Restored: the whole state was replaced from a snapshot.
-	Restored()
 }
 
 // Stats counts what Apply did, for metrics and tests.
@@ -160,18 +155,17 @@ type FSM struct {
 	members   map[string]Member
 	counts    counts // derived from locks, for the caps
 	stats     Stats
-	obs       Observer
 	sink      EventSink
 	pending   []Event                // events of the entry being applied
-	inLog     bool                   // applying a Raft log entry (events have a position)
 	restored  bool                   // the state was replaced: tell the sink at the next entry
 	applied   uint64                 // index of the last Raft log entry applied (0: none known)
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 }
 
-// New returns an empty FSM. obs may be nil.
-func New(obs Observer) *FSM {
-	f := &FSM{obs: obs}
+// New returns an empty FSM that hands the events of each applied entry to
+// sink (see EventSink). sink may be nil: then no events are recorded.
+func New(sink EventSink) *FSM {
+	f := &FSM{sink: sink}
 	f.publicID.Store(new(string))
 	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, counts: newCounts()})
 	return f
@@ -200,23 +194,26 @@ func (f *FSM) applyLog(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	if f.sink == nil {
-		return f.apply(l.Data, l.Term)
+	return f.applyEntry(l.Data, l.Term, l.Index)
+}
+
+// applyEntry applies one command and hands its events to the sink with
+// index, the command's log index.
+func (f *FSM) applyEntry(data []byte, term, index uint64) *Result {
+	r := f.apply(data, term)
+	if f.sink != nil {
+		f.flushEvents(index)
 	}
-	f.inLog = true
-	r := f.apply(l.Data, l.Term)
-	f.inLog = false
-	f.flushEvents(l.Index)
 	return r
 }
 
 // ApplyCommand applies one encoded command outside Raft, for tests and
-// fuzzing. Unknown or malformed commands are refused with CodeInvalid and
-// change nothing.
+// fuzzing; its events, if any, have index 0. Unknown or malformed commands
+// are refused with CodeInvalid and change nothing.
 func (f *FSM) ApplyCommand(data []byte) *Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.apply(data, 0)
+	return f.applyEntry(data, 0, 0)
 }
 
 // apply applies one command; term is its log entry's term (0 outside Raft).
@@ -238,10 +235,11 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applyRevokeSession(m.(*fsmv1.RevokeSession))
 	case CmdAcquire:
 		c := m.(*fsmv1.Acquire)
-		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
-			return r
+		r := f.authorize(c.SessionId, c.SecretHash, c.Identity)
+		if r == nil {
+			r = f.applyAcquire(c)
 		}
-		return f.applyAcquire(c)
+		return f.waitFacts(c, r)
 	case CmdRelease:
 		c := m.(*fsmv1.Release)
 		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {

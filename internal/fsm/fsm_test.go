@@ -94,9 +94,9 @@ func mustOK(tb fataler, f *fsm.FSM, m proto.Message) *fsm.Result {
 	return r
 }
 
-func initFSM(tb fataler, obs fsm.Observer) *fsm.FSM {
+func initFSM(tb fataler, sink fsm.EventSink) *fsm.FSM {
 	tb.Helper()
-	f := fsm.New(obs)
+	f := fsm.New(sink)
 	mustOK(tb, f, &fsmv1.Init{ClusterId: "c1", Epoch: epoch})
 	return f
 }
@@ -119,7 +119,10 @@ func rel(sess string, seq uint64, name string, token uint64) *fsmv1.Release {
 	return &fsmv1.Release{SessionId: sess, Seq: seq, Name: name, Token: token}
 }
 
-// recorder is an Observer that writes every event as one line.
+// recorder is an EventSink that writes as one line each the events the
+// leader's timers and the blocked Acquire calls consume: sessions created,
+// removed and revoked, grants, dropped waits, marks set and cleared,
+// lock-delays started and ended, and resets.
 type recorder struct {
 	mu     sync.Mutex
 	events []string
@@ -131,24 +134,32 @@ func (r *recorder) add(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) SessionCreated(id string, ttlMs int64) { r.add("created %s %d", id, ttlMs) }
-func (r *recorder) SessionRemoved(id string)              { r.add("removed %s", id) }
-func (r *recorder) SessionRevoked(id string)              { r.add("revoked %s", id) }
-func (r *recorder) WaitGranted(session, name string, seq, token uint64) {
-	r.add("granted %s %q %d %d", session, name, seq, token)
+func (r *recorder) Events(_ uint64, evs []fsm.Event) {
+	for _, e := range evs {
+		switch e.Kind {
+		case fsm.EventSessionCreated:
+			r.add("created %s %d", e.Session, e.DurationMs)
+		case fsm.EventSessionRemoved:
+			r.add("removed %s", e.Session)
+		case fsm.EventSessionRevoked:
+			r.add("revoked %s", e.Session)
+		case fsm.EventGranted:
+			r.add("granted %s %q %d %d", e.Session, e.Name, e.Seq, e.Token)
+		case fsm.EventDequeued:
+			r.add("dropped %s %q %d", e.Session, e.Name, e.Seq)
+		case fsm.EventCompleted:
+			r.add("marked %q %d %d", e.Name, e.Token, e.DurationMs)
+		case fsm.EventMarkCleared:
+			r.add("unmarked %q %d", e.Name, e.Token)
+		case fsm.EventDelayStarted:
+			r.add("lockdelay %q %d", e.Name, e.DurationMs)
+		case fsm.EventDelayEnded:
+			r.add("undelayed %q %d", e.Name, e.Token)
+		}
+	}
 }
-func (r *recorder) WaitDropped(session, name string, seq uint64) {
-	r.add("dropped %s %q %d", session, name, seq)
-}
-func (r *recorder) MarkSet(name string, token uint64, retentionMs int64) {
-	r.add("marked %q %d %d", name, token, retentionMs)
-}
-func (r *recorder) MarkCleared(name string, token uint64) { r.add("unmarked %q %d", name, token) }
-func (r *recorder) LockDelayed(name string, token uint64, delayMs int64) {
-	r.add("lockdelay %q %d", name, delayMs)
-}
-func (r *recorder) DelayEnded(name string, token uint64) { r.add("undelayed %q %d", name, token) }
-func (r *recorder) Restored()                            { r.add("restored") }
+
+func (r *recorder) Reset(uint64) { r.add("restored") }
 
 // take returns the events since the last call.
 func (r *recorder) take() []string {
@@ -351,6 +362,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 	}
 
 	// Each release hands over to exactly the next waiter, in the same entry.
+	rec.take()
 	holder, seq := "s1", uint64(1)
 	for _, next := range []string{"s2", "s3", "s4"} {
 		before := f.Info().Stats.QueueGrants
@@ -363,7 +375,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 			t.Fatalf("after release by %s: %s got status %d token %d, want granted with %d", holder, next, st, newTok, tok+1)
 		}
 		if got, want := rec.take(), []string{fmt.Sprintf("granted %s \"job\" 2 %d", next, newTok)}; !slices.Equal(got, want) {
-			t.Fatalf("observer: got %q, want %q", got, want)
+			t.Fatalf("events: got %q, want %q", got, want)
 		}
 		if _, ok := f.CheckToken("job", tok); ok {
 			t.Fatalf("old token %d still valid after release", tok)
@@ -415,6 +427,7 @@ func TestReadWriteLockWriterPreference(t *testing.T) {
 	}
 	mustOK(t, f, acq("r3", 2, "rw", shrd, true))
 	mustOK(t, f, acq("r4", 1, "rw", shrd, true))
+	rec.take()
 	mustOK(t, f, rel("r1", 2, "rw", r1))
 	if ev := rec.take(); len(ev) != 0 {
 		t.Fatalf("release of one of two readers: got events %q, want none", ev)
@@ -432,7 +445,7 @@ func TestReadWriteLockWriterPreference(t *testing.T) {
 		fmt.Sprintf("granted r4 \"rw\" 1 %d", wt+2),
 	}
 	if got := rec.take(); !slices.Equal(got, want) {
-		t.Fatalf("observer: got %q, want %q", got, want)
+		t.Fatalf("events: got %q, want %q", got, want)
 	}
 }
 
@@ -453,7 +466,7 @@ func TestCancel(t *testing.T) {
 	}
 	mustOK(t, f, &fsmv1.Cancel{SessionId: "s2", Seq: 3, Name: "a", AcquireSeq: 1})
 	if got, want := rec.take(), []string{`dropped s2 "a" 1`}; !slices.Equal(got, want) {
-		t.Fatalf("observer: got %q, want %q", got, want)
+		t.Fatalf("events: got %q, want %q", got, want)
 	}
 	mustOK(t, f, rel("s1", 2, "a", tok))
 	st, t3, _ := f.WaitState("s3", "a", 1)
@@ -497,7 +510,7 @@ func TestExpireReleasesAndHandsOverInOneEntry(t *testing.T) {
 		"removed s1",
 	}
 	if got := rec.take(); !slices.Equal(got, want) {
-		t.Fatalf("observer: got %q, want %q", got, want)
+		t.Fatalf("events: got %q, want %q", got, want)
 	}
 	if _, ok := f.Session("s1"); ok {
 		t.Fatalf("session s1 still exists after expiry")
@@ -716,5 +729,52 @@ func TestReads(t *testing.T) {
 	}
 	if info := f.Info(); info.Sessions != 2 || info.Locks != 4 || info.Stats.Grants != 4 {
 		t.Fatalf("Info: got %+v, want 2 sessions, 4 locks, 4 grants", info)
+	}
+}
+
+// Apply answers with what the server's metrics and handlers need, so they
+// read nothing around the proposal: a session's TTL (the found session's on
+// a repeat), when a waiting request was queued, whether a lock-delay runs,
+// and when an ended hold was granted; a repeat ends no hold.
+func TestResultFacts(t *testing.T) {
+	f := initFSM(t, nil)
+	c := newSession("a")
+	c.TimeUnixNano = 5
+	if r := mustOK(t, f, c); r.TTL != 10*time.Second || r.Duplicate {
+		t.Fatalf("create: got %+v, want TTL 10s", r)
+	}
+	c.TtlMs = 99
+	if r := mustOK(t, f, c); r.TTL != 10*time.Second || !r.Duplicate || r.Secretless != true {
+		t.Fatalf("repeated create: got %+v, want the found session's TTL 10s, secretless", r)
+	}
+	mustOK(t, f, newSession("b"))
+	mustOK(t, f, newSession("c"))
+	a := &fsmv1.Acquire{SessionId: "a", Seq: 1, Name: "x", Mode: excl, LockDelayMs: 1000, TimeUnixNano: 10}
+	if r := mustOK(t, f, a); !r.QueuedAt.IsZero() || r.Delayed {
+		t.Fatalf("grant: got %+v, want no queue time, no delay", r)
+	}
+	b := &fsmv1.Acquire{SessionId: "b", Seq: 1, Name: "x", Mode: excl, Wait: true, TimeUnixNano: 20}
+	if r := mustOK(t, f, b); !r.QueuedAt.Equal(time.Unix(0, 20)) || r.Delayed {
+		t.Fatalf("queued: got %+v, want queued at 20", r)
+	}
+	b.TimeUnixNano = 30
+	if r := mustOK(t, f, b); !r.QueuedAt.Equal(time.Unix(0, 20)) || !r.Duplicate {
+		t.Fatalf("repeated while queued: got %+v, want the first queue time 20", r)
+	}
+	rel := &fsmv1.Release{SessionId: "a", Seq: 2, Name: "x", Token: epoch + 1}
+	if r := mustOK(t, f, rel); !r.GrantedAt.Equal(time.Unix(0, 10)) {
+		t.Fatalf("release: got %+v, want granted at 10", r)
+	}
+	if r := mustOK(t, f, rel); !r.GrantedAt.IsZero() || !r.Duplicate {
+		t.Fatalf("repeated release: got %+v, want no hold ended", r)
+	}
+	mustOK(t, f, &fsmv1.ExpireSession{SessionId: "b"}) // b held x since the release: a lock-delay starts
+	if r := apply(t, f, &fsmv1.Acquire{SessionId: "c", Seq: 1, Name: "x", Mode: excl}); r.Code != fsm.CodeBusy || !r.Delayed {
+		t.Fatalf("try during a lock-delay: got %+v, want busy and delayed", r)
+	}
+	mustOK(t, f, &fsmv1.Acquire{SessionId: "c", Seq: 2, Name: "y", Mode: excl, TimeUnixNano: 40})
+	mustOK(t, f, &fsmv1.Acquire{SessionId: "c", Seq: 3, Name: "z", Mode: excl, TimeUnixNano: 50})
+	if r := mustOK(t, f, &fsmv1.ExpireSession{SessionId: "c"}); !slices.EqualFunc(r.HoldsGrantedAt, []time.Time{time.Unix(0, 40), time.Unix(0, 50)}, time.Time.Equal) {
+		t.Fatalf("expiry: got %+v, want holds granted at 40 and 50", r)
 	}
 }

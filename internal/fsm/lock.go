@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/btree"
 
@@ -111,17 +112,8 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		return r
 	}
 	refuse := func(r *Result) *Result { return f.remember(s, c.Seq, fp, r) }
-	if err := ValidateName(c.Name); err != nil {
+	if err := ValidateAcquire(c); err != nil {
 		return refuse(fail(CodeInvalid, "%v", err))
-	}
-	if !validMode(c.Mode) {
-		return refuse(fail(CodeInvalid, "unknown mode %d", c.Mode))
-	}
-	if c.LockDelayMs < 0 || c.LockDelayMs > MaxLockDelayMs {
-		return refuse(fail(CodeInvalid, "lock-delay %d ms is outside [0, %d]", c.LockDelayMs, MaxLockDelayMs))
-	}
-	if len(c.Value) > MaxValueBytes {
-		return refuse(fail(CodeInvalid, "value is %d bytes, more than %d", len(c.Value), MaxValueBytes))
 	}
 	if s.revoked {
 		return refuse(fail(CodeRevoked, "session %s was force-released", s.id))
@@ -180,7 +172,9 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}
 	l.queue = append(l.queue, w)
 	s.waits[c.Name] = w
-	f.event(EventQueued, l, s.id, 0, c.Mode, c.Value)
+	if e := f.event(EventQueued, l, s.id, 0, c.Mode, c.Value); e != nil {
+		e.Seq = c.Seq
+	}
 	return f.remember(s, c.Seq, fp, &Result{Status: StatusQueued, Position: uint32(len(l.queue))})
 }
 
@@ -217,7 +211,9 @@ func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, n
 	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now}
 	l.holders = append(l.holders, h)
 	s.holds[l.name] = h
-	f.event(EventGranted, l, s.id, h.token, mode, value)
+	if e := f.event(EventGranted, l, s.id, h.token, mode, value); e != nil {
+		e.Seq = seq
+	}
 	return h
 }
 
@@ -231,11 +227,8 @@ func (f *FSM) promote(l *lock, now int64) {
 		l.queue = l.queue[1:]
 		s := f.sessions[w.session]
 		delete(s.waits, l.name)
-		h := f.grant(l, s, w.mode, w.seq, w.value, now)
+		f.grant(l, s, w.mode, w.seq, w.value, now)
 		f.stats.QueueGrants++
-		if f.obs != nil {
-			f.obs.WaitGranted(s.id, l.name, w.seq, h.token)
-		}
 	}
 	if len(l.queue) == 0 {
 		l.queue = nil // let the backing array go
@@ -245,19 +238,24 @@ func (f *FSM) promote(l *lock, now int64) {
 	}
 }
 
-// removeHold ends hold h of l; kind says how, for the watch.
-func (f *FSM) removeHold(l *lock, h *hold, kind EventKind) {
+// removeHold ends hold h of l; kind says how. It returns the event (see
+// event).
+func (f *FSM) removeHold(l *lock, h *hold, kind EventKind) *Event {
 	l.holders = slices.DeleteFunc(l.holders, func(x *hold) bool { return x == h })
 	delete(f.sessions[h.session].holds, l.name)
-	f.event(kind, l, h.session, h.token, h.mode, nil)
+	return f.event(kind, l, h.session, h.token, h.mode, nil)
 }
 
 func (f *FSM) removeWait(l *lock, w *wait) {
 	l.queue = slices.DeleteFunc(l.queue, func(x *wait) bool { return x == w })
 	delete(f.sessions[w.session].waits, l.name)
-	f.event(EventDequeued, l, w.session, 0, w.mode, nil)
-	if f.obs != nil {
-		f.obs.WaitDropped(w.session, l.name, w.seq)
+	f.dequeued(l, w)
+}
+
+// dequeued records that w left l's queue without a grant.
+func (f *FSM) dequeued(l *lock, w *wait) {
+	if e := f.event(EventDequeued, l, w.session, 0, w.mode, nil); e != nil {
+		e.Seq = w.seq
 	}
 }
 
@@ -274,7 +272,23 @@ func (f *FSM) applyRelease(c *fsmv1.Release) *Result {
 	l := f.locks[c.Name]
 	f.removeHold(l, h, EventReleased)
 	f.promote(l, c.TimeUnixNano)
-	return f.remember(s, c.Seq, fp, &Result{})
+	return f.remember(s, c.Seq, fp, &Result{GrantedAt: time.Unix(0, h.granted)})
+}
+
+// waitFacts adds to the answer r of acquire c, unless granted, whether a
+// lock-delay runs on its lock and when its request was queued, if it waits.
+func (f *FSM) waitFacts(c *fsmv1.Acquire, r *Result) *Result {
+	l := f.locks[c.Name]
+	if r.Status == StatusGranted || l == nil {
+		return r
+	}
+	r.Delayed = l.delayed
+	if s := f.sessions[c.SessionId]; s != nil {
+		if w := s.waits[c.Name]; w != nil && w.seq == c.Seq {
+			r.QueuedAt = time.Unix(0, w.queued)
+		}
+	}
+	return r
 }
 
 func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {

@@ -99,8 +99,8 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	if r != nil {
 		return r
 	}
-	if c.RetentionMs <= 0 || c.RetentionMs > MaxRetentionMs {
-		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "retention %d ms is outside (0, %d]", c.RetentionMs, MaxRetentionMs))
+	if err := ValidateComplete(c); err != nil {
+		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "%v", err))
 	}
 	h := s.holds[c.Name]
 	if h == nil || h.token != c.Token {
@@ -113,23 +113,19 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 		return f.remember(s, c.Seq, fp, fail(CodeTooMany, "%d completion marks are kept already", limits.marks))
 	}
 	l := f.locks[c.Name]
-	f.removeHold(l, h, EventCompleted)
+	if e := f.removeHold(l, h, EventCompleted); e != nil {
+		e.DurationMs = c.RetentionMs
+	}
 	// Every waiter is answered "already done", in queue order, in one pass
 	// (removeWait per waiter would rescan the queue each time).
 	for _, w := range l.queue {
 		delete(f.sessions[w.session].waits, l.name)
-		f.event(EventDequeued, l, w.session, 0, w.mode, nil)
-		if f.obs != nil {
-			f.obs.WaitDropped(w.session, l.name, w.seq)
-		}
+		f.dequeued(l, w)
 	}
 	l.queue = nil
 	l.mark = &mark{session: s.id, owner: s.owner, token: h.token, completed: c.TimeUnixNano, retentionMs: c.RetentionMs}
 	f.counts.addMark(l.mark)
-	if f.obs != nil {
-		f.obs.MarkSet(l.name, h.token, c.RetentionMs)
-	}
-	return f.remember(s, c.Seq, fp, &Result{})
+	return f.remember(s, c.Seq, fp, &Result{GrantedAt: time.Unix(0, h.granted)})
 }
 
 func (f *FSM) applyClearMark(c *fsmv1.ClearMark, term uint64) *Result {
@@ -139,9 +135,6 @@ func (f *FSM) applyClearMark(c *fsmv1.ClearMark, term uint64) *Result {
 	if l := f.locks[c.Name]; l != nil && l.mark != nil && l.mark.token == c.Token {
 		f.event(EventMarkCleared, l, l.mark.session, l.mark.token, ModeExclusive, nil)
 		f.deleteLock(l) // a marked lock has no holders or waiters
-		if f.obs != nil {
-			f.obs.MarkCleared(c.Name, c.Token)
-		}
 	}
 	return &Result{}
 }
@@ -154,16 +147,12 @@ func (f *FSM) applyClearMark(c *fsmv1.ClearMark, term uint64) *Result {
 func (f *FSM) startDelay(l *lock, h *hold) {
 	token := h.token
 	if l.delayed {
-		f.event(EventDelayEnded, l, "", l.delayToken, 0, nil)
-		if f.obs != nil {
-			f.obs.DelayEnded(l.name, l.delayToken) // replaced by this one
-		}
+		f.event(EventDelayEnded, l, "", l.delayToken, 0, nil) // replaced by this one
 	}
-	f.event(EventDelayStarted, l, h.session, token, h.mode, nil)
+	if e := f.event(EventDelayStarted, l, h.session, token, h.mode, nil); e != nil {
+		e.DurationMs = l.delayMs
+	}
 	l.delayed, l.delayToken = true, token
-	if f.obs != nil {
-		f.obs.LockDelayed(l.name, token, l.delayMs)
-	}
 }
 
 func (f *FSM) applyUndelay(c *fsmv1.Undelay, term uint64) *Result {
@@ -173,9 +162,6 @@ func (f *FSM) applyUndelay(c *fsmv1.Undelay, term uint64) *Result {
 	if l := f.locks[c.Name]; l != nil && l.delayed && l.delayToken == c.Token {
 		f.event(EventDelayEnded, l, "", l.delayToken, 0, nil)
 		l.delayed, l.delayToken = false, 0
-		if f.obs != nil {
-			f.obs.DelayEnded(c.Name, c.Token)
-		}
 		f.promote(l, c.TimeUnixNano)
 	}
 	return &Result{}

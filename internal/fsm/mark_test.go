@@ -42,8 +42,8 @@ func TestCompleteMarksJobDone(t *testing.T) {
 		t.Fatalf("complete without retention: %+v, want CodeInvalid", r)
 	}
 	apply(t, f, &fsmv1.Complete{SessionId: "a", Seq: 3, Ack: 3, Name: "invoices", Token: g.Token, RetentionMs: 60000})
-	if got, want := rec.take(), []string{`dropped b "invoices" 1`, `marked "invoices" ` + strconv.FormatUint(g.Token, 10) + ` 60000`}; !slices.Equal(got, want) {
-		t.Fatalf("observer: got %q, want %q", got, want)
+	if got, want := rec.take(), []string{`marked "invoices" ` + strconv.FormatUint(g.Token, 10) + ` 60000`, `dropped b "invoices" 1`}; !slices.Equal(got, want) {
+		t.Fatalf("events: got %q, want %q", got, want)
 	}
 	info, ok := f.Describe("invoices")
 	if !ok || info.Mark == nil || info.Mark.Token != g.Token || len(info.Holders) != 0 || len(info.Waiters) != 0 {
@@ -95,7 +95,7 @@ func TestLockDelay(t *testing.T) {
 	rec.take()
 	apply(t, f, &fsmv1.ExpireSession{SessionId: "a"})
 	if got := rec.take(); !slices.Contains(got, `lockdelay "x" 5000`) {
-		t.Fatalf("observer after expiry: %q, want a lock-delay", got)
+		t.Fatalf("events after expiry: %q, want a lock-delay", got)
 	}
 	info, _ := f.Describe("x")
 	if !info.Delayed || len(info.Holders) != 0 || len(info.Waiters) != 1 {

@@ -1,10 +1,10 @@
 package fsm
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
 	"maps"
 	"slices"
+	"time"
 
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
@@ -57,22 +57,14 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 			if r := f.authorize(id, c.SecretHash, c.Identity); r != nil {
 				return r
 			}
-			return &Result{SessionID: id, Duplicate: true}
+			found := f.sessions[id]
+			return &Result{SessionID: id, Duplicate: true, TTL: time.Duration(found.ttlMs) * time.Millisecond, Secretless: len(found.secretHash) == 0}
 		}
 	}
+	if err := ValidateCreateSession(c); err != nil {
+		return fail(CodeInvalid, "%v", err)
+	}
 	switch {
-	case c.SessionId == "" || len(c.SessionId) > MaxRequestIDBytes:
-		return fail(CodeInvalid, "bad session id")
-	case len(c.RequestId) > MaxRequestIDBytes:
-		return fail(CodeInvalid, "request id longer than %d bytes", MaxRequestIDBytes)
-	case len(c.Owner) > MaxOwnerBytes:
-		return fail(CodeInvalid, "owner longer than %d bytes", MaxOwnerBytes)
-	case len(c.SecretHash) != 0 && len(c.SecretHash) != sha256.Size:
-		return fail(CodeInvalid, "secret hash is %d bytes, not %d", len(c.SecretHash), sha256.Size)
-	case len(c.Identity) > MaxOwnerBytes:
-		return fail(CodeInvalid, "identity longer than %d bytes", MaxOwnerBytes)
-	case c.TtlMs <= 0:
-		return fail(CodeInvalid, "ttl must be positive")
 	case f.sessions[c.SessionId] != nil:
 		return fail(CodeInvalid, "session id %s already exists", c.SessionId)
 	case len(f.sessions) >= limits.sessions:
@@ -91,10 +83,8 @@ func (f *FSM) applyCreateSession(c *fsmv1.CreateSession) *Result {
 	if s.requestID != "" {
 		f.byRequest[s.requestID] = s.id
 	}
-	if f.obs != nil {
-		f.obs.SessionCreated(s.id, s.ttlMs)
-	}
-	return &Result{SessionID: s.id}
+	f.sessionEvent(EventSessionCreated, s)
+	return &Result{SessionID: s.id, TTL: time.Duration(s.ttlMs) * time.Millisecond}
 }
 
 // authorize refuses a command on session id unless it presents the
@@ -131,7 +121,12 @@ func (f *FSM) applyExpireSession(c *fsmv1.ExpireSession, term uint64) *Result {
 		// leases were restarted in full since, so the decision is stale.
 		return fail(CodeInvalid, "stale expiry of session %s decided in term %d, committed in term %d", c.SessionId, c.Term, term)
 	}
+	r := &Result{}
 	if s := f.sessions[c.SessionId]; s != nil {
+		for _, h := range s.holds {
+			r.HoldsGrantedAt = append(r.HoldsGrantedAt, time.Unix(0, h.granted))
+		}
+		slices.SortFunc(r.HoldsGrantedAt, time.Time.Compare)
 		f.stats.Expired++
 		end := EventExpired
 		if c.Forced || s.revoked {
@@ -141,7 +136,7 @@ func (f *FSM) applyExpireSession(c *fsmv1.ExpireSession, term uint64) *Result {
 		}
 		f.removeSession(s, c.TimeUnixNano, end)
 	}
-	return &Result{}
+	return r
 }
 
 func (f *FSM) applyRevokeSession(c *fsmv1.RevokeSession) *Result {
@@ -151,9 +146,7 @@ func (f *FSM) applyRevokeSession(c *fsmv1.RevokeSession) *Result {
 			// A revoked session will never use a lock it waits for;
 			// granting one would only keep it from others until expiry.
 			f.dropWaits(s, c.TimeUnixNano)
-			if f.obs != nil {
-				f.obs.SessionRevoked(id)
-			}
+			f.sessionEvent(EventSessionRevoked, s)
 		}
 	}
 	return &Result{}
@@ -179,8 +172,7 @@ func (f *FSM) dropWaits(s *session, now int64) {
 // An expired or force-released holder of a lock with a lock-delay leaves
 // the lock delayed instead.
 func (f *FSM) removeSession(s *session, now int64, end EventKind) {
-	// Sorted, so the Observer hears the same events in the same order on
-	// every replica.
+	// Sorted, so the events come in the same order on every replica.
 	waits := slices.Sorted(maps.Keys(s.waits))
 	holds := slices.Sorted(maps.Keys(s.holds))
 	for _, name := range waits {
@@ -207,7 +199,5 @@ func (f *FSM) removeSession(s *session, now int64, end EventKind) {
 			f.promote(l, now)
 		}
 	}
-	if f.obs != nil {
-		f.obs.SessionRemoved(s.id)
-	}
+	f.sessionEvent(EventSessionRemoved, s)
 }

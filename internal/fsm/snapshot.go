@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"maps"
 	"slices"
 	"strings"
 
@@ -191,9 +190,6 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		}
 	}
 	f.mu.Unlock()
-	if f.obs != nil {
-		f.obs.Restored()
-	}
 	return nil
 }
 
@@ -241,21 +237,7 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
 	f.install(st)
-	f.restored, f.pending = f.sink != nil && f.inLog, nil
-	if f.obs != nil {
-		for _, id := range slices.Sorted(maps.Keys(f.sessions)) {
-			f.obs.SessionCreated(id, f.sessions[id].ttlMs)
-		}
-		f.names.Ascend(func(l *lock) bool {
-			if m := l.mark; m != nil {
-				f.obs.MarkSet(l.name, m.token, m.retentionMs)
-			}
-			if l.delayed {
-				f.obs.LockDelayed(l.name, l.delayToken, l.delayMs)
-			}
-			return true
-		})
-	}
+	f.restored, f.pending = f.sink != nil, nil
 	return &Result{}
 }
 
@@ -264,53 +246,14 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
 		return nil, fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
 	}
+	sessions, byRequest, err := decodeSessions(snap.Sessions)
+	if err != nil {
+		return nil, err
+	}
+	sizeHolds(snap.Locks, sessions)
 	// Maps sized up front: a restart of a node with 1 000 000 locks
 	// otherwise spends much of its restore growing them.
 	tokens := make(map[uint64]bool, len(snap.Locks))
-	sessions := make(map[string]*session, len(snap.Sessions))
-	byRequest := make(map[string]string, len(snap.Sessions))
-	if len(snap.Sessions) > limits.sessions {
-		return nil, fmt.Errorf("snapshot: %d sessions, more than %d", len(snap.Sessions), limits.sessions)
-	}
-	for _, ps := range snap.Sessions {
-		if ps.Id == "" || sessions[ps.Id] != nil {
-			return nil, fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
-		}
-		if ps.TtlMs <= 0 {
-			return nil, fmt.Errorf("snapshot: session %q has ttl %d ms", ps.Id, ps.TtlMs)
-		}
-		if len(ps.SecretHash) != 0 && len(ps.SecretHash) != sha256.Size {
-			return nil, fmt.Errorf("snapshot: session %q: secret hash of %d bytes", ps.Id, len(ps.SecretHash))
-		}
-		s := newSession(ps.Id, ps.RequestId, ps.Owner, ps.TtlMs, ps.CreatedUnixNano, ps.Revoked, ps.Ack)
-		s.secretHash, s.identity = ps.SecretHash, ps.Identity
-		for i, r := range ps.Results {
-			if r.Seq == 0 || i > 0 && r.Seq <= ps.Results[i-1].Seq {
-				return nil, fmt.Errorf("snapshot: session %q: duplicate answers not in seq order", ps.Id)
-			}
-			// Through store, as Apply adds them: an older version kept
-			// answers below the floor or beyond the cap (a Cancel before
-			// its Acquire); they are dropped as Apply would have.
-			s.store(proto.CloneOf(r))
-		}
-		sessions[s.id] = s
-		if s.requestID != "" {
-			byRequest[s.requestID] = s.id
-		}
-	}
-	// Each session's holds map sized up front too: growing 64 maps to
-	// 15 000 entries each rehashes them over and over.
-	holds := make(map[string]int, len(sessions))
-	for _, pl := range snap.Locks {
-		for _, ph := range pl.Holders {
-			holds[ph.SessionId]++
-		}
-	}
-	for id, n := range holds {
-		if s := sessions[id]; s != nil {
-			s.holds = make(map[string]*hold, n)
-		}
-	}
 	locks := make(map[string]*lock, len(snap.Locks))
 	names := newNames()
 	cs := newCounts()
@@ -324,79 +267,162 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		if !sorted && locks[pl.Name] != nil {
 			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
-		if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && (pl.LockDelayMs == 0 || pl.DelayToken == 0) || !pl.Delayed && pl.DelayToken != 0 {
-			return nil, fmt.Errorf("snapshot: lock %q: bad lock-delay", pl.Name)
-		}
-		l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed, delayToken: pl.DelayToken}
-		for i, ph := range pl.Holders {
-			s := sessions[ph.SessionId]
-			if s == nil || l.has(s, ph.SessionId) {
-				return nil, fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
-			}
-			switch {
-			case !validMode(ph.Mode):
-				return nil, fmt.Errorf("snapshot: lock %q: holder %q has mode %d", pl.Name, ph.SessionId, ph.Mode)
-			case ph.Mode != pl.Holders[0].Mode || ph.Mode == ModeExclusive && i > 0:
-				return nil, fmt.Errorf("snapshot: lock %q: exclusive holder not alone", pl.Name)
-			case pl.Limit > 0 && uint32(i) >= pl.Limit:
-				return nil, fmt.Errorf("snapshot: lock %q: more holders than its limit %d", pl.Name, pl.Limit)
-			case ph.Token == 0 || ph.Token > snap.LastToken || tokens[ph.Token]:
-				return nil, fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
-			case i > 0 && ph.Token < pl.Holders[i-1].Token:
-				return nil, fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
-			}
-			tokens[ph.Token] = true
-			// The session's own id string, not the decoded copy: a million
-			// holds then keep 64 strings alive, not a million.
-			h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
-			l.holders = append(l.holders, h)
-			s.holds[l.name] = h
-		}
-		for _, pw := range pl.Queue {
-			s := sessions[pw.SessionId]
-			if s == nil || l.has(s, pw.SessionId) {
-				return nil, fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
-			}
-			if !validMode(pw.Mode) {
-				return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
-			}
-			w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
-			l.queue = append(l.queue, w)
-			s.waits[l.name] = w
-		}
-		if pm := pl.Mark; pm != nil {
-			switch {
-			case len(l.holders) > 0 || len(l.queue) > 0:
-				return nil, fmt.Errorf("snapshot: lock %q has a completion mark and holders or waiters", pl.Name)
-			case pm.Token == 0 || pm.Token > snap.LastToken || pm.RetentionMs <= 0:
-				return nil, fmt.Errorf("snapshot: lock %q: bad completion mark", pl.Name)
-			}
-			l.mark = &mark{session: pm.SessionId, owner: pm.Owner, token: pm.Token, completed: pm.CompletedUnixNano, retentionMs: pm.RetentionMs}
-		}
-		if !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
-			// Apply never leaves a head waiter that fits: it would wait on a
-			// lock nothing will ever release.
-			return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)
-		}
-		if l.empty() {
-			return nil, fmt.Errorf("snapshot: lock %q is empty", pl.Name)
-		}
-		if len(l.queue) > limits.waiters {
-			return nil, fmt.Errorf("snapshot: lock %q has %d waiters, more than %d", pl.Name, len(l.queue), limits.waiters)
+		l, err := decodeLock(pl, sessions, tokens, snap.LastToken)
+		if err != nil {
+			return nil, err
 		}
 		locks[l.name] = l
 		names.ReplaceOrInsert(l)
 		cs.add(l)
 	}
-	// The caps Apply enforces hold in any state it made, so a snapshot
-	// beyond them is not one of ours.
+	if err := checkStateCaps(snap, sessions, &cs); err != nil {
+		return nil, err
+	}
+	members, err := decodeMembers(snap.Members)
+	if err != nil {
+		return nil, err
+	}
+	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
+		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+}
+
+// decodeSessions checks and builds a snapshot's sessions (without holds or
+// waits) and the create request ids that name them.
+func decodeSessions(pss []*fsmv1.Session) (map[string]*session, map[string]string, error) {
+	if len(pss) > limits.sessions {
+		return nil, nil, fmt.Errorf("snapshot: %d sessions, more than %d", len(pss), limits.sessions)
+	}
+	sessions := make(map[string]*session, len(pss))
+	byRequest := make(map[string]string, len(pss))
+	for _, ps := range pss {
+		if ps.Id == "" || sessions[ps.Id] != nil {
+			return nil, nil, fmt.Errorf("snapshot: bad or duplicate session id %q", ps.Id)
+		}
+		if ps.TtlMs <= 0 {
+			return nil, nil, fmt.Errorf("snapshot: session %q has ttl %d ms", ps.Id, ps.TtlMs)
+		}
+		if len(ps.SecretHash) != 0 && len(ps.SecretHash) != sha256.Size {
+			return nil, nil, fmt.Errorf("snapshot: session %q: secret hash of %d bytes", ps.Id, len(ps.SecretHash))
+		}
+		s := newSession(ps.Id, ps.RequestId, ps.Owner, ps.TtlMs, ps.CreatedUnixNano, ps.Revoked, ps.Ack)
+		s.secretHash, s.identity = ps.SecretHash, ps.Identity
+		for i, r := range ps.Results {
+			if r.Seq == 0 || i > 0 && r.Seq <= ps.Results[i-1].Seq {
+				return nil, nil, fmt.Errorf("snapshot: session %q: duplicate answers not in seq order", ps.Id)
+			}
+			// Through store, as Apply adds them: an older version kept
+			// answers below the floor or beyond the cap (a Cancel before
+			// its Acquire); they are dropped as Apply would have.
+			s.store(proto.CloneOf(r))
+		}
+		sessions[s.id] = s
+		if s.requestID != "" {
+			byRequest[s.requestID] = s.id
+		}
+	}
+	return sessions, byRequest, nil
+}
+
+// sizeHolds sizes each session's holds map up front: growing 64 maps to
+// 15 000 entries each rehashes them over and over.
+func sizeHolds(pls []*fsmv1.Lock, sessions map[string]*session) {
+	holds := make(map[string]int, len(sessions))
+	for _, pl := range pls {
+		for _, ph := range pl.Holders {
+			holds[ph.SessionId]++
+		}
+	}
+	for id, n := range holds {
+		if s := sessions[id]; s != nil {
+			s.holds = make(map[string]*hold, n)
+		}
+	}
+}
+
+// decodeLock checks and builds one lock of a snapshot, adding its holds and
+// waits to their sessions and its tokens to tokens (the tokens seen so far).
+func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]bool, lastToken uint64) (*lock, error) {
+	if pl.LockDelayMs < 0 || pl.LockDelayMs > MaxLockDelayMs || pl.Delayed && (pl.LockDelayMs == 0 || pl.DelayToken == 0) || !pl.Delayed && pl.DelayToken != 0 {
+		return nil, fmt.Errorf("snapshot: lock %q: bad lock-delay", pl.Name)
+	}
+	l := &lock{name: pl.Name, limit: pl.Limit, delayMs: pl.LockDelayMs, delayed: pl.Delayed, delayToken: pl.DelayToken}
+	if err := l.decodeHolders(pl, sessions, tokens, lastToken); err != nil {
+		return nil, err
+	}
+	for _, pw := range pl.Queue {
+		s := sessions[pw.SessionId]
+		if s == nil || l.has(s, pw.SessionId) {
+			return nil, fmt.Errorf("snapshot: lock %q: bad waiter %q", pl.Name, pw.SessionId)
+		}
+		if !validMode(pw.Mode) {
+			return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
+		}
+		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
+		l.queue = append(l.queue, w)
+		s.waits[l.name] = w
+	}
+	if pm := pl.Mark; pm != nil {
+		switch {
+		case len(l.holders) > 0 || len(l.queue) > 0:
+			return nil, fmt.Errorf("snapshot: lock %q has a completion mark and holders or waiters", pl.Name)
+		case pm.Token == 0 || pm.Token > lastToken || pm.RetentionMs <= 0:
+			return nil, fmt.Errorf("snapshot: lock %q: bad completion mark", pl.Name)
+		}
+		l.mark = &mark{session: pm.SessionId, owner: pm.Owner, token: pm.Token, completed: pm.CompletedUnixNano, retentionMs: pm.RetentionMs}
+	}
+	switch {
+	case !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode):
+		// Apply never leaves a head waiter that fits: it would wait on a
+		// lock nothing will ever release.
+		return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)
+	case l.empty():
+		return nil, fmt.Errorf("snapshot: lock %q is empty", pl.Name)
+	case len(l.queue) > limits.waiters:
+		return nil, fmt.Errorf("snapshot: lock %q has %d waiters, more than %d", pl.Name, len(l.queue), limits.waiters)
+	}
+	return l, nil
+}
+
+// decodeHolders checks and adds the holders of pl to l and their sessions.
+func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]bool, lastToken uint64) error {
+	for i, ph := range pl.Holders {
+		s := sessions[ph.SessionId]
+		if s == nil || l.has(s, ph.SessionId) {
+			return fmt.Errorf("snapshot: lock %q: bad holder %q", pl.Name, ph.SessionId)
+		}
+		switch {
+		case !validMode(ph.Mode):
+			return fmt.Errorf("snapshot: lock %q: holder %q has mode %d", pl.Name, ph.SessionId, ph.Mode)
+		case ph.Mode != pl.Holders[0].Mode || ph.Mode == ModeExclusive && i > 0:
+			return fmt.Errorf("snapshot: lock %q: exclusive holder not alone", pl.Name)
+		case pl.Limit > 0 && uint32(i) >= pl.Limit:
+			return fmt.Errorf("snapshot: lock %q: more holders than its limit %d", pl.Name, pl.Limit)
+		case ph.Token == 0 || ph.Token > lastToken || tokens[ph.Token]:
+			return fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
+		case i > 0 && ph.Token < pl.Holders[i-1].Token:
+			return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
+		}
+		tokens[ph.Token] = true
+		// The session's own id string, not the decoded copy: a million
+		// holds then keep 64 strings alive, not a million.
+		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
+		l.holders = append(l.holders, h)
+		s.holds[l.name] = h
+	}
+	return nil
+}
+
+// checkStateCaps checks the caps Apply enforces, which hold in any state it
+// made, so a snapshot beyond them is not one of ours; it counts each
+// identity's sessions into cs on the way.
+func checkStateCaps(snap *fsmv1.Snapshot, sessions map[string]*session, cs *counts) error {
 	switch {
 	case cs.marks > limits.marks:
-		return nil, fmt.Errorf("snapshot: %d completion marks, more than %d", cs.marks, limits.marks)
+		return fmt.Errorf("snapshot: %d completion marks, more than %d", cs.marks, limits.marks)
 	case cs.delayLocks > limits.delayLocks:
-		return nil, fmt.Errorf("snapshot: %d locks with a lock-delay, more than %d", cs.delayLocks, limits.delayLocks)
+		return fmt.Errorf("snapshot: %d locks with a lock-delay, more than %d", cs.delayLocks, limits.delayLocks)
 	case len(snap.Members) > limits.members:
-		return nil, fmt.Errorf("snapshot: %d members, more than %d", len(snap.Members), limits.members)
+		return fmt.Errorf("snapshot: %d members, more than %d", len(snap.Members), limits.members)
 	}
 	for _, ps := range snap.Sessions { // in order: the message is part of the answer
 		s := sessions[ps.Id]
@@ -404,18 +430,22 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 			cs.byIdentity[s.identity]++
 		}
 		if n := len(s.holds) + len(s.waits) + cs.markedBy[s.id]; n > limits.locksPerSession {
-			return nil, fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
+			return fmt.Errorf("snapshot: session %q holds, waits for or marked %d locks, more than %d", s.id, n, limits.locksPerSession)
 		}
 	}
+	return nil
+}
+
+// decodeMembers builds the member table of a snapshot.
+func decodeMembers(pms []*fsmv1.MemberInfo) (map[string]Member, error) {
 	members := map[string]Member{}
-	for _, m := range snap.Members {
+	for _, m := range pms {
 		if m.NodeId == "" {
 			return nil, fmt.Errorf("snapshot: member without id")
 		}
 		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress, NonVoter: m.NonVoter}
 	}
-	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+	return members, nil
 }
 
 // has reports whether session s (id) already holds or waits for l, while

@@ -22,8 +22,8 @@ func (f *FSM) applySetValue(c *fsmv1.SetValue) *Result {
 	if r != nil {
 		return r
 	}
-	if len(c.Value) > MaxValueBytes {
-		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "value is %d bytes, more than %d", len(c.Value), MaxValueBytes))
+	if err := ValidateSetValue(c); err != nil {
+		return f.remember(s, c.Seq, fp, fail(CodeInvalid, "%v", err))
 	}
 	h := s.holds[c.Name]
 	if h == nil || h.token != c.Token {

@@ -260,7 +260,7 @@ func (f *FSM) Info() Info {
 func (f *FSM) ClusterID() string { return *f.publicID.Load() }
 
 // WithSessions calls fn with every session while no command can be applied,
-// so fn sees a state that later observer calls continue exactly (used to
+// so fn sees a state that later events continue exactly (used to
 // start the leader's lease timers without missing a session).
 func (f *FSM) WithSessions(fn func([]SessionInfo)) {
 	f.mu.RLock()
@@ -270,4 +270,32 @@ func (f *FSM) WithSessions(fn func([]SessionInfo)) {
 		out = append(out, sessionInfo(s))
 	}
 	fn(out)
+}
+
+// SessionLocks returns the names of at most n locks a session holds and of
+// at most n it waits for, each in name order.
+func (f *FSM) SessionLocks(sessionID string, n int) (holding, waiting []string) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.sessions[sessionID]
+	if s == nil {
+		return nil, nil
+	}
+	return firstNames(s.holds, n), firstNames(s.waits, n)
+}
+
+// firstNames returns the n smallest keys of m, in order.
+func firstNames[V any](m map[string]V, n int) []string {
+	out := make([]string, 0, min(len(m), n+1))
+	for k := range m {
+		i, _ := slices.BinarySearch(out, k)
+		if i >= n {
+			continue
+		}
+		out = slices.Insert(out, i, k)
+		if len(out) > n {
+			out = out[:n]
+		}
+	}
+	return out
 }

@@ -21,14 +21,16 @@ var _ lockdv1connect.LockServiceHandler = (*api)(nil)
 
 func (a *api) clusterID() string { return a.s.fsm.ClusterID() }
 
-// propose proposes a command and maps both Raft and FSM refusals.
+// propose proposes a command and maps both Raft and FSM refusals. The
+// result is returned with an FSM refusal too (what Apply knew), nil only
+// when the command was not applied.
 func (a *api) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 	r, err := a.s.propose(t, m)
 	if err != nil {
 		return nil, a.s.raftError(err)
 	}
 	if r.Code != fsm.OK {
-		return nil, a.s.resultError(r)
+		return r, a.s.resultError(r)
 	}
 	return r, nil
 }

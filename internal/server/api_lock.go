@@ -28,19 +28,9 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
 	}
-	if err := fsm.ValidateName(m.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
-	}
 	mode := int32(m.Mode)
-	switch m.Mode {
-	case lockdv1.Mode_MODE_UNSPECIFIED:
+	if m.Mode == lockdv1.Mode_MODE_UNSPECIFIED {
 		mode = fsm.ModeExclusive
-	case lockdv1.Mode_MODE_EXCLUSIVE, lockdv1.Mode_MODE_SHARED:
-	default:
-		return nil, a.s.invalid("unknown mode %d", m.Mode)
-	}
-	if len(m.Value) > fsm.MaxValueBytes {
-		return nil, a.s.invalid("value is %d bytes, more than %d", len(m.Value), fsm.MaxValueBytes)
 	}
 	poll := a.s.cfg.MaxPollTimeout
 	if m.PollTimeout != nil {
@@ -48,6 +38,21 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 			return nil, a.s.invalid("poll_timeout must be a non-negative duration")
 		}
 		poll = min(poll, m.PollTimeout.AsDuration())
+	}
+	var delay time.Duration
+	if m.LockDelay != nil {
+		if err := m.LockDelay.CheckValid(); err != nil || m.LockDelay.AsDuration() < 0 {
+			return nil, a.s.invalid("lock_delay must be a duration from 0 to 1h")
+		}
+		delay = m.LockDelay.AsDuration()
+	}
+	cmd := &fsmv1.Acquire{
+		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
+		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx),
+	}
+	if err := fsm.ValidateAcquire(cmd); err != nil {
+		return nil, a.s.invalid("%v", err)
 	}
 	if m.Wait {
 		done, err := a.s.limits.startWait(ctx)
@@ -59,24 +64,14 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	// Taken before the proposal: a leadership change after it ends the
 	// wait (see await).
 	changed := a.s.leadershipChanges()
-	var delay time.Duration
-	if m.LockDelay != nil {
-		if err := m.LockDelay.CheckValid(); err != nil || m.LockDelay.AsDuration() < 0 || m.LockDelay.AsDuration().Milliseconds() > fsm.MaxLockDelayMs {
-			return nil, a.s.invalid("lock_delay must be a duration from 0 to 1h")
-		}
-		delay = m.LockDelay.AsDuration()
-	}
 	proposed := wallclock.Now() // recorded in the lock table (queued or granted at): wall time
-	r, err := a.propose(fsm.CmdAcquire, &fsmv1.Acquire{
-		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, TimeUnixNano: proposed.UnixNano(), LockDelayMs: delay.Milliseconds(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx),
-	})
+	cmd.TimeUnixNano = proposed.UnixNano()
+	r, err := a.propose(fsm.CmdAcquire, cmd)
 	if err == nil && r.Status == fsm.StatusGranted {
 		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
 		return connect.NewResponse(resp), nil
 	}
-	if a.s.fsm.Delayed(m.Name) {
+	if r != nil && r.Delayed {
 		a.s.metrics.lock.delayHits.Inc()
 	}
 	if err != nil {
@@ -84,10 +79,9 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID()}
 	// The wait began when the request first queued (a repeat of the same
-	// request finds that time); if the grant or drop came before this
-	// look-up, it began at this proposal.
-	var queued bool
-	if queuedAt, queued = a.s.fsm.QueuedAt(m.SessionId, m.Name, m.Seq); !queued {
+	// request finds that time); if it was already granted or dropped when
+	// Apply answered (a repeat), it began at this proposal.
+	if queuedAt = r.QueuedAt; queuedAt.IsZero() {
 		queuedAt = proposed
 	}
 	// Queued (now or by the first attempt of this request).
@@ -110,13 +104,13 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 	if err := fsm.ValidateName(m.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
+	r, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
+	if err != nil {
 		return nil, err
 	}
-	if held {
-		a.s.metrics.lock.holdEnded(endReleased, granted)
+	if !r.GrantedAt.IsZero() { // not a repeat of a release already applied
+		a.s.metrics.lock.holdEnded(endReleased, r.GrantedAt)
 	}
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
 }
@@ -159,17 +153,18 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 		return nil, a.s.invalid("retention is required (1s to 400 days)")
 	}
 	ret := m.Retention.AsDuration()
-	if ret < time.Second || ret.Milliseconds() > fsm.MaxRetentionMs {
+	cmd := &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
+		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
+		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}
+	if ret < time.Second || fsm.ValidateComplete(cmd) != nil { // at least 1s for a new request
 		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
 	}
-	granted, held := a.s.fsm.GrantedAt(m.Name, m.Token)
-	if _, err := a.propose(fsm.CmdComplete, &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
-		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
+	r, err := a.propose(fsm.CmdComplete, cmd)
+	if err != nil {
 		return nil, err
 	}
-	if held { // not a retry of a Complete already applied
-		a.s.metrics.lock.holdEnded(endCompleted, granted)
+	if !r.GrantedAt.IsZero() { // not a retry of a Complete already applied
+		a.s.metrics.lock.holdEnded(endCompleted, r.GrantedAt)
 		a.s.metrics.lock.marksSet.Inc()
 	}
 	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil
@@ -220,11 +215,12 @@ func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValu
 		if err := fsm.ValidateName(m.Name); err != nil {
 			return nil, a.s.invalid("%v", err)
 		}
-		if len(m.Value) > fsm.MaxValueBytes {
-			return nil, a.s.invalid("value is %d bytes, more than %d", len(m.Value), fsm.MaxValueBytes)
+		cmd := &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
+			SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}
+		if err := fsm.ValidateSetValue(cmd); err != nil {
+			return nil, a.s.invalid("%v", err)
 		}
-		if _, err := a.propose(fsm.CmdSetValue, &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
-			SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}); err != nil {
+		if _, err := a.propose(fsm.CmdSetValue, cmd); err != nil {
 			return nil, err
 		}
 		return connect.NewResponse(&lockdv1.SetValueResponse{}), nil

@@ -20,7 +20,7 @@ func (a *api) ClearMark(ctx context.Context, req *connect.Request[lockdv1.ClearM
 // timer proposes, naming the mark's token, with no term: Apply clears the
 // mark only if it is still the one read here, so a mark set after this
 // read (a later run of the job) is never cleared by mistake. The marks
-// manager drops its timer when the mark goes (observer.MarkCleared).
+// manager drops its timer when the mark goes (its EventMarkCleared).
 func (a *api) clearMark(ctx context.Context, req *connect.Request[lockdv1.ClearMarkRequest]) (*connect.Response[lockdv1.ClearMarkResponse], error) {
 	name := req.Msg.Name
 	if err := fsm.ValidateName(name); err != nil {

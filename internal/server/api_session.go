@@ -38,20 +38,10 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	if ttl%time.Millisecond != 0 {
 		ttl = ttl.Truncate(time.Millisecond)
 	}
-	if len(m.Owner) > fsm.MaxOwnerBytes {
-		return nil, a.s.invalid("owner is %d bytes, more than %d", len(m.Owner), fsm.MaxOwnerBytes)
-	}
 	// The lock names' rule: an owner is printed in admins' terminals. Here,
 	// not in Apply, so that a node of an older version decides alike.
 	if err := label.Check("owner", m.Owner); err != nil {
 		return nil, a.s.invalid("%v", err)
-	}
-	if len(m.RequestId) > fsm.MaxRequestIDBytes {
-		return nil, a.s.invalid("request_id is %d bytes, more than %d", len(m.RequestId), fsm.MaxRequestIDBytes)
-	}
-	sessionsCap, err := a.s.limits.checkSessions(ctx)
-	if err != nil {
-		return nil, err
 	}
 	secret := m.Secret
 	if secret == "" {
@@ -59,26 +49,29 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	} else if len(secret) < minSecretBytes || len(secret) > maxSecretBytes {
 		return nil, a.s.invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
 	}
-	r, err := a.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{
-		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(secret), Identity: identityOf(ctx), IdentitySessionsCap: sessionsCap,
-	})
+	cmd := &fsmv1.CreateSession{
+		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
+		SecretHash: hashSecret(secret), Identity: identityOf(ctx),
+	}
+	if err := fsm.ValidateCreateSession(cmd); err != nil {
+		return nil, a.s.invalid("%v", err)
+	}
+	sessionsCap, err := a.s.limits.checkSessions(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if r.Duplicate {
+	cmd.IdentitySessionsCap, cmd.TimeUnixNano = sessionsCap, wallclock.Now().UnixNano()
+	r, err := a.propose(fsm.CmdCreateSession, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if r.Duplicate && r.Secretless {
 		// A retry found the session of its request id. Apply accepts any
 		// secret for a session without one (restored from an old backup):
 		// this answer must not hand it out.
-		if err := a.s.refuseSecretless(r.SessionID); err != nil {
-			return nil, err
-		}
+		return nil, a.s.secretlessError(r.SessionID)
 	}
-	info, ok := a.s.fsm.Session(r.SessionID)
-	if ok {
-		ttl = info.TTL
-	}
-	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(ttl), ClusterId: a.clusterID(), Secret: secret}), nil
+	return connect.NewResponse(&lockdv1.CreateSessionResponse{SessionId: r.SessionID, Ttl: durationpb.New(r.TTL), ClusterId: a.clusterID(), Secret: secret}), nil
 }
 
 // KeepAlive extends a session's lease on the leader (not a Raft write).

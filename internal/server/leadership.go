@@ -261,10 +261,9 @@ func (s *Server) demoteTimers() {
 // expire is the lease manager's callback for a session whose deadline
 // passed in leadership term.
 func (s *Server) expire(id string, term uint64) {
-	holds := s.fsm.HoldTimes(id)
-	if s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano(), Term: term}) {
+	if r := s.proposeTimed(s.lease, id, term, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: id, TimeUnixNano: wallclock.Now().UnixNano(), Term: term}); r != nil {
 		s.metrics.sessionsExpired.Inc()
-		if len(holds) > 0 {
+		if holds := r.HoldsGrantedAt; len(holds) > 0 {
 			s.metrics.lock.expiredHolding.Inc()
 			s.metrics.lock.holdsExpired.Add(float64(len(holds)))
 			for _, g := range holds {
@@ -279,8 +278,9 @@ func (s *Server) expire(id string, term uint64) {
 // (for key, in leadership term): only while this node still leads in that
 // term (verified after the timer fired), and bound to that term so Apply
 // ignores it if it commits in a later one. A failed proposal is retried
-// after an election timeout if the node still leads.
-func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.CmdType, msg proto.Message) bool {
+// after an election timeout if the node still leads. It returns Apply's
+// result, nil when the command was not applied.
+func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.CmdType, msg proto.Message) *fsm.Result {
 	// Under leaderMu: establish holds it from Promote until it records the
 	// promoted term, so a timer firing in between waits instead of being
 	// dropped (and its entry left expiring for the whole term).
@@ -288,7 +288,7 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 	current := s.promotedTerm.Load()
 	s.leaderMu.Unlock()
 	if current != term {
-		return false
+		return nil
 	}
 	if err := s.linearizable(); err != nil {
 		if errors.Is(err, errNoFreshQuorum) {
@@ -297,21 +297,22 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 			// a failed proposal, or it would be lost for the whole term.
 			m.Retry(key, s.cfg.ElectionTimeout)
 		}
-		return false // otherwise no longer leader: Demote clears the timers
+		return nil // otherwise no longer leader: Demote clears the timers
 	}
-	if _, err := s.propose(t, msg); err != nil {
+	r, err := s.propose(t, msg)
+	if err != nil {
 		s.log.Warn("propose of a timed command failed", "type", t, "key", key, "err", err)
 		m.Retry(key, s.cfg.ElectionTimeout)
-		return false
+		return nil
 	}
-	return true
+	return r
 }
 
 // clearMark is the marks manager's callback for a completion mark whose
 // retention passed.
 func (s *Server) clearMark(key string, term uint64) {
 	name, token, ok := parseMarkKey(key)
-	if ok && s.proposeTimed(s.marks, key, term, fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}) {
+	if ok && s.proposeTimed(s.marks, key, term, fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}) != nil {
 		s.metrics.lock.marksExpired.Inc()
 		s.log.Info("completion mark expired", "lock", name, "token", token)
 	}

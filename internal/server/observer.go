@@ -5,16 +5,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 )
 
-// observer fans FSM events out to the lease manager, the completion-mark
-// timers and the waiters.
-type observer struct {
-	lease   *lease.Manager
+// fanout is the FSM's one event sink on this node: it hands each applied
+// entry's events to everything that follows Apply: the lease timers of
+// sessions, completion marks and lock-delays, the blocked Acquire calls and
+// the watch history. It runs under the FSM's lock, so every consumer only
+// records and never blocks.
+type fanout struct {
+	lease   *lease.Manager // session leases
 	marks   *lease.Manager // completion marks, keyed by markKey
 	delays  *lease.Manager // lock-delays, keyed by markKey(name, token)
 	waiters *waiters
+	hub     *hub
 }
 
 // markKey names a completion mark (or a lock-delay) in its manager: the
@@ -31,55 +36,44 @@ func parseMarkKey(key string) (name string, token uint64, ok bool) {
 	return name, token, err == nil
 }
 
-// MarkSet implements fsm.Observer.
-func (o *observer) MarkSet(name string, token uint64, retentionMs int64) {
-	if o.marks != nil {
-		o.marks.Created(markKey(name, token), time.Duration(retentionMs)*time.Millisecond)
+func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// Events implements fsm.EventSink. The lease managers ignore what they hear
+// while inactive (not the leader): a new leader reads the state when it
+// starts them.
+func (o *fanout) Events(index uint64, evs []fsm.Event) {
+	for i := range evs {
+		e := &evs[i]
+		switch e.Kind {
+		case fsm.EventSessionCreated:
+			o.lease.Created(e.Session, ms(e.DurationMs))
+		case fsm.EventSessionRemoved:
+			o.lease.Removed(e.Session)
+		case fsm.EventSessionRevoked:
+			o.lease.Revoked(e.Session)
+		case fsm.EventGranted:
+			// Only a queued request has a blocked call to wake; a grant at
+			// once finds none.
+			o.waiters.notify(waitKey{e.Session, e.Name, e.Seq}, waitOutcome{token: e.Token})
+		case fsm.EventDequeued:
+			o.waiters.notify(waitKey{e.Session, e.Name, e.Seq}, waitOutcome{dropped: true})
+		case fsm.EventCompleted:
+			o.marks.Created(markKey(e.Name, e.Token), ms(e.DurationMs))
+		case fsm.EventMarkCleared:
+			o.marks.Removed(markKey(e.Name, e.Token))
+		case fsm.EventDelayStarted:
+			o.delays.Created(markKey(e.Name, e.Token), ms(e.DurationMs))
+		case fsm.EventDelayEnded:
+			o.delays.Removed(markKey(e.Name, e.Token))
+		}
 	}
+	o.hub.Events(index, evs)
 }
 
-// LockDelayed implements fsm.Observer.
-func (o *observer) LockDelayed(name string, token uint64, delayMs int64) {
-	if o.delays != nil {
-		o.delays.Created(markKey(name, token), time.Duration(delayMs)*time.Millisecond)
-	}
+// Reset implements fsm.EventSink: the state was replaced. Only the watch
+// history keeps what it implies; the lease managers are inactive then (a
+// restore happens on a follower, at start-up, or before a new leader starts
+// its timers from the state).
+func (o *fanout) Reset(from uint64) {
+	o.hub.Reset(from)
 }
-
-// DelayEnded implements fsm.Observer.
-func (o *observer) DelayEnded(name string, token uint64) {
-	if o.delays != nil {
-		o.delays.Removed(markKey(name, token))
-	}
-}
-
-// MarkCleared implements fsm.Observer.
-func (o *observer) MarkCleared(name string, token uint64) {
-	if o.marks != nil {
-		o.marks.Removed(markKey(name, token))
-	}
-}
-
-// SessionCreated implements fsm.Observer.
-func (o *observer) SessionCreated(id string, ttlMs int64) {
-	o.lease.Created(id, time.Duration(ttlMs)*time.Millisecond)
-}
-
-// SessionRemoved implements fsm.Observer.
-func (o *observer) SessionRemoved(id string) { o.lease.Removed(id) }
-
-// SessionRevoked implements fsm.Observer.
-func (o *observer) SessionRevoked(id string) { o.lease.Revoked(id) }
-
-// WaitGranted implements fsm.Observer.
-func (o *observer) WaitGranted(session, name string, seq, token uint64) {
-	o.waiters.notify(waitKey{session, name, seq}, waitOutcome{token: token})
-}
-
-// WaitDropped implements fsm.Observer.
-func (o *observer) WaitDropped(session, name string, seq uint64) {
-	o.waiters.notify(waitKey{session, name, seq}, waitOutcome{dropped: true})
-}
-
-// Restored: the leader re-promotes after a restore (it only happens on
-// followers and at start-up, when the manager is inactive anyway).
-func (o *observer) Restored() {}

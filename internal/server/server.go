@@ -225,9 +225,8 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	// a new leader restarts each retention in full (late, never early).
 	s.marks = lease.New(0, s.clearMark)
 	s.delays = lease.New(0, s.undelay)
-	s.fsm = fsm.New(&observer{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters})
 	s.hub, s.keepalive = newHub(cfg.WatchHistory), watchKeepalive
-	s.fsm.SetEventSink(s.hub)
+	s.fsm = fsm.New(&fanout{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters, hub: s.hub})
 	s.metrics.registerState(reg, s)
 
 	hl := newHclog(s.log, "raft")

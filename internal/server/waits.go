@@ -14,8 +14,8 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// This file holds blocked Acquire calls: the registry the FSM's observer
-// wakes (waiters) and the wait of one queued Acquire.
+// This file holds blocked Acquire calls: the registry the FSM's events
+// wake (waiters) and the wait of one queued Acquire.
 
 type waitKey struct {
 	session, name string

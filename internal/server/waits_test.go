@@ -30,7 +30,8 @@ func mustApply(t *testing.T, f *fsm.FSM, ct fsm.CmdType, m proto.Message) *fsm.R
 func TestReleaseWakesExactlyOne(t *testing.T) {
 	woken := 0
 	w := newWaiters(func() { woken++ })
-	f := fsm.New(&observer{lease: lease.New(time.Second, func(string, uint64) {}), waiters: w})
+	idle := func() *lease.Manager { return lease.New(time.Second, func(string, uint64) {}) }
+	f := fsm.New(&fanout{lease: idle(), marks: idle(), delays: idle(), waiters: w, hub: newHub(64)})
 	mustApply(t, f, fsm.CmdInit, &fsmv1.Init{ClusterId: "c", Epoch: 100})
 	const n = 10
 	chans := make([]<-chan waitOutcome, n+1)

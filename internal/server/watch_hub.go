@@ -12,7 +12,7 @@ import (
 )
 
 // The watch history: a bounded ring of the node's most recent lock events,
-// filled by the FSM (as its fsm.EventSink) from Apply, read by every watch
+// filled from Apply (through the FSM's event sink, fanout), read by every watch
 // stream with its own cursor. One copy of each event per node; a stream
 // owns only its cursor and a batch of at most Config.WatchBuffer events, so
 // a stalled consumer costs no memory beyond that: when its cursor leaves the
@@ -92,7 +92,7 @@ func parseTaggedPos(s string) (pos, string, error) {
 // prefix holds the hub's lock for a bounded time.
 const maxScan = 4096
 
-// hub is the node's watch history. It implements fsm.EventSink.
+// hub is the node's watch history.
 type hub struct {
 	mu    sync.Mutex
 	ring  []fsm.Event // circular: n events from start
@@ -122,12 +122,18 @@ func (h *hub) signal() {
 	}
 }
 
-// Events implements fsm.EventSink: append, evicting the oldest. It never
-// blocks (Apply calls it).
+// Events appends an entry's lock events (those fsm.EventKind.Watched
+// reports), evicting the oldest. It never blocks (Apply calls it, through
+// the node's fanout).
 func (h *hub) Events(_ uint64, evs []fsm.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	stored := false
 	for i := range evs {
+		if !evs[i].Kind.Watched() {
+			continue
+		}
+		stored = true
 		if h.n == len(h.ring) {
 			h.floor = eventPos(&h.ring[h.start])
 			h.ring[h.start] = fsm.Event{}
@@ -136,14 +142,14 @@ func (h *hub) Events(_ uint64, evs []fsm.Event) {
 		}
 		h.ring[(h.start+h.n)%len(h.ring)] = evs[i]
 		h.n++
+		h.head = eventPos(&evs[i])
 	}
-	if len(evs) > 0 {
-		h.head = eventPos(&evs[len(evs)-1])
+	if stored {
+		h.signal()
 	}
-	h.signal()
 }
 
-// Reset implements fsm.EventSink: the state was replaced, so the history
+// Reset follows fsm.EventSink's Reset: the state was replaced, so the history
 // no longer leads to it. Every cursor below the new floor gets a reset.
 func (h *hub) Reset(from uint64) {
 	h.mu.Lock()
