@@ -31,7 +31,7 @@ func TestCronParse(t *testing.T) {
 		t.Errorf("parsed %+v", f)
 	}
 	// The defaults: a late start catches up within the hour, and only a
-	// fleet with a record of an earlier run (issue 17, item 13).
+	// fleet with a record of an earlier run.
 	if f, err := c.parse([]string{"@monthly", "invoices", "--", "true"}); err != nil || f.catchUp != time.Hour || f.catchFirst {
 		t.Errorf("defaults: %+v, %v; want --catch-up 1h, no --catch-up-first", f, err)
 	}
@@ -145,7 +145,7 @@ func TestCronStopAndDone(t *testing.T) {
 	}
 }
 
-// Review of issue 17, item 13a: a server that starts after the window
+// A server that starts after the window
 // (default --catch-up 1h; the yearly period began long before) while
 // another runs the period joins it as a standby, and runs the job when
 // that run fails; the first server's retry then finds the period done.
