@@ -106,6 +106,14 @@ func goldenOutputs(t *testing.T) []struct{ name, doc, out string } {
 		})},
 		{"status", "docs/cli.md", render(func(b *bytes.Buffer) error { return writeStatus(b, goldenStatus(), nil, goldenNow) })},
 		{"top", "docs/dashboard.md", top.render(&topSnapshot{status: goldenStatus(), locks: []*lockdv1.LockInfo{goldenQueuedLock()}, sessions: goldenSessions()}, goldenNow, 0, 0, "\n")},
+		{"busy", "docs/cli.md", render(func(b *bytes.Buffer) error {
+			m := &Main{Stderr: b}
+			busy := &lockd.BusyError{Name: "invoices/2026-11", Holders: []lockd.Holder{{SessionID: goldenHolder, Owner: "host/6416", Token: goldenToken}}}
+			if got := m.exitStatus(exitWith(exitConflict, busyError(busy))); got != exitConflict {
+				t.Errorf("busy: exit status %d, want %d", got, exitConflict)
+			}
+			return nil
+		})},
 		{"observe", "docs/events.md", leaderLine(lockd.Leader{}) +
 			leaderLine(lockd.Leader{SessionID: goldenHolder, Owner: "host/6416", Value: []byte("http://10.0.0.5:8080"), Token: goldenToken}) +
 			leaderLine(lockd.Leader{})},
@@ -147,18 +155,24 @@ func TestGolden(t *testing.T) {
 }
 
 // TestGoldenQuickStart checks the README's quick start against the same
-// golden output: its `lockd ls` lines are the ls golden, commented.
+// golden outputs: the lines after its `lockd ls` and its busy `lockd run`
+// are the ls and busy goldens, commented.
 func TestGoldenQuickStart(t *testing.T) {
-	want, err := os.ReadFile(filepath.Join("testdata", "ls.golden"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	quoted := "./lockd ls\n# " + strings.ReplaceAll(strings.TrimSuffix(string(want), "\n"), "\n", "\n# ") + "\n"
-	if !strings.Contains(string(readme), quoted) {
-		t.Errorf("README.md's quick start does not quote testdata/ls.golden after ./lockd ls; want:\n%s", quoted)
+	for _, q := range []struct{ after, golden string }{
+		{"./lockd ls\n", "ls"},
+		{"./lockd run --no-wait invoices/2026-11 -- ./send-invoices.sh; echo \"exit $?\"\n", "busy"},
+	} {
+		want, err := os.ReadFile(filepath.Join("testdata", q.golden+".golden"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		quoted := q.after + "# " + strings.ReplaceAll(strings.TrimSuffix(string(want), "\n"), "\n", "\n# ") + "\n"
+		if !strings.Contains(string(readme), quoted) {
+			t.Errorf("README.md's quick start does not quote testdata/%s.golden; want:\n%s", q.golden, quoted)
+		}
 	}
 }
