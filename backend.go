@@ -40,8 +40,8 @@ type RWLocker interface {
 
 // Backend makes lock handles on one lock service. Session.Backend returns
 // lockd's; redislock.Client.Backend and redislock.Redlock.Backend return the
-// Redis ones. What each backend can and cannot promise is compared in the
-// README ("Choosing a backend").
+// Redis ones. What each backend can and cannot promise is compared in
+// docs/backends.md.
 type Backend interface {
 	// NewMutex returns an exclusive lock on name.
 	NewMutex(name string) Locker

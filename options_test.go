@@ -90,7 +90,7 @@ func TestSessionOptionsValidate(t *testing.T) {
 	}
 }
 
-// TestWithOwnerRefusesControlCharacters (issue 17, item 8): an owner the
+// TestWithOwnerRefusesControlCharacters: an owner the
 // server would refuse (control characters, as in lock names: C0, DEL, C1;
 // invalid UTF-8) is refused by the option, before any call, saying why.
 func TestWithOwnerRefusesControlCharacters(t *testing.T) {

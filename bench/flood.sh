@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/flood.sh — issue 10's acceptance 5 with real processes: one
+# bench/flood.sh — a flood with real processes: one
 # `lockd serve` (auth on, audit log on), a flooder process (--sessions
 # sessions of one identity in TryLock loops on one lock, no backoff,
 # limited by its identity's token bucket) and a well-behaved process (10

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/listlocks.sh — issue 17 item 7: do read-only ListLocks callers slow
+# bench/listlocks.sh — do read-only ListLocks callers slow
 # a good client's locks when the table is big? Runs `lockd serve` and
 # `lockd bench --workload listlocks` as separate processes on 127.0.0.1:
 # the bench holds --locks locks from a few sessions, then runs --rounds

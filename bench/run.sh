@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh — the comparison harness of issue 8: lockd (1 and 3 nodes)
+# bench/run.sh — the comparison harness: lockd (1 and 3 nodes)
 # beside Redis (AOF appendfsync always), etcd (1 and 3 members) and
 # ZooKeeper (1 and 3 servers), all real processes on 127.0.0.1, the same
 # workloads (own locks, one lock), the same workers, the same duration, in

@@ -66,5 +66,5 @@
 // without a server-side queue, polling writers starve behind overlapping
 // readers, and lockd promises writers do not starve. Use lockd's RWMutex.
 //
-// The README's "Choosing a backend" section compares the backends.
+// docs/backends.md compares the backends.
 package redislock

@@ -246,8 +246,7 @@ func TestHelpListsFaults(t *testing.T) {
 	}
 }
 
-// The leader SIGSTOPped for 7 s under the tool's clients (issue 17, item
-// 10): no violation, and the summary shows the longest stretch without a
+// The leader SIGSTOPped for 7 s under the tool's clients: no violation, and the summary shows the longest stretch without a
 // grant around the pause (a measurement here; the bound is asserted by
 // cmd/lockd's TestClusterLeaderPause, under lockd run loops alone).
 func TestLeaderPause(t *testing.T) {

@@ -88,7 +88,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // exitFor is the exit code of a finished run. On lockd a violation fails
 // the run: lockd promises none. On a Redis backend the violations are the
-// measurement (the README's backend table says which faults break which
+// measurement (docs/backends.md's table says which faults break which
 // backend), so the run exits 0 unless --strict.
 func exitFor(cfg *config, r *Report) int {
 	if len(r.Violations) > 0 && (!isRedis(cfg.Backend) || cfg.Strict) {
@@ -223,7 +223,7 @@ func summary(r *Report) string {
 	gap := ""
 	if r.Faults[faultPauseLeader] > 0 {
 		// The longest stretch without a grant around a leader pause: what
-		// a frozen leader costs the clients (issue 17).
+		// a frozen leader costs the clients.
 		gap = fmt.Sprintf(" leader-pause-gap=%dms", r.UnavailAlone[faultPauseLeader])
 	}
 	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms%s violations=%d history=%s",

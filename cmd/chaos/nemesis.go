@@ -42,7 +42,7 @@ const (
 )
 
 // leaderPause is how long node-pause-leader stops the leader: far longer
-// than an election, as in issue 17's finding (4–8 s pauses), so the clients
+// than an election, as in an earlier review's finding (4–8 s pauses), so the clients
 // must leave the frozen node for the new leader rather than wait for it
 // to come back; the report's unavailabilityMs for the kind shows what it
 // cost.

@@ -16,8 +16,7 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// listWorkload is the workload name of the ListLocks scenario (issue 17,
-// item 7): does a read-only caller paging through a big lock table slow a
+// listWorkload is the workload name of the ListLocks scenario: does a read-only caller paging through a big lock table slow a
 // good client's locks?
 const listWorkload = "listlocks"
 

@@ -38,7 +38,7 @@ func testSession(t *testing.T, url string) *lockd.Session {
 	return s
 }
 
-// TestCheckCommand (issue 11, acceptance 5): `lockd check NAME TOKEN`
+// TestCheckCommand: `lockd check NAME TOKEN`
 // exits 0 for a current token, 1 for a stale one, 64 for bad arguments
 // and 69 when no server answers.
 func TestCheckCommand(t *testing.T) {

@@ -147,7 +147,7 @@ func TestCronStopAndDone(t *testing.T) {
 	}
 }
 
-// Review of issue 17, item 13a: a server that starts after the window
+// A server that starts after the window
 // (default --catch-up 1h; the yearly period began long before) while
 // another runs the period joins it as a standby, and runs the job when
 // that run fails; the first server's retry then finds the period done.

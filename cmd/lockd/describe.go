@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"text/tabwriter"
 	"time"
 
@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // DescribeCommand is `lockd describe NAME [--json]`: a lock's holders and
@@ -22,43 +23,37 @@ type DescribeCommand struct {
 // Run describes the lock. A lock that does not exist (free, nobody waiting)
 // is not an error.
 func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
-	var asJSON, stale *bool
-	pos, cf, err := c.env.parse("describe", "lockd describe NAME [--json]", args, 1, 1, func(fs *flag.FlagSet) {
-		asJSON = fs.Bool("json", false, "print the API's JSON (DescribeLockResponse)")
-		stale = fs.Bool("stale", false, "read this node's state, possibly behind the leader")
-	})
-	if err != nil {
-		return err
-	}
-	ctx, cl, done, err := cf.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := cl.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{
-		Name: pos[0], Consistency: consistency(*stale),
-	}))
-	if err != nil {
-		return callError(fmt.Sprintf("describe %q", pos[0]), err)
-	}
-	if *asJSON {
-		return printJSON(c.env.stdout, resp.Msg)
-	}
-	l := resp.Msg.GetLock()
+	return readCommand[*lockdv1.DescribeLockResponse]{
+		name: "describe", usage: "lockd describe NAME [--json]", minArgs: 1, maxArgs: 1,
+		jsonHelp: "DescribeLockResponse", stale: true,
+		call: func(ctx context.Context, svc lockdv1connect.LockServiceClient, pos []string, cons lockdv1.ReadConsistency) (*lockdv1.DescribeLockResponse, error) {
+			resp, err := svc.DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: pos[0], Consistency: cons}))
+			if err != nil {
+				return nil, callError(fmt.Sprintf("describe %q", pos[0]), err)
+			}
+			return resp.Msg, nil
+		},
+		table: writeLock,
+	}.run(ctx, c.env, args)
+}
+
+// writeLock prints `lockd describe NAME`: the lock's holders and its
+// queue, or its completion mark, or that it is free.
+func writeLock(w io.Writer, r *lockdv1.DescribeLockResponse, pos []string, now time.Time) error {
+	l := r.GetLock()
 	if l == nil {
-		fmt.Fprintf(c.env.stdout, "lock %q is free, nobody waits\n", pos[0])
-		return nil
+		_, err := fmt.Fprintf(w, "lock %q is free, nobody waits\n", pos[0])
+		return err
 	}
 	if m := l.GetMark(); m != nil {
-		fmt.Fprintf(c.env.stdout, "lock %q is done: completed by %s (session %s, token %d) at %s, mark kept %v\n",
+		fmt.Fprintf(w, "lock %q is done: completed by %s (session %s, token %d) at %s, mark kept %v\n",
 			printable(l.GetName()), printable(m.GetOwner()), printable(m.GetSessionId()), m.GetToken(), m.GetCompletedAt().AsTime().UTC().Format(time.RFC3339), m.GetRetention().AsDuration())
 		if d := delayString(l); d != "" {
-			fmt.Fprintf(c.env.stdout, "lock-delay: %s\n", d)
+			fmt.Fprintf(w, "lock-delay: %s\n", d)
 		}
-		fmt.Fprintf(c.env.stdout, "(admin: \"lockd mark clear %s --token %d\" ends the mark now)\n", printable(l.GetName()), m.GetToken())
-		return nil
+		_, err := fmt.Fprintf(w, "(admin: \"lockd mark clear %s --token %d\" ends the mark now)\n", printable(l.GetName()), m.GetToken())
+		return err
 	}
-	w := c.env.stdout
 	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", printable(l.GetName()), limitString(l.GetLimit()))
 	if d := delayString(l); d != "" {
 		fmt.Fprintf(w, "lock-delay: %s\n", d)
@@ -69,18 +64,20 @@ func (c *DescribeCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintln(tw, "  TOKEN\tMODE\tSESSION\tOWNER\tGRANTED\tVALUE")
 		for _, h := range l.GetHolders() {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%q\n", h.GetToken(), modeName(h.GetMode()),
-				printable(h.GetSessionId()), printable(h.GetOwner()), since(h.GetGrantedAt()), h.GetValue())
+				printable(h.GetSessionId()), printable(h.GetOwner()), since(h.GetGrantedAt(), now), h.GetValue())
 		}
-		tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "waiters (%d), first in line first:\n", len(l.GetWaiters()))
 	if len(l.GetWaiters()) > 0 {
 		fmt.Fprintln(tw, "  #\tMODE\tSESSION\tOWNER\tQUEUED")
 		for i, q := range l.GetWaiters() {
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", i+1, modeName(q.GetMode()),
-				printable(q.GetSessionId()), printable(q.GetOwner()), since(q.GetQueuedAt()))
+				printable(q.GetSessionId()), printable(q.GetOwner()), since(q.GetQueuedAt(), now))
 		}
-		tw.Flush()
+		return tw.Flush()
 	}
 	return nil
 }
@@ -97,11 +94,12 @@ func delayString(l *lockdv1.LockInfo) string {
 	return fmt.Sprintf("%v after an expired holder", d)
 }
 
-// since renders a server timestamp (wall clock, for display) with its age.
-func since(ts *timestamppb.Timestamp) string {
+// since renders a server timestamp (wall clock, for display) with its age
+// at now, in now's time zone (the local one, outside tests).
+func since(ts *timestamppb.Timestamp, now time.Time) string {
 	if ts == nil {
 		return "-"
 	}
-	t := ts.AsTime().Local()
-	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), time.Since(t).Round(time.Second))
+	t := ts.AsTime().In(now.Location())
+	return fmt.Sprintf("%s (%s ago)", t.Format(time.RFC3339), now.Sub(t).Round(time.Second))
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/lockd-dev/lockd"
 )
 
-// TestCheckAfterLeaderKill (issue 11, acceptance 5): on a three-node
+// TestCheckAfterLeaderKill: on a three-node
 // cluster of real `lockd serve` processes, `lockd check` (the binary) run
 // right after kill -9 of the leader tells the current holder's token (exit
 // 0) from the previous holder's (exit 1).

@@ -1,7 +1,7 @@
 package main
 
 // End-to-end tests of a three-node cluster of real `lockd serve` processes
-// on 127.0.0.1 (issue 3, acceptance 4): kill -9 of the leader under `lockd
+// on 127.0.0.1: kill -9 of the leader under `lockd
 // run` clients spread over all endpoints keeps mutual exclusion and every
 // acknowledged grant, and the restarted node rejoins; and the membership
 // commands (lockd members, members remove, leader transfer), including a

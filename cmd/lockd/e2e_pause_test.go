@@ -17,7 +17,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/server"
 )
 
-// TestClusterLeaderPause (issue 17, item 10): three real nodes at the
+// TestClusterLeaderPause: three real nodes at the
 // servers' default timing, eight `lockd run --ttl 2s` loops on one lock
 // (each run's command appends the time it was granted to a file), and the
 // leader SIGSTOPped for 7 s, then SIGCONT. The clients must notice that the

@@ -45,7 +45,7 @@ func rssOf(t *testing.T, pid int) int64 {
 	return 0
 }
 
-// TestServeRaftPortMembersOnly (issue 17, items 1 and 2), with the
+// TestServeRaftPortMembersOnly, with the
 // certificates `lockd cert` makes and a `lockd serve` process: the node
 // certificate is a member's and the client one is not; on the node's Raft
 // port the client certificate fails the TLS handshake and the node

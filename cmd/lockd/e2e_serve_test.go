@@ -3,7 +3,7 @@ package main
 // End-to-end tests of `lockd serve` itself, with real processes: a kill -9
 // and restart on the same data dir keeps every hold, wait and token, and a
 // wiped node starts a new cluster whose tokens are still above every earlier
-// one (acceptance 3 of issue 2); the data dir lock; bad flags; and the JSON
+// one; the data dir lock; bad flags; and the JSON
 // API as `curl` uses it.
 
 import (
@@ -467,7 +467,7 @@ func postJSON(t *testing.T, s *lockdServer, method, body string) (int, map[strin
 	return resp.StatusCode, m
 }
 
-// The JSON API with plain HTTP, as the README's curl example uses it.
+// The JSON API with plain HTTP, as docs/curl.md's example uses it.
 func TestJSONAPI(t *testing.T) {
 	s := startServer(t)
 	str := func(m map[string]any, key string) string {
@@ -487,7 +487,7 @@ func TestJSONAPI(t *testing.T) {
 		}
 	}
 
-	// The README's example.
+	// docs/curl.md's example.
 	code, m := postJSON(t, s, "CreateSession", `{"ttl":"30s"}`)
 	wantOK("CreateSession", code, m)
 	id, secret := str(m, "sessionId"), str(m, "secret")

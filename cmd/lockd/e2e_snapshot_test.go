@@ -22,7 +22,7 @@ func snapshotsIn(dataDir string) int {
 	return n
 }
 
-// TestClusterWipedMemberCatchesUpFromSnapshot (issue 3, acceptance 5): the
+// TestClusterWipedMemberCatchesUpFromSnapshot: the
 // cluster compacts its log into snapshots; a follower is killed, wiped and
 // brought back under a new id. It can only catch up by installing the
 // leader's snapshot (it snapshots nothing itself), and then serves the same

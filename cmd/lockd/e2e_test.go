@@ -2,11 +2,10 @@ package main
 
 // End-to-end tests of `lockd run` and the admin commands: real `lockd
 // serve` and `lockd run` processes, built once in TestMain. They prove the
-// CLI's acceptance items of issue 2: mutual exclusion with increasing tokens
-// (1), a killed holder's lock handed over after the group is gone (2), and
-// lease loss ending the group in time when the server or lockd run itself
-// is frozen (4); and issue 7's fault 1: a killed supervisor does not keep
-// the lock. The helpers here (servers, runs, polling) serve every e2e file.
+// CLI's promises: mutual exclusion with increasing tokens, a killed
+// holder's lock handed over after the group is gone, lease loss ending the
+// group in time when the server or lockd run itself is frozen, and a
+// killed supervisor does not keep the lock. The helpers here (servers, runs, polling) serve every e2e file.
 
 import (
 	"errors"

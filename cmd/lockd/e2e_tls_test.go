@@ -37,7 +37,7 @@ func tlsCLI(t *testing.T, dir string, env []string, args ...string) (string, str
 	return "", "", -1
 }
 
-// TestServeRefusesPlaintextNonLoopback (issue 10): `lockd serve` on a
+// TestServeRefusesPlaintextNonLoopback: `lockd serve` on a
 // wildcard address without TLS exits 64 before it listens, saying why,
 // unless --insecure; loopback with no flags is the quick start (the other
 // e2e tests).

@@ -164,8 +164,7 @@ func gone(pid int) bool {
 // docPort matches the walkthrough's addresses, replaced by free ports.
 var docPort = regexp.MustCompile(`127\.0\.0\.1:7[01]0[1-3]\b`)
 
-// TestSecureClusterWalkthrough (issue 10: "a secure-cluster walkthrough
-// (three nodes, TLS, tokens) that a test follows") runs the walkthrough of
+// TestSecureClusterWalkthrough runs the walkthrough of
 // docs/secure-cluster.md as written, step by step in one sh, with the
 // built binary and free ports: lockd cert makes a CA, node and client
 // certificates; lockd token the auth file; three nodes with peer mutual

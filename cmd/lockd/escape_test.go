@@ -117,7 +117,7 @@ func restoreWithOwner(t *testing.T, owner, secret string) string {
 	return srv.URL()
 }
 
-// TestOwnerEscapedInOutput (issue 17, item 8): an owner label with
+// TestOwnerEscapedInOutput: an owner label with
 // terminal escapes, in a state restored from an older node's backup,
 // reaches the admin's terminal only escaped: lockd describe, sessions,
 // top --once and watch print no ESC, BEL, C1 or DEL byte, and show the

@@ -22,7 +22,7 @@
 //	lockd cert ca|node|client [NAME]   make a dev CA and TLS certificates
 //	lockd version                      print the version
 //
-// Exit statuses are stable and documented in the README; see exitError.
+// Exit statuses are stable and documented in docs/cli.md; see exitError.
 package main
 
 import (
@@ -87,6 +87,49 @@ type Main struct {
 	Getenv func(string) string
 }
 
+// command is one lockd subcommand, made for one invocation.
+type command interface {
+	Run(ctx context.Context, args []string) error
+}
+
+// commandSpec is one row of the command table: every subcommand is made
+// the same way, from the invoking environment.
+type commandSpec struct {
+	name    string
+	summary string
+	// ownSignals marks the commands that forward SIGINT and SIGTERM to
+	// their command instead of being cancelled by them.
+	ownSignals bool
+	make       func(env commandEnv) command
+}
+
+// commands is every subcommand, in the order `lockd help` lists them.
+var commands = []commandSpec{
+	{"serve", "run a lockd node", false, func(e commandEnv) command { return &ServeCommand{Stderr: e.stderr} }},
+	{"run", "run a command while holding a lock", true, func(e commandEnv) command { return &RunCommand{Stderr: e.stderr, Getenv: e.getenv} }},
+	{"cron", "run a command once per period of a cron schedule across a fleet", true, func(e commandEnv) command { return &CronCommand{Stderr: e.stderr, Getenv: e.getenv} }},
+	{"ls", "list locks", false, func(e commandEnv) command { return &LsCommand{env: e} }},
+	{"describe", "show a lock's holders and queue", false, func(e commandEnv) command { return &DescribeCommand{env: e} }},
+	{"check", `"check NAME TOKEN": exit 0 if TOKEN is a current grant of NAME, 1 if stale`, false, func(e commandEnv) command { return &CheckCommand{env: e} }},
+	{"mark", `"mark clear NAME" ends a lock's completion mark early (admin)`, false, func(e commandEnv) command { return &MarkCommand{env: e} }},
+	{"sessions", "list sessions", false, func(e commandEnv) command { return &SessionsCommand{env: e} }},
+	{"release", "revoke a lock's holders (admin; needs --force)", false, func(e commandEnv) command { return &ReleaseCommand{env: e} }},
+	{"status", "show this node and the cluster", false, func(e commandEnv) command { return &StatusCommand{env: e} }},
+	{"top", "the cluster at a glance, refreshed in place (q quits)", false, func(e commandEnv) command { return &TopCommand{env: e} }},
+	{"members", `list the cluster's members; "members remove ID" removes one`, false, func(e commandEnv) command { return &MembersCommand{env: e} }},
+	{"leader", `"leader transfer [ID]" hands leadership to another voter`, false, func(e commandEnv) command { return &LeaderCommand{env: e} }},
+	{"snapshot", `"snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it`, false, func(e commandEnv) command { return &SnapshotCommand{env: e} }},
+	{"bench", "load a cluster and report throughput, latency and errors", false, func(e commandEnv) command { return &BenchCommand{env: e} }},
+	{"watch", `print lock events as they happen ("watch [PREFIX] [--json] [--from POS]")`, false, func(e commandEnv) command { return &WatchCommand{env: e} }},
+	{"elect", `run a command only while leader of an election ("elect NAME VALUE -- CMD")`, true, func(e commandEnv) command {
+		return &ElectCommand{run: RunCommand{Stderr: e.stderr, Getenv: e.getenv}}
+	}},
+	{"observe", `print the leader of an election at each change ("observe NAME")`, false, func(e commandEnv) command { return &ObserveCommand{env: e} }},
+	{"cert", `make a dev CA and node/client TLS certificates ("cert ca", "cert node NAME", "cert client NAME")`, false, func(e commandEnv) command { return &CertCommand{env: e} }},
+	{"token", "make a bearer token and print its auth-file lines (docs/security.md)", false, func(e commandEnv) command { return &TokenCommand{env: e} }},
+	{"version", "print the version", false, func(e commandEnv) command { return &VersionCommand{Stdout: e.stdout, Stderr: e.stderr} }},
+}
+
 // Run runs the subcommand named by args[0] with the rest of args. Signals
 // SIGINT and SIGTERM cancel ctx for every subcommand but run, elect and cron,
 // which forward them to their command instead.
@@ -95,62 +138,61 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 		m.usage()
 		return usageError{errors.New("no command given")}
 	}
-	cmd, args := args[0], args[1:]
-	if cmd == "run" {
-		return (&RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
-	}
-	if cmd == "elect" {
-		return (&ElectCommand{run: RunCommand{Stderr: m.Stderr, Getenv: m.Getenv}}).Run(ctx, args)
-	}
-	if cmd == "cron" {
-		return (&CronCommand{Stderr: m.Stderr, Getenv: m.Getenv}).Run(ctx, args)
-	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	env := m.env()
-	switch cmd {
-	case "serve":
-		return (&ServeCommand{Stderr: m.Stderr}).Run(ctx, args)
-	case "ls":
-		return (&LsCommand{env: env}).Run(ctx, args)
-	case "describe":
-		return (&DescribeCommand{env: env}).Run(ctx, args)
-	case "check":
-		return (&CheckCommand{env: env}).Run(ctx, args)
-	case "mark":
-		return (&MarkCommand{env: env}).Run(ctx, args)
-	case "sessions":
-		return (&SessionsCommand{env: env}).Run(ctx, args)
-	case "release":
-		return (&ReleaseCommand{env: env}).Run(ctx, args)
-	case "status":
-		return (&StatusCommand{env: env}).Run(ctx, args)
-	case "top":
-		return (&TopCommand{env: env}).Run(ctx, args)
-	case "members":
-		return (&MembersCommand{env: env}).Run(ctx, args)
-	case "leader":
-		return (&LeaderCommand{env: env}).Run(ctx, args)
-	case "snapshot":
-		return (&SnapshotCommand{env: env}).Run(ctx, args)
-	case "bench":
-		return (&BenchCommand{env: env}).Run(ctx, args)
-	case "watch":
-		return (&WatchCommand{env: env}).Run(ctx, args)
-	case "observe":
-		return (&ObserveCommand{env: env}).Run(ctx, args)
-	case "cert":
-		return (&CertCommand{env: env}).Run(ctx, args)
-	case "token":
-		return (&TokenCommand{env: env}).Run(ctx, args)
-	case "version":
-		return (&VersionCommand{Stdout: m.Stdout, Stderr: m.Stderr}).Run(ctx, args)
+	name, args := args[0], args[1:]
+	switch name {
 	case "help", "-h", "--help", "-help":
 		m.usage()
 		return nil
 	}
-	m.usage()
-	return usageError{fmt.Errorf("unknown command %q", cmd)}
+	i := slices.IndexFunc(commands, func(c commandSpec) bool { return c.name == name })
+	if i < 0 {
+		// Said first and in one line: a typo should not scroll the
+		// answer away under the whole usage text.
+		return usageError{fmt.Errorf("unknown command %q%s; \"lockd help\" lists the commands", name, didYouMean(name))}
+	}
+	spec := commands[i]
+	if !spec.ownSignals {
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+	}
+	return spec.make(m.env()).Run(ctx, args)
+}
+
+// didYouMean suggests the command closest to a mistyped name (at most two
+// edits away), as ", did you mean "ls"?"; "" when none is that close.
+func didYouMean(name string) string {
+	best, bestD := "", 3
+	for _, c := range commands {
+		if d := editDistance(name, c.name); d < bestD {
+			best, bestD = c.name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func (m *Main) env() commandEnv {
@@ -158,42 +200,18 @@ func (m *Main) env() commandEnv {
 }
 
 func (m *Main) usage() {
-	fmt.Fprint(m.Stderr, strings.TrimLeft(`
-lockd is a distributed lock service.
-
-Usage:
-
-	lockd <command> [arguments]
-
-Commands:
-
-	serve      run a lockd node
-	run        run a command while holding a lock
-	cron       run a command once per period of a cron schedule across a fleet
-	ls         list locks
-	describe   show a lock's holders and queue
-	check      "check NAME TOKEN": exit 0 if TOKEN is a current grant of NAME, 1 if stale
-	mark       "mark clear NAME" ends a lock's completion mark early (admin)
-	sessions   list sessions
-	release    revoke a lock's holders (admin; needs --force)
-	status     show this node and the cluster
-	top        the cluster at a glance, refreshed in place (q quits)
-	members    list the cluster's members; "members remove ID" removes one
-	leader     "leader transfer [ID]" hands leadership to another voter
-	snapshot   "snapshot save FILE" writes a backup; "lockd serve --restore FILE" starts a new cluster from it
-	bench      load a cluster and report throughput, latency and errors
-	watch      print lock events as they happen ("watch [PREFIX] [--json] [--from POS]")
-	elect      run a command only while leader of an election ("elect NAME VALUE -- CMD")
-	observe    print the leader of an election at each change ("observe NAME")
-	cert       make a dev CA and node/client TLS certificates ("cert ca", "cert node NAME", "cert client NAME")
-	token      make a bearer token and print its auth-file lines (docs/security.md)
-	version    print the version
-
+	var b strings.Builder
+	b.WriteString("lockd is a distributed lock service.\n\nUsage:\n\n\tlockd <command> [arguments]\n\nCommands:\n\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "\t%-10s %s\n", c.name, c.summary)
+	}
+	b.WriteString(`
 Use "lockd <command> -h" for a command's flags. Client commands talk to
 --endpoints, or $LOCKD_ENDPOINTS, or http://127.0.0.1:7070; --ca, --cert
 and --key ($LOCKD_CA, $LOCKD_CERT, $LOCKD_KEY) turn on TLS; the token is
 in --token-file or $LOCKD_TOKEN_FILE when the server runs with --auth-file.
-`, "\n"))
+`)
+	fmt.Fprint(m.Stderr, b.String())
 }
 
 // exitStatus prints err, if it is to be printed, and returns the process's

@@ -173,6 +173,16 @@ func TestMainUsage(t *testing.T) {
 	if err := m.Run(context.Background(), []string{"frobnicate"}); !errors.As(err, &ue) {
 		t.Errorf("unknown command: got %v, want a usage error", err)
 	}
+	// A typo is answered first and in one line, with the closest command,
+	// not under the whole usage text.
+	stderr.Reset()
+	err := m.Run(context.Background(), []string{"lss"})
+	if got := m.exitStatus(err); got != exitUsage {
+		t.Errorf("lss: exit %d, want %d", got, exitUsage)
+	}
+	if want := "lockd: unknown command \"lss\" (did you mean \"ls\"?); \"lockd help\" lists the commands\n"; stderr.String() != want {
+		t.Errorf("lss: stderr %q, want %q", stderr.String(), want)
+	}
 	if err := m.Run(context.Background(), []string{"version"}); err != nil || !strings.HasPrefix(stdout.String(), "lockd ") {
 		t.Errorf("version: got %v, output %q", err, stdout.String())
 	}

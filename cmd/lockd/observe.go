@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 
 	"github.com/lockd-dev/lockd"
 )
@@ -61,14 +62,17 @@ func (c *ObserveCommand) Run(ctx context.Context, args []string) error {
 			}
 			continue
 		}
-		if l.Token == 0 {
-			_, err = fmt.Fprintln(c.env.stdout, "no leader")
-		} else {
-			_, err = fmt.Fprintf(c.env.stdout, "leader\ttoken=%d\tsession=%s\towner=%s\tvalue=%q\n", l.Token, printable(l.SessionID), printable(l.Owner), l.Value)
-		}
-		if err != nil {
+		if _, err := io.WriteString(c.env.stdout, leaderLine(l)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// leaderLine is observe's line for one change of leader.
+func leaderLine(l lockd.Leader) string {
+	if l.Token == 0 {
+		return "no leader\n"
+	}
+	return fmt.Sprintf("leader\ttoken=%d\tsession=%s\towner=%s\tvalue=%q\n", l.Token, printable(l.SessionID), printable(l.Owner), l.Value)
 }

@@ -30,6 +30,8 @@ type runFlags struct {
 	value            []byte // lockd elect: the value announced while leader
 	command          []string
 	redis            []string // --backend: Redis URLs; none means lockd
+	noWait           bool     // --no-wait, settled into wait by check
+	killGraceText    string   // --kill-grace as given, settled into killGrace by check
 }
 
 const runUsage = "lockd run [--endpoints URLS | --backend redis://HOST:PORT] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
@@ -98,68 +100,10 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 			printRunHelp(c.Stderr, fs)
 		}
 	}()
-	f.client.register(fs, c.Getenv)
-	fs.DurationVar(&f.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
-	fs.Func("wait", "wait at most this long for the lock (default: until granted; 0: try once)", func(s string) error {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return fmt.Errorf("want a duration of 0 or more, like 30s")
-		}
-		f.wait, f.waitSet = d, true
-		return nil
-	})
-	noWait := fs.Bool("no-wait", false, "try once; do not wait (same as --wait 0)")
-	fs.Func("limit", "take one of N permits of a semaphore instead of an exclusive lock", func(s string) error {
-		n, err := strconv.ParseUint(s, 10, 32)
-		if err != nil || n == 0 {
-			return fmt.Errorf("want a number of permits of 1 or more")
-		}
-		f.limit, f.limitSet = uint(n), true
-		return nil
-	})
-	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
-	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
-	killGrace := fs.String("kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
-	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
-	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
-	fs.Func("backend", "lock on Redis instead of lockd: redis://HOST:PORT, or several (comma-separated or repeated) for Redlock; see Backends below", f.addBackend)
-	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
-
-	// Everything after the first "--" is the command.
-	flagArgs, command := args, []string(nil)
-	for i, a := range args {
-		if a == "--" {
-			flagArgs, command = args[:i], args[i+1:]
-			break
-		}
-	}
-	var pos []string
-	if command != nil {
-		p, err := parseArgs(fs, flagArgs)
-		if err != nil {
-			return nil, err
-		}
-		pos = p
-	} else {
-		// No "--": flags, NAME, flags, then the command from its first word
-		// on, its own flags untouched.
-		for len(flagArgs) > 0 && len(pos) < 2 {
-			if err := fs.Parse(flagArgs); err != nil {
-				if errors.Is(err, flag.ErrHelp) {
-					return nil, err
-				}
-				return nil, usageError{err}
-			}
-			flagArgs = fs.Args()
-			if len(flagArgs) > 0 {
-				pos = append(pos, flagArgs[0])
-				flagArgs = flagArgs[1:]
-			}
-		}
-		if len(pos) == 2 {
-			command = append([]string{pos[1]}, flagArgs...)
-			pos = pos[:1]
-		}
+	f.register(fs, c.Getenv)
+	pos, command, err := splitRunArgs(fs, args)
+	if err != nil {
+		return nil, err
 	}
 	if c.elect {
 		// lockd elect NAME VALUE -- CMD: the "--" is required, since
@@ -178,51 +122,122 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}
 	}
 	f.name, f.command = pos[0], command
+	if err := f.check(); err != nil {
+		return nil, usageError{err}
+	}
+	return &f, nil
+}
 
-	if *noWait {
+// register defines lockd run's flags on fs, to be parsed into f.
+func (f *runFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	f.client.register(fs, getenv)
+	fs.DurationVar(&f.ttl, "ttl", lockd.DefaultTTL, "session lease TTL (1s to 1h)")
+	fs.Func("wait", "wait at most this long for the lock (default: until granted; 0: try once)", func(s string) error {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration of 0 or more, like 30s")
+		}
+		f.wait, f.waitSet = d, true
+		return nil
+	})
+	fs.BoolVar(&f.noWait, "no-wait", false, "try once; do not wait (same as --wait 0)")
+	fs.Func("limit", "take one of N permits of a semaphore instead of an exclusive lock", func(s string) error {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n == 0 {
+			return fmt.Errorf("want a number of permits of 1 or more")
+		}
+		f.limit, f.limitSet = uint(n), true
+		return nil
+	})
+	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
+	fs.StringVar(&f.killGraceText, "kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
+	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
+	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
+	fs.Func("backend", "lock on Redis instead of lockd: redis://HOST:PORT, or several (comma-separated or repeated) for Redlock; see Backends below", f.addBackend)
+	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
+}
+
+// splitRunArgs parses fs's flags out of args and splits the rest into the
+// positional arguments and the command. Everything after the first "--" is
+// the command; without one, the command starts at the second positional
+// argument (flags, NAME, flags, then CMD with its own flags untouched).
+func splitRunArgs(fs *flag.FlagSet, args []string) (pos, command []string, err error) {
+	flagArgs := args
+	for i, a := range args {
+		if a == "--" {
+			flagArgs, command = args[:i], args[i+1:]
+			break
+		}
+	}
+	if command != nil {
+		pos, err = parseArgs(fs, flagArgs)
+		return pos, command, err
+	}
+	for len(flagArgs) > 0 && len(pos) < 2 {
+		if err := fs.Parse(flagArgs); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, nil, err
+			}
+			return nil, nil, usageError{err}
+		}
+		flagArgs = fs.Args()
+		if len(flagArgs) > 0 {
+			pos = append(pos, flagArgs[0])
+			flagArgs = flagArgs[1:]
+		}
+	}
+	if len(pos) == 2 {
+		command = append([]string{pos[1]}, flagArgs...)
+		pos = pos[:1]
+	}
+	return pos, command, nil
+}
+
+// check validates the parsed flags together and settles --no-wait and
+// --kill-grace.
+func (f *runFlags) check() error {
+	if f.noWait {
 		if f.waitSet && f.wait != 0 {
-			return nil, usageError{errors.New("--no-wait and --wait cannot be used together")}
+			return errors.New("--no-wait and --wait cannot be used together")
 		}
 		f.wait, f.waitSet = 0, true
 	}
-	if f.shared && f.limitSet {
-		return nil, usageError{errors.New("--shared and --limit cannot be used together: --limit N takes one of N shared permits")}
-	}
-	if f.once < 0 || f.once > 0 && f.once < time.Second {
-		return nil, usageError{fmt.Errorf("--once %v: want a retention of 1s or more", f.once)}
-	}
-	if f.lockDelay < 0 || f.lockDelay > time.Hour || f.lockDelay > 0 && f.lockDelay < time.Millisecond {
-		return nil, usageError{fmt.Errorf("--lock-delay %v: want 0, or 1ms to 1h", f.lockDelay)}
-	}
-	if f.once > 0 && (f.shared || f.limitSet) {
-		return nil, usageError{errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")}
-	}
-	if f.ttl <= 0 {
-		return nil, usageError{fmt.Errorf("--ttl %v must be positive", f.ttl)}
+	switch {
+	case f.shared && f.limitSet:
+		return errors.New("--shared and --limit cannot be used together: --limit N takes one of N shared permits")
+	case f.once < 0 || f.once > 0 && f.once < time.Second:
+		return fmt.Errorf("--once %v: want a retention of 1s or more", f.once)
+	case f.lockDelay < 0 || f.lockDelay > time.Hour || f.lockDelay > 0 && f.lockDelay < time.Millisecond:
+		return fmt.Errorf("--lock-delay %v: want 0, or 1ms to 1h", f.lockDelay)
+	case f.once > 0 && (f.shared || f.limitSet):
+		return errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")
+	case f.ttl <= 0:
+		return fmt.Errorf("--ttl %v must be positive", f.ttl)
 	}
 	if err := f.checkRedis(); err != nil {
-		return nil, usageError{err}
+		return err
 	}
-	if f.maxHold < 0 {
-		return nil, usageError{fmt.Errorf("--max-hold %v must not be negative", f.maxHold)}
+	switch {
+	case f.maxHold < 0:
+		return fmt.Errorf("--max-hold %v must not be negative", f.maxHold)
+	case f.conflictExitCode < 0 || f.conflictExitCode > 255:
+		return fmt.Errorf("--conflict-exit-code %d: want 0 to 255", f.conflictExitCode)
 	}
-	if f.conflictExitCode < 0 || f.conflictExitCode > 255 {
-		return nil, usageError{fmt.Errorf("--conflict-exit-code %d: want 0 to 255", f.conflictExitCode)}
-	}
-	f.killGrace, f.killGraceSet = defaultKillGrace(f.ttl), *killGrace != ""
+	f.killGrace, f.killGraceSet = defaultKillGrace(f.ttl), f.killGraceText != ""
 	if f.killGraceSet {
-		d, err := time.ParseDuration(*killGrace)
+		d, err := time.ParseDuration(f.killGraceText)
 		if err != nil || d < 0 {
-			return nil, usageError{fmt.Errorf("--kill-grace %q: want a duration of 0 or more", *killGrace)}
+			return fmt.Errorf("--kill-grace %q: want a duration of 0 or more", f.killGraceText)
 		}
 		// The lease deadline is renewed every TTL/3 to about TTL·0.99 −
 		// margin ahead: a longer grace would SIGTERM a healthy command.
 		if d > f.ttl/2 {
-			return nil, usageError{fmt.Errorf("--kill-grace %v is more than half the TTL %v: the command would be stopped while the lease is healthy", d, f.ttl)}
+			return fmt.Errorf("--kill-grace %v is more than half the TTL %v: the command would be stopped while the lease is healthy", d, f.ttl)
 		}
 		f.killGrace = d
 	}
-	return &f, nil
+	return nil
 }
 
 func defaultKillGrace(ttl time.Duration) time.Duration { return min(2*time.Second, ttl/4) }

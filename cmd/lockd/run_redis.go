@@ -13,7 +13,7 @@ import (
 )
 
 // runBackendsHelp is the part of lockd run's help on --backend: what each
-// backend can and cannot promise (the README's "Choosing a backend").
+// backend can and cannot promise (docs/backends.md).
 const runBackendsHelp = `
 Backends (--backend):
 

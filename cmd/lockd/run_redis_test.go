@@ -1,6 +1,6 @@
 package main
 
-// lockd run over the Redis backends (issue 11, "lockd run over Redis"):
+// lockd run over the Redis backends:
 // real redis-server processes (redislock/redistest) and real lockd run
 // processes; the same supervision as on lockd.
 

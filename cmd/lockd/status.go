@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // StatusCommand is `lockd status [--json]`: the node answering and the
@@ -19,31 +21,27 @@ type StatusCommand struct {
 
 // Run prints the status of the first endpoint that answers.
 func (c *StatusCommand) Run(ctx context.Context, args []string) error {
-	var asJSON *bool
-	_, cf, err := c.env.parse("status", "lockd status [--json]", args, 0, 0, func(fs *flag.FlagSet) {
-		asJSON = fs.Bool("json", false, "print the API's JSON (StatusResponse)")
-	})
-	if err != nil {
-		return err
-	}
-	ctx, cl, done, err := cf.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer done()
-	resp, err := cl.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
-	if err != nil {
-		return callError("status", err)
-	}
-	s := resp.Msg
-	if *asJSON {
-		return printJSON(c.env.stdout, s)
-	}
+	return readCommand[*lockdv1.StatusResponse]{
+		name: "status", usage: "lockd status [--json]",
+		jsonHelp: "StatusResponse",
+		call: func(ctx context.Context, svc lockdv1connect.LockServiceClient, _ []string, _ lockdv1.ReadConsistency) (*lockdv1.StatusResponse, error) {
+			resp, err := svc.Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
+			if err != nil {
+				return nil, callError("status", err)
+			}
+			return resp.Msg, nil
+		},
+		table: writeStatus,
+	}.run(ctx, c.env, args)
+}
+
+// writeStatus prints `lockd status`: the answering node, then the members.
+func writeStatus(w io.Writer, s *lockdv1.StatusResponse, _ []string, _ time.Time) error {
 	leader := s.GetLeader()
 	if leader == "" {
 		leader = "(none)"
 	}
-	tw := tabwriter.NewWriter(c.env.stdout, 0, 4, 1, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "node:\t%s (%s)\n", printable(s.GetNodeId()), printable(s.GetState()))
 	fmt.Fprintf(tw, "leader:\t%s\n", printable(leader))
 	fmt.Fprintf(tw, "cluster:\t%s\n", printable(s.GetClusterId()))
@@ -60,8 +58,8 @@ func (c *StatusCommand) Run(ctx context.Context, args []string) error {
 	if len(s.GetMembers()) == 0 {
 		return nil
 	}
-	fmt.Fprintln(c.env.stdout, "members:")
-	tw = tabwriter.NewWriter(c.env.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "members:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ID\tROLE\tVOTER\tAPI\tRAFT")
 	for _, m := range s.GetMembers() {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(m.GetId()), printable(m.GetRole()), yesNo(m.GetVoter()), printable(m.GetApi()), printable(m.GetRaft()))

@@ -16,7 +16,7 @@ import (
 	"github.com/lockd-dev/lockd/lockdtest"
 )
 
-// TestPausedHolder (issue 11, acceptance 4), against a real PostgreSQL
+// TestPausedHolder, against a real PostgreSQL
 // server and a real lockd node: holder A takes the lock and is paused past
 // its lease (lockdtest.Pause: none of its requests leave, so the server
 // expires its session); B is granted the lock and writes; A resumes and

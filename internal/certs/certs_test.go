@@ -154,7 +154,7 @@ func TestStoreReloadsChangedFiles(t *testing.T) {
 	}
 }
 
-// TestCheckOwnMember (review of issue 17, item 1): a node whose own
+// TestCheckOwnMember: a node whose own
 // certificate is not a member's (a client certificate, here) fails to
 // load it, with an error that says so, instead of starting isolated; and a
 // reload that swaps one in keeps the node's previous member certificate.

@@ -205,7 +205,7 @@ func (m *Material) CheckOwnMember() error {
 		chain = append(chain, c)
 	}
 	if _, err := m.VerifyMember(chain); err != nil {
-		return fmt.Errorf("this node's own certificate would be refused by its peers (see docs/security-tls.md, the member rule): %w", err)
+		return fmt.Errorf("this node's own certificate would be refused by its peers (see docs/security.md, the member rule): %w", err)
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func rootCA(t *testing.T) signer {
 	return signer{c, key}
 }
 
-// TestVerifyMember (issue 17, item 1): a member is a certificate of the
+// TestVerifyMember: a member is a certificate of the
 // cluster CA whose extended key usages name both server and client
 // authentication. A client certificate, a certificate without extended
 // key usages, one with only one of the two, or with only

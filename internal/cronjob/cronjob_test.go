@@ -467,7 +467,7 @@ func (l *fleetLock) get() ([]jobRun, map[string]string) {
 	return append([]jobRun(nil), l.runs...), m
 }
 
-// Review of issue 17, item 13a: the catch-up window bounds when a server
+// The catch-up window bounds when a server
 // begins to contend for a period, not how long a standby waits. A nightly
 // 3 h job (02:00, --catch-up 1h) whose runner dies at 03:30: the standby
 // takes the lock then and runs the job, whether it was waiting since

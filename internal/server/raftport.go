@@ -29,7 +29,7 @@ import (
 // address (the Raft configuration), so that a flood cannot keep a member
 // out. Authenticated connections are never
 // capped: a member's pooled connections and pipeline are never refused
-// once they are in. See docs/security-tls.md, "The Raft port".
+// once they are in. See docs/security.md, "The Raft port".
 //
 // The plaintext transport (loopback, or --insecure) is hashicorp/raft's
 // own TCP transport, unbounded: it authenticates no one, so whoever can

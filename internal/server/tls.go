@@ -19,7 +19,7 @@ import (
 // This file is the node's TLS: the checks of the TLS settings, the peer
 // check of joins and forwarded calls on the API port, and the identity a
 // client certificate names. The Raft port's mutual TLS is raftport.go.
-// See docs/security-tls.md.
+// See docs/security.md, "TLS".
 
 // validateTLS checks the TLS settings, and refuses a plaintext listener on
 // an address other machines can reach unless Insecure says so.

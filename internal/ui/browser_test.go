@@ -192,7 +192,7 @@ func containsAll(s string, subs ...string) bool {
 func ptr[T any](v T) *T { return &v }
 
 // savePNG writes a screenshot to docs/img when LOCKD_SCREENSHOTS=1 (to
-// refresh the README's pictures), else to the test's temp dir.
+// refresh the pictures in docs/img), else to the test's temp dir.
 func savePNG(t *testing.T, name string, b []byte) {
 	t.Helper()
 	dir := t.TempDir()

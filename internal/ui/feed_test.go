@@ -21,7 +21,7 @@ import (
 )
 
 // watchStandIn serves GET /v1/watch by the contract of the watch stream
-// (issue 11, built on another branch): text/event-stream, one "data:" JSON
+// (docs/events.md): text/event-stream, one "data:" JSON
 // event per message, "event: reset" to restart, ": keepalive" comments.
 // It is a stand-in until that stream is merged; TestDashboardFeedLive
 // checks the same page against the real one.

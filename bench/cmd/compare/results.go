@@ -106,7 +106,7 @@ func writeResults(w io.Writer, dir string) error {
 			span(rate(row.system, row.nodes, loadgen.Own), "k"), span(rate(row.system, row.nodes, loadgen.One), "k"), span(fair, ""))
 	}
 
-	fmt.Fprint(w, "\n### Ratios against issue 8's targets\n\n")
+	fmt.Fprint(w, "\n### Ratios against the performance targets\n\n")
 	fmt.Fprint(w, "Each ratio is lockd's rate over the anchor's in the same pass; the range spans the passes.\n\n")
 	fmt.Fprintln(w, "| | lockd | anchor | ratio | goal | met |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|")

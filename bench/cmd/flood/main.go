@@ -1,4 +1,4 @@
-// Command flood measures issue 10's acceptance 5 with real processes: a
+// Command flood measures a flood of refused calls with real processes: a
 // `lockd serve` process, a flooder process and a well-behaved process.
 // bench/flood.sh runs the three; see bench/README.md.
 //
