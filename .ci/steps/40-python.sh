@@ -19,4 +19,6 @@ go run clients/python/gen/main.go
 git diff --exit-code -- clients/python/lockd/_pb
 export LOCKD_BIN="$tmp/lockd"
 (cd clients/python && /usr/bin/python3 -m pytest -q -p no:cacheprovider tests examples/invoices)
+# Again with every call unary (the fallback when no session stream can be used).
+(cd clients/python && LOCKD_STREAM=off /usr/bin/python3 -m pytest -q -p no:cacheprovider tests)
 clients/python/readme_check.sh "$LOCKD_BIN"

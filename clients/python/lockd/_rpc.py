@@ -25,6 +25,7 @@ import grpc
 
 from . import errors as E
 from ._pb import lockd_pb2 as pb
+from ._stream import BODY, KAScheduler, NoStream, StreamCallError, open_stream, stream_error
 
 R = pb.ErrorReason
 CLUSTER_HEADER = "lockd-cluster-id"
@@ -69,6 +70,9 @@ class Endpoint:
         self.methods: dict = {}
         self.refused = False  # answered for another cluster
         self.silent_until = 0.0
+        self.stream = None  # the open session stream (_stream.Stream)
+        self.opening = None  # a future while a stream is being opened
+        self.unary_until = 0.0  # the node took no stream: unary until then
 
     def ensure(self) -> grpc.aio.Channel:
         if self.channel is None:
@@ -87,6 +91,11 @@ class Endpoint:
         return mc
 
     async def close(self):
+        st = self.stream
+        if st is not None:
+            st.fail("client closed")
+            st.reader.cancel()
+            await asyncio.gather(st.reader, return_exceptions=True)
         if self.channel is not None:
             ch, self.channel, self.methods = self.channel, None, {}
             await ch.close()
@@ -123,7 +132,7 @@ class Transport:
     """The endpoints of one client and the retry loop."""
 
     def __init__(self, endpoints, token: str = "", creds=None,
-                 request_timeout: float = 5.0, retry_timeout: float = 30.0):
+                 request_timeout: float = 5.0, retry_timeout: float = 30.0, stream: bool = True):
         if isinstance(endpoints, str):
             endpoints = [e for e in endpoints.split(",") if e.strip()]
         if not endpoints:
@@ -136,9 +145,12 @@ class Transport:
         self.request_timeout = request_timeout
         self.retry_timeout = retry_timeout
         self.closed = False
+        self.stream_on = stream
+        self.ka = KAScheduler(self)
 
     async def close(self):
         self.closed = True
+        await self.ka.close()
         for ep in self.eps:
             await ep.close()
 
@@ -217,10 +229,9 @@ class Transport:
             t = max(t, MIN_ATTEMPT) + poll
             if deadline is not None:
                 t = min(t, max(deadline - now, MIN_ATTEMPT))
-            call = ep.unary(path, resp_cls)(req, timeout=t, metadata=self.metadata)
             try:
-                resp = await call
-            except grpc.aio.AioRpcError as e:
+                resp, cid = await self._attempt(ep, service, method, path, req, resp_cls, t)
+            except (grpc.aio.AioRpcError, StreamCallError) as e:
                 d = E.error_detail(e)
                 cid = d.cluster_id if d is not None else ""
                 if not cid:
@@ -231,6 +242,10 @@ class Transport:
                     err, ok, hint, immediate = cm, True, "", True
                 else:
                     timed_out = e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                    if timed_out and method == "KeepAliveBatch" and ep.stream is not None:
+                        # An overdue keepalive: the node may be frozen. Drop its
+                        # stream so the next round opens one (or moves on).
+                        ep.stream.fail("keepalive overdue")
                     if timed_out or (d is None and e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN)):
                         ep.silent_until = time.monotonic() + SILENT_FOR
                     else:
@@ -267,9 +282,42 @@ class Transport:
                 await asyncio.sleep(wait)
                 continue
             ep.silent_until = 0.0
-            cid = getattr(resp, "cluster_id", "") or _md(await call.initial_metadata())
             self.check_cluster(ep, cid)
             return resp
+
+    async def _attempt(self, ep: Endpoint, service: str, method: str, path: str, req, resp_cls, t: float):
+        """One attempt on ep: over its session stream when the method has a
+        stream form and streams are on, else unary. Returns (answer, cluster id)."""
+        body = BODY.get(method) if service == "LockService" else None
+        if method == "KeepAliveBatch":
+            body = "keep_alive"
+        if body is not None and self.stream_on:
+            try:
+                st = await open_stream(ep, self.metadata, t)
+                ctx = st.acquires if method == "Acquire" else None
+                if ctx is not None:
+                    async with ctx:
+                        r = await st.send(pb.StreamRequest(**{body: req}), t)
+                else:
+                    r = await st.send(pb.StreamRequest(**{body: req}), t)
+                if r.WhichOneof("body") == "error":
+                    raise stream_error(r.error)
+                return getattr(r, body), r.cluster_id
+            except NoStream:
+                pass
+            except asyncio.TimeoutError:
+                raise StreamCallError(grpc.StatusCode.DEADLINE_EXCEEDED, f"opening a stream to {ep.url} timed out") from None
+        if method == "KeepAliveBatch":
+            return None, ""
+        call = ep.unary(path, resp_cls)(req, timeout=t, metadata=self.metadata)
+        resp = await call
+        return resp, getattr(resp, "cluster_id", "") or _md(await call.initial_metadata())
+
+    async def call_stream_keepalive(self, frame, timeout: float, until):
+        """Sends one KeepAliveBatch (one attempt, and an immediate one on
+        another endpoint after a leader hint); None when no stream can be used."""
+        return await self.call("SessionService", "KeepAliveBatch", frame, None, idempotent=True, once=True,
+                               timeout=timeout, until=until)
 
 
 def _md(md) -> str:

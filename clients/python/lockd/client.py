@@ -54,12 +54,15 @@ class Client:
     token (default ``$LOCKD_TOKEN``). ``root_certificates``/``private_key``/
     ``certificate_chain`` (PEM bytes) for https endpoints and client
     certificates. ``request_timeout`` bounds one attempt (5 s),
-    ``retry_timeout`` a call without its own timeout (30 s).
+    ``retry_timeout`` a call without its own timeout (30 s). ``stream``: carry
+    session calls and batched keepalives over one session stream per endpoint
+    (default on; ``LOCKD_STREAM=off`` makes every call unary).
     """
 
     def __init__(self, endpoints=None, *, token: Optional[str] = None, request_timeout: float = 5.0,
                  retry_timeout: float = 30.0, root_certificates: Optional[bytes] = None,
-                 private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None):
+                 private_key: Optional[bytes] = None, certificate_chain: Optional[bytes] = None,
+                 stream: Optional[bool] = None):
         if endpoints is None:
             endpoints = os.environ.get("LOCKD_ENDPOINTS", "")
         if token is None:
@@ -67,7 +70,9 @@ class Client:
         creds = None
         if root_certificates or certificate_chain:
             creds = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
-        self._t = Transport(endpoints, token, creds, request_timeout, retry_timeout)
+        if stream is None:
+            stream = os.environ.get("LOCKD_STREAM", "") not in ("off", "0", "false")
+        self._t = Transport(endpoints, token, creds, request_timeout, retry_timeout, stream)
         self._sessions: set[Session] = set()
 
     @property

@@ -186,6 +186,8 @@ _DETAIL_URL = "type.googleapis.com/lockd.v1.ErrorDetail"
 
 def error_detail(err: grpc.RpcError) -> Optional[pb.ErrorDetail]:
     """Returns the ErrorDetail a gRPC error carries, or None."""
+    if hasattr(err, "_detail"):
+        return err._detail  # a call's error on the session stream
     md = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     for k, v in md or ():
         if k != "grpc-status-details-bin":

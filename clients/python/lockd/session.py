@@ -18,6 +18,8 @@ import socket
 import time
 from typing import Callable, Optional
 
+import grpc
+
 from . import errors as E
 from ._pb import lockd_pb2 as pb
 
@@ -177,27 +179,21 @@ class Session:
         next_at = self._sent + renew_interval(self.ttl)
         try:
             while self._err is None:
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                sent, ttl, err = await self._renew(next_at)
                 if self._err is not None:
                     break
-                sent = time.monotonic()
-                try:
-                    resp = await t.call("LockService", "KeepAlive",
-                                        pb.KeepAliveRequest(session_id=self.id, secret=self._secret),
-                                        pb.KeepAliveResponse, idempotent=True, once=True,
-                                        timeout=keepalive_timeout(self.ttl, t.request_timeout),
-                                        until=lambda: self._deadline)
-                except E.LeaseLost as e:
-                    self._lose(E.LeaseLost(f"keepalive: {e}"))
+                if isinstance(err, E.LeaseLost):
+                    self._lose(E.LeaseLost(f"keepalive: {err}"))
                     break
-                except E.LockdError:
+                if err is not None:
                     next_at = time.monotonic() + jeopardy_interval(self.ttl)
                     continue
-                ttl = resp.ttl.ToNanoseconds() / 1e9 if resp.HasField("ttl") else self.ttl
                 self._confirmed(sent, ttl or self.ttl)
                 next_at = self._sent + renew_interval(ttl or self.ttl)
         except asyncio.CancelledError:
+            t.ka.unschedule(self)
             return
+        t.ka.unschedule(self)
         if not self._closing and not isinstance(self._err, E.SessionClosed):
             # Lost: tell the server, so that the holds go now, not at expiry.
             try:
@@ -205,6 +201,30 @@ class Session:
             except E.LockdError:
                 pass
             self.client._sessions.discard(self)
+
+    async def _renew(self, next_at: float):
+        """One renewal at next_at: in the client's next keepalive batch over
+        the session stream, else a unary KeepAlive. Returns (sent, ttl, error)."""
+        t = self.client._t
+        if t.stream_on:
+            r = await t.ka.schedule(self, next_at)
+            if not r.unary:
+                err = r.err
+                if err is not None and not isinstance(err, E.LockdError):
+                    err = E.from_rpc(err) if isinstance(err, grpc.RpcError) else E.Unavailable(str(err))
+                return r.sent, r.ttl or self.ttl, err
+        else:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+        if self._err is not None:
+            return 0.0, 0.0, None
+        sent = time.monotonic()
+        try:
+            resp = await t.call("LockService", "KeepAlive", pb.KeepAliveRequest(session_id=self.id, secret=self._secret),
+                                pb.KeepAliveResponse, idempotent=True, once=True,
+                                timeout=keepalive_timeout(self.ttl, t.request_timeout), until=lambda: self._deadline)
+        except E.LockdError as e:
+            return sent, 0.0, e
+        return sent, (resp.ttl.ToNanoseconds() / 1e9 if resp.HasField("ttl") else 0.0) or self.ttl, None
 
     # -- calls ---------------------------------------------------------------
 

@@ -244,3 +244,30 @@ def test_sync_wrapper(server):
                 with pytest.raises(lockd.Busy):
                     s2.mutex(name).try_lock()
         assert not c.check_token(name, m.aio.token or 1).valid
+
+
+async def test_calls_and_keepalives_go_over_the_session_stream(server):
+    async with lockd.Client(server.url, stream=True) as c:
+        sessions = [await c.session(ttl=1.5) for _ in range(5)]
+        ep = c._t.eps[0]
+        assert ep.stream is not None and ep.stream.broken is None
+        firsts = [s.deadline for s in sessions]
+        end = time.monotonic() + 5
+        while any(s.deadline == f for s, f in zip(sessions, firsts)) and time.monotonic() < end:
+            await asyncio.sleep(0.05)  # waiting for real keepalive rounds
+        assert all(s.deadline > f for s, f in zip(sessions, firsts)), "every session renewed"
+        assert all(s.err is None for s in sessions)
+        await sessions[0].mutex(uniq("stream")).try_lock()
+
+
+async def test_broken_stream_is_reopened_and_calls_go_on(server):
+    name = uniq("broken")
+    async with lockd.Client(server.url, stream=True) as c:
+        s = await c.session(ttl=5)
+        m = s.mutex(name)
+        await m.lock()
+        ep = c._t.eps[0]
+        ep.stream.fail("test: cut the stream")  # a fault a real server does not make on demand
+        await m.unlock()
+        assert ep.stream is not None and ep.stream.broken is None
+        assert await m.try_lock() > 0
