@@ -36,3 +36,11 @@ def fresh_server(lockd_binary):
     s = lockdproc.Server(lockd_binary)
     yield s
     s.stop()
+
+
+@pytest.fixture
+def cluster3(lockd_binary):
+    nodes = lockdproc.cluster(lockd_binary, 3)
+    yield nodes
+    for s in nodes:
+        s.stop()

@@ -43,16 +43,17 @@ def free_port() -> int:
 
 
 class Server:
-    """One single-node lockd cluster."""
+    """One lockd node: a single-node cluster, or a member joining join."""
 
-    def __init__(self, binary: str, *extra: str):
+    def __init__(self, binary: str, *extra: str, join: str = "", node_id: str = ""):
         self.dir = tempfile.mkdtemp(prefix="lockd-py-")
         self.port, self.raft = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "log"), "wb")
         self.proc = subprocess.Popen(
             [binary, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", f"127.0.0.1:{self.port}",
-             "--raft-listen", f"127.0.0.1:{self.raft}", *extra],
+             "--raft-listen", f"127.0.0.1:{self.raft}",
+             *(["--join", join] if join else []), *(["--node-id", node_id] if node_id else []), *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_ready()
 
@@ -84,3 +85,17 @@ class Server:
             self.proc.wait()
         self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cluster(binary: str, n: int = 3) -> list[Server]:
+    """n nodes: the first bootstraps, the others join it."""
+    first = Server(binary, node_id="n0")
+    nodes = [first]
+    try:
+        for i in range(1, n):
+            nodes.append(Server(binary, join=first.url, node_id=f"n{i}"))
+    except Exception:
+        for s in nodes:
+            s.stop()
+        raise
+    return nodes
