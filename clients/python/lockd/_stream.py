@@ -117,20 +117,27 @@ class Stream:
             raise StreamCallError(grpc.StatusCode.UNAVAILABLE, f"session stream to {self.ep.url} broke: {self.broken}")
         cid = next(self.ids)
         req.call_id = cid
-        f = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        f = loop.create_future()
         self.pending[cid] = f
+        # A timer, not asyncio.wait_for: no extra task per call.
+        timer = loop.call_later(timeout, _time_out, f, self.ep.url, timeout)
         try:
             async with self.write_lock:
                 await self.call.write(req)
-            return await asyncio.wait_for(f, timeout)
-        except asyncio.TimeoutError:
-            raise StreamCallError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                  f"no answer on the session stream to {self.ep.url} within {timeout:.3f}s") from None
+            return await f
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self.fail(str(e))
             raise StreamCallError(grpc.StatusCode.UNAVAILABLE, f"session stream to {self.ep.url} broke: {e}") from None
         finally:
+            timer.cancel()
             self.pending.pop(cid, None)
+
+
+def _time_out(f: asyncio.Future, url: str, timeout: float):
+    if not f.done():
+        f.set_exception(StreamCallError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                        f"no answer on the session stream to {url} within {timeout:.3f}s"))
 
 
 async def open_stream(ep, metadata, timeout: float) -> Stream:
