@@ -142,14 +142,10 @@ class _Lock:
         except E.DEFINITIVE:
             pass
         except E.LockdError:
-            if s.err is None:
-                async def again():
-                    try:
-                        await once()
-                    finally:
-                        pass
-                s.keep_trying(again)
-                return  # the acquire seq stays in flight until the retries end
+            # The acquire's seq stays in flight (the server keeps its answer)
+            # until the retries end.
+            s.keep_trying(once, lambda: s.seqs.end(acquire_seq))
+            return
         s.seqs.end(acquire_seq)
 
     async def _release(self, shared: bool):

@@ -247,24 +247,32 @@ class Session:
             self._lose(e)
             raise
 
-    def keep_trying(self, coro_fn):
+    def keep_trying(self, coro_fn, done: Optional[Callable[[], None]] = None):
         """Runs coro_fn() in the background until it succeeds, fails
-        definitively, or the session ends (the server then drops it)."""
+        definitively, or the session ends (the server then drops it); then
+        done(). When the session already ended it runs only done()."""
         async def run():
             delay = 0.05
-            while self._err is None:
-                try:
-                    await coro_fn()
-                    return
-                except E.DEFINITIVE:
-                    return
-                except E.LockdError:
-                    await asyncio.sleep(random_jitter(delay))
-                    delay = min(delay * 2, 2.0)
-        if self._err is None:
-            task = asyncio.get_running_loop().create_task(run())
-            self._bg.add(task)
-            task.add_done_callback(self._bg.discard)
+            try:
+                while self._err is None:
+                    try:
+                        await coro_fn()
+                        return
+                    except E.DEFINITIVE:
+                        return
+                    except E.LockdError:
+                        await asyncio.sleep(random_jitter(delay))
+                        delay = min(delay * 2, 2.0)
+            finally:
+                if done:
+                    done()
+        if self._err is not None:
+            if done:
+                done()
+            return
+        task = asyncio.get_running_loop().create_task(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
 
     # -- closing -------------------------------------------------------------
 
