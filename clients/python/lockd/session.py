@@ -90,6 +90,9 @@ class Session:
         self.seqs = Seqs()
         self._sent = sent
         self._deadline = lease_deadline(sent, ttl)
+        # Wall clock minus monotonic clock, once: deadlines shown as Unix
+        # times stay put between calls.
+        self._wall0 = time.time_ns() - int(time.monotonic() * 1e9)
         self._err: Optional[E.LockdError] = None
         self._closing = False
         self._told_server = False
@@ -115,7 +118,7 @@ class Session:
 
     def deadline_unix_ns(self) -> int:
         """The client deadline as Unix nanoseconds (wall clock)."""
-        return time.time_ns() + int((self._deadline - time.monotonic()) * 1e9)
+        return self._wall0 + int(self._deadline * 1e9)
 
     def on_lost(self, cb: Callable[[E.LockdError], None]):
         """Calls cb(error) once when the session ends (at once if it has)."""
