@@ -232,6 +232,10 @@ class Transport:
             try:
                 resp, cid = await self._attempt(ep, service, method, path, req, resp_cls, t)
             except (grpc.aio.AioRpcError, StreamCallError) as e:
+                if deadline is not None and e.code() == grpc.StatusCode.DEADLINE_EXCEEDED and \
+                        time.monotonic() >= deadline:
+                    # The caller's time ran out, not the node's: it stays usable.
+                    raise E.Deadline(f"timed out at {ep.url}") from None
                 d = E.error_detail(e)
                 cid = d.cluster_id if d is not None else ""
                 if not cid:
