@@ -45,10 +45,12 @@ def free_port() -> int:
 class Server:
     """One lockd node: a single-node cluster, or a member joining join."""
 
-    def __init__(self, binary: str, *extra: str, join: str = "", node_id: str = ""):
+    def __init__(self, binary: str, *extra: str, join: str = "", node_id: str = "", tls=None):
         self.dir = tempfile.mkdtemp(prefix="lockd-py-")
         self.port, self.raft = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # tls: (ca, cert, key) PEM paths the readiness check presents.
+        self.tls = tls
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.dir, "log"), "wb")
         self.proc = subprocess.Popen(
             [binary, "serve", "--data-dir", os.path.join(self.dir, "data"), "--listen", f"127.0.0.1:{self.port}",
@@ -63,7 +65,12 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"lockd exited with {self.proc.returncode}: {self.read_log()}")
             try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as r:
+                ctx = None
+                if self.tls:
+                    import ssl
+                    ctx = ssl.create_default_context(cafile=self.tls[0])
+                    ctx.load_cert_chain(self.tls[1], self.tls[2])
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1, context=ctx) as r:
                     if r.status == 200:
                         return
             except OSError:
