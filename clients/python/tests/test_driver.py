@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-DRIVER = os.path.join(os.path.dirname(__file__), "..", "driver.py")
+DRIVER = os.path.join(os.path.dirname(__file__), "..", "driver.py")  # the source-tree shim of lockd.driver
 
 
 class Driver:
