@@ -47,25 +47,30 @@ func caseLeaderKill(t *testing.T, e *env, ck *checker) {
 		sessionID = append(sessionID, session(d, 5*time.Second, d.name))
 		ds = append(ds, d)
 	}
-	bound := func(d *driver, op string, a answer, limit time.Duration) {
+	// bound checks a call's time and reports whether its session lives.
+	bound := func(d *driver, op string, a answer, limit time.Duration) bool {
 		if took := time.Duration(a.T1 - a.T0); took > limit {
 			ck.Errorf("%s: %s took %v, more than %v", d.name, op, took, limit)
 		}
 		if a.code() == "lease_lost" {
 			ck.Errorf("%s: %s: session lost: %s", d.name, op, a)
+			return false
 		}
+		return true
 	}
 	for _, d := range ds {
 		wg.Go(func() {
 			for i := 0; i < 400 && !stop.Load(); i++ {
 				a := d.call(map[string]any{"op": "lock", "session": "s", "lock": "l", "name": name, "timeout_ms": lockTimeout.Milliseconds()}, lockTimeout+otherBound)
-				bound(d, "lock", a, lockTimeout+slack)
+				if !bound(d, "lock", a, lockTimeout+slack) {
+					return // a lost session stays lost: one failure says it
+				}
 				if !a.OK {
 					t.Logf("%s: lock: %s", d.name, a)
 					continue
 				}
 				u := d.call(map[string]any{"op": "unlock", "lock": "l"}, 2*otherBound)
-				bound(d, "unlock", u, otherBound)
+				live := bound(d, "unlock", u, otherBound)
 				if !u.OK {
 					t.Logf("%s: unlock: %s", d.name, u)
 				}
@@ -75,6 +80,9 @@ func caseLeaderKill(t *testing.T, e *env, ck *checker) {
 					after[d.name]++
 				}
 				mu.Unlock()
+				if !live {
+					return
+				}
 			}
 		})
 	}
