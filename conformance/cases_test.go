@@ -151,6 +151,10 @@ func casePause(t *testing.T, e *env, ck *checker) {
 	if g := p.call(map[string]any{"op": "guarded", "lock": "l"}, 10*time.Second); !g.OK {
 		ck.Errorf("guarded right after the grant: %s", g)
 	}
+	// The deadline before the pause: the one asked after it may only be
+	// later (a renewal confirmed in between), never earlier, so that a
+	// driver cannot pass the deadline check by answering 0 once lost.
+	before := time.Unix(0, int64(p.must(map[string]any{"op": "session_deadline", "session": "s"}).num("deadline")))
 	node := e.one.nodes[0]
 	p.pause(t)
 	paused := time.Now()
@@ -162,6 +166,9 @@ func casePause(t *testing.T, e *env, ck *checker) {
 		t.Fatal("ListSessions gave no expires_at for the session")
 	}
 	dl := time.Unix(0, int64(p.must(map[string]any{"op": "session_deadline", "session": "s"}).num("deadline")))
+	if dl.Before(before) {
+		ck.Errorf("the deadline asked after the pause %v is earlier than the one asked before it %v: session_deadline must answer the deadline the client used", dl.Format(time.StampMilli), before.Format(time.StampMilli))
+	}
 	if !dl.Before(expires) {
 		ck.Errorf("the client's deadline %v is not before the server's expiry %v (by %v)", dl.Format(time.StampMilli), expires.Format(time.StampMilli), dl.Sub(expires))
 	} else {
