@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -46,25 +47,30 @@ func caseLeaderKill(t *testing.T, e *env, ck *checker) {
 		sessionID = append(sessionID, session(d, 5*time.Second, d.name))
 		ds = append(ds, d)
 	}
-	bound := func(d *driver, op string, a answer, limit time.Duration) {
+	// bound checks a call's time and reports whether its session lives.
+	bound := func(d *driver, op string, a answer, limit time.Duration) bool {
 		if took := time.Duration(a.T1 - a.T0); took > limit {
 			ck.Errorf("%s: %s took %v, more than %v", d.name, op, took, limit)
 		}
 		if a.code() == "lease_lost" {
 			ck.Errorf("%s: %s: session lost: %s", d.name, op, a)
+			return false
 		}
+		return true
 	}
 	for _, d := range ds {
 		wg.Go(func() {
 			for i := 0; i < 400 && !stop.Load(); i++ {
 				a := d.call(map[string]any{"op": "lock", "session": "s", "lock": "l", "name": name, "timeout_ms": lockTimeout.Milliseconds()}, lockTimeout+otherBound)
-				bound(d, "lock", a, lockTimeout+slack)
+				if !bound(d, "lock", a, lockTimeout+slack) {
+					return // a lost session stays lost: one failure says it
+				}
 				if !a.OK {
 					t.Logf("%s: lock: %s", d.name, a)
 					continue
 				}
 				u := d.call(map[string]any{"op": "unlock", "lock": "l"}, 2*otherBound)
-				bound(d, "unlock", u, otherBound)
+				live := bound(d, "unlock", u, otherBound)
 				if !u.OK {
 					t.Logf("%s: unlock: %s", d.name, u)
 				}
@@ -74,6 +80,9 @@ func caseLeaderKill(t *testing.T, e *env, ck *checker) {
 					after[d.name]++
 				}
 				mu.Unlock()
+				if !live {
+					return
+				}
 			}
 		})
 	}
@@ -292,4 +301,60 @@ func needCap(t *testing.T, e *env, capability string, n int) []*driver {
 		ds = append(ds, d)
 	}
 	return ds
+}
+
+// caseDeadlineFromSend: a driver whose answers reach it half a second
+// late (through a proxy that delays the server's bytes) counts its lease
+// from when each request left, not from when the answer came: sampled
+// again and again, the deadline it reports is before the server's expiry
+// of the session (ListSessions' expires_at, read after the deadline, so a
+// renewal in flight can only make the server's later). A client that
+// counts from the answer's arrival reports a deadline past the server's
+// expiry by about the delay less the margins (TTL 4 s: 0.26 s) whenever no
+// newer renewal is in flight, most of each renewal interval.
+func caseDeadlineFromSend(t *testing.T, e *env, ck *checker) {
+	node := e.one.nodes[0]
+	// The delay stays well under the TTL's keepalive attempt (TTL/4) and
+	// the Go client's HTTP/2 ping timeout (1 s), so a correct client keeps
+	// its session through it.
+	const delay, ttl, want = 500 * time.Millisecond, 4 * time.Second, 30
+	px := startDelayProxy(t, node.api, delay)
+	d := startDriver(t, "slow-path", e.driver, px.url(), "")
+	sid := session(d, ttl, "slow-path")
+	api := e.one.api(node)
+	samples, late := 0, 0
+	worst := time.Duration(math.MinInt64)
+	pollUntil(4*ttl, 100*time.Millisecond, func() bool {
+		dl := time.Unix(0, int64(d.must(map[string]any{"op": "session_deadline", "session": "s"}).num("deadline")))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := api.ListSessions(ctx, connect.NewRequest(&lockdv1.ListSessionsRequest{}))
+		if err != nil {
+			return false
+		}
+		var exp time.Time
+		for _, si := range resp.Msg.GetSessions() {
+			if si.GetSessionId() == sid && si.GetExpiresAt() != nil {
+				exp = si.GetExpiresAt().AsTime()
+			}
+		}
+		if exp.IsZero() {
+			ck.Errorf("the session %s is gone (lost through a path that only delays answers by %v)", sid, delay)
+			return true
+		}
+		samples++
+		worst = max(worst, dl.Sub(exp))
+		if !dl.Before(exp) {
+			late++
+		}
+		return samples >= want
+	})
+	t.Logf("%d samples; the client's deadline at most %v after the server's expiry (negative: before)", samples, worst.Round(time.Millisecond))
+	if samples < 5 {
+		t.Fatalf("only %d samples of the deadline in %v", samples, 4*ttl)
+	}
+	if late > 0 {
+		ck.Errorf("%d of %d deadlines not before the server's expiry (up to %v after): the lease counted from when answers arrive, not from when requests left", late, samples, worst.Round(time.Millisecond))
+	}
+	d.must(map[string]any{"op": "close_session", "session": "s"})
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ var cases = []struct {
 	{"MutualExclusion", caseMutualExclusion},
 	{"BusyNamesHolder", caseBusy},
 	{"PausedPastTTL", casePause},
+	{"DeadlineFromSend", caseDeadlineFromSend},
 	{"CutMidAcquire", caseCutMidAcquire},
 	{"WatchResumes", caseWatchResume},
 	{"Auth", caseAuth},
@@ -61,7 +63,33 @@ func TestBrokenDriverCaught(t *testing.T) {
 	if !ck.failed() {
 		t.Fatal("the pause case passed a driver that ignores the lease deadline")
 	}
+	// Each of the case's client checks reads its own op or event, and the
+	// broken driver breaks each: every one must have fired, or that check
+	// could not catch a driver that breaks only what it looks at.
+	for _, want := range []string{"is not before the server's expiry", "guarded after the pause", "no lease_lost event", "would still write"} {
+		if !slices.ContainsFunc(ck.errs, func(e string) bool { return strings.Contains(e, want) }) {
+			t.Errorf("the pause case's check %q did not fire for the broken driver; failures: %q", want, ck.errs)
+		}
+	}
 	t.Logf("the pause case caught the broken driver with %d failures", len(ck.errs))
+}
+
+// TestBrokenDeadlineCaught proves that the suite catches a client that
+// counts its lease from when a confirmation arrives instead of when its
+// request left: the Go driver run with --broken-deadline-from-answer must
+// fail the deadline case (its answers come through a delaying proxy).
+func TestBrokenDeadlineCaught(t *testing.T) {
+	needBinaries(t)
+	if os.Getenv("LOCKD_CONFORMANCE_DRIVER") != "" {
+		t.Skip("the self-test runs the Go driver only")
+	}
+	e := &env{one: startCluster(t, 1), driver: []string{goDriverBin, "--broken-deadline-from-answer"}}
+	ck := &checker{t: t}
+	caseDeadlineFromSend(t, e, ck)
+	if !ck.failed() {
+		t.Fatal("the deadline case passed a driver that counts the lease from the answers' arrival")
+	}
+	t.Logf("the deadline case caught the broken driver with %d failures", len(ck.errs))
 }
 
 // TestCheckExclusive shows the exclusion check catching an overlap and a

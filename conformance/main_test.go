@@ -192,7 +192,7 @@ func startCluster(t *testing.T, n int, extra ...string) *cluster {
 		startServer(t, s, "/healthz", append([]string{"--join", c.nodes[0].url()}, extra...)...)
 	}
 	if n > 1 {
-		c.waitLeader(t, c.nodes, 30*time.Second)
+		c.waitVoters(t, c.waitLeader(t, c.nodes, 30*time.Second), n, 30*time.Second)
 	}
 	t.Logf("%d-node cluster up in %v", n, time.Since(start).Round(time.Millisecond))
 	return c
@@ -269,6 +269,31 @@ func (c *cluster) waitLeader(t *testing.T, live []*server, timeout time.Duration
 		t.Fatalf("no leader agreed on by %d nodes within %v", len(live), timeout)
 	}
 	return l
+}
+
+// waitVoters waits until the leader lists n voters: a joined node is a
+// non-voter until it has caught up, and a leader killed before its
+// followers were promoted leaves no quorum to elect another.
+func (c *cluster) waitVoters(t *testing.T, leader *server, n int, timeout time.Duration) {
+	t.Helper()
+	voters := 0
+	if !pollUntil(timeout, 20*time.Millisecond, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := c.api(leader).Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{}))
+		if err != nil {
+			return false
+		}
+		voters = 0
+		for _, m := range resp.Msg.GetMembers() {
+			if m.GetVoter() {
+				voters++
+			}
+		}
+		return voters >= n
+	}) {
+		t.Fatalf("the leader lists %d voters after %v, want %d", voters, timeout, n)
+	}
 }
 
 func contains(list []*server, s *server) bool {

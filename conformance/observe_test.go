@@ -76,6 +76,26 @@ func (w *serverWatch) waitCount(t *testing.T, n int, timeout time.Duration) []*l
 	return got
 }
 
+// waitFor waits until an event matching cond came and returns the events
+// up to and including it.
+func (w *serverWatch) waitFor(t *testing.T, timeout time.Duration, cond func(*lockdv1.WatchResponse) bool) []*lockdv1.WatchResponse {
+	t.Helper()
+	var got []*lockdv1.WatchResponse
+	if !pollUntil(timeout, 10*time.Millisecond, func() bool {
+		evs := w.list()
+		for i, ev := range evs {
+			if cond(ev) {
+				got = evs[:i+1]
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("server watch: the awaited event did not come within %v (%d events)", timeout, len(w.list()))
+	}
+	return got
+}
+
 // sessionExpiry polls ListSessions on s until session id is gone and
 // returns the last expires_at the leader reported for it (its lease
 // deadline, server wall clock) and when the suite saw it gone.

@@ -8,6 +8,11 @@
 // rule: it reports a deadline an hour away, answers guarded with its token
 // whatever the lease says and never reports a lost lease. The suite's test
 // of itself runs it to prove that its pause case catches such a client.
+// With --broken-deadline-from-answer it reports a deadline counted from
+// when each confirmation arrived rather than from when its request left
+// (the lease rule's formula applied to the wrong instant; only this mode
+// uses internal/retry, for the formula): the suite's deadline case must
+// catch it through a proxy that delays the server's answers.
 package main
 
 import (
@@ -31,6 +36,7 @@ const version = "1"
 
 func main() {
 	broken := flag.Bool("broken-ignore-deadline", false, "ignore the lease deadline (a deliberately broken client, for the suite's self-test)")
+	fromAnswer := flag.Bool("broken-deadline-from-answer", false, "report a lease deadline counted from when each confirmation arrived instead of when its request was sent (a deliberately broken client, for the suite's self-test)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := []lockd.Option{lockd.WithLogger(logger)}
@@ -45,7 +51,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "godriver:", err)
 		os.Exit(2)
 	}
-	d := &driver{c: c, broken: *broken, out: json.NewEncoder(os.Stdout),
+	d := &driver{c: c, broken: *broken, fromAnswer: *fromAnswer, answered: map[string]time.Time{}, out: json.NewEncoder(os.Stdout),
 		sessions: map[string]*lockd.Session{}, locks: map[string]*held{},
 		elections: map[string]*lockd.Election{}, streams: map[string]context.CancelFunc{}}
 	os.Exit(d.serve(os.Stdin))
@@ -55,6 +61,10 @@ func main() {
 type driver struct {
 	c      *lockd.Client
 	broken bool
+	// fromAnswer plays a client that counts the lease from the arrival of
+	// each confirmation: answered holds that wrong deadline by session.
+	fromAnswer bool
+	answered   map[string]time.Time
 
 	outMu sync.Mutex
 	out   *json.Encoder

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/retry"
 )
 
 // capabilities are the optional parts of the protocol this driver serves.
@@ -36,6 +37,11 @@ func (d *driver) do(r request) (map[string]any, error) {
 		dl := s.Deadline()
 		if d.broken {
 			dl = time.Now().Add(time.Hour)
+		}
+		if d.fromAnswer {
+			d.mu.Lock()
+			dl = d.answered[r.Session]
+			d.mu.Unlock()
 		}
 		return map[string]any{"deadline": dl.UnixNano()}, nil
 	case "lock", "try_lock", "semaphore", "rlock", "wlock":
@@ -99,6 +105,16 @@ func (d *driver) openSession(r request) (map[string]any, error) {
 	}
 	if r.Owner != "" {
 		opts = append(opts, lockd.WithOwner(r.Owner))
+	}
+	if d.fromAnswer {
+		// Called when a confirmation arrives: the broken rule counts the
+		// lease from now, not from when the request left.
+		ttl := time.Duration(r.TTLMs) * time.Millisecond
+		opts = append(opts, lockd.WithDeadlineFunc(func(time.Time) {
+			d.mu.Lock()
+			d.answered[r.Session] = retry.LeaseDeadline(time.Now(), ttl)
+			d.mu.Unlock()
+		}))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -798,7 +798,7 @@ type WatchServiceClient interface {
 	// than this node keeps (or the node restored a snapshot, or the stream
 	// fell too far behind), it sends one event of kind EVENT_KIND_RESET,
 	// whose position the client continues from after re-listing the locks,
-	// and ends. It also serves as GET /v1/watch?prefix=P&from=POS
+	// and goes on after it. It also serves as GET /v1/watch?prefix=P&from=POS
 	// (Server-Sent Events).
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchResponse], error)
 }
@@ -840,7 +840,7 @@ type WatchServiceHandler interface {
 	// than this node keeps (or the node restored a snapshot, or the stream
 	// fell too far behind), it sends one event of kind EVENT_KIND_RESET,
 	// whose position the client continues from after re-listing the locks,
-	// and ends. It also serves as GET /v1/watch?prefix=P&from=POS
+	// and goes on after it. It also serves as GET /v1/watch?prefix=P&from=POS
 	// (Server-Sent Events).
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchResponse]) error
 }
