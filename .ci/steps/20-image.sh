@@ -4,7 +4,9 @@
 # Dockerfile's image), built twice and compared byte for byte; then
 # deploy/image's tests: TestImage unpacks an archive and checks the
 # entrypoint, the non-root user, the ports, the volume, the stop signal, no
-# shell or other program in the layer, and runs the binary from the layer;
+# shell or other program in the layer, runs the binary from the layer
+# (lockd version; the image's command with /healthz and /readyz answering
+# 200, then the stop signal and a clean exit within 10 s);
 # TestDockerfileMatchesImage holds the Dockerfile to the same settings.
 set -euo pipefail
 export PATH="$PATH:/usr/local/go/bin"

@@ -7,7 +7,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -15,7 +19,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -234,6 +240,85 @@ func TestImage(t *testing.T) {
 	if !strings.HasPrefix(string(out), wantOut) || !strings.HasSuffix(strings.TrimSpace(string(out)), plat) {
 		t.Errorf("lockd version printed %q, want %q… %s", out, wantOut, plat)
 	}
+	probeAndStop(t, x, c)
+}
+
+// probeAndStop runs the image's command (entrypoint replaced by the
+// extracted binary, the data dir by a temp dir, on free loopback ports),
+// waits until the probe paths the docs name answer 200, then sends the
+// image's stop signal and wants a clean exit within the 10 s a container
+// engine grants by default.
+func probeAndStop(t *testing.T, bin string, c v1.Config) {
+	t.Helper()
+	data := t.TempDir()
+	var args []string
+	for _, a := range c.Cmd {
+		args = append(args, strings.ReplaceAll(a, dataDir, data))
+	}
+	api, raft := freeAddr(t), freeAddr(t)
+	args = append(args, "--listen", api, "--raft-listen", raft)
+	cmd := exec.Command(bin, args...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	hc := &http.Client{Timeout: time.Second}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := hc.Get("http://" + api + probe)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not 200 after 30s (last: %v)", probe, err)
+			}
+			select {
+			case err := <-exited:
+				t.Fatalf("lockd %q exited: %v\n%s", args, err, logs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	sig, ok := map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT}[c.StopSignal]
+	if !ok {
+		t.Fatalf("stop signal %q: not one lockd stops cleanly on", c.StopSignal)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("after %s: %v\n%s", c.StopSignal, err, logs.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Errorf("still running 10s after %s\n%s", c.StopSignal, logs.String())
+	}
+}
+
+// freeAddr returns a loopback address free now, below the kernel's
+// ephemeral range (32768 and up on Linux) so that no outgoing connection
+// takes it before lockd binds it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 200 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return l.Addr().String()
+	}
+	t.Fatal("no free port in 20000-31999")
+	return ""
 }
 
 func has(m map[string]struct{}, k string) bool {
