@@ -12,7 +12,8 @@
 #            --tags --always --dirty, else v0.0.0-dev)
 #   COMMIT   the commit it prints (default: git rev-parse HEAD, else unknown)
 #   TARGETS  space-separated GOOS/GOARCH pairs (default: the four above)
-#   OUT      output directory, emptied first (default: dist)
+#   OUT      output directory; earlier tarballs and SHA256SUMS in it are
+#            replaced (default: dist)
 #   SOURCE_DATE_EPOCH  the time stamped on every tarball entry (default:
 #            the commit's time, else 0), so tarballs are reproducible too
 #
@@ -53,9 +54,12 @@ if ! "$tar" --version 2>/dev/null | grep -q 'GNU tar'; then
 fi
 if command -v sha256sum >/dev/null 2>&1; then sha=(sha256sum); else sha=(shasum -a 256); fi
 
-rm -rf "$OUT"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+# Only this script's own output is removed from OUT, never the directory.
+rm -rf "$OUT"/lockd_*_*_* "$OUT/SHA256SUMS"
+# GOFLAGS is cleared below so that a local setting (-race, -cover, a
+# -buildvcs) cannot change the bytes.
 ldflags="-s -w -buildid= -X main.version=$VERSION -X main.commit=$COMMIT"
 for target in $TARGETS; do
   goos="${target%/*}" goarch="${target#*/}"
