@@ -1,0 +1,225 @@
+// The session stream: one HTTP/2 stream per (Client, endpoint) carrying
+// every session-scoped call as a frame (SessionService.Stream), instead of
+// one HTTP exchange per call. It is transport only: the retry loop runs
+// above it unchanged, a broken stream fails its pending calls with an
+// "outcome unknown" error that the loop re-sends with the same seq, and an
+// endpoint where no stream can be opened (a proxy that does not pass
+// HTTP/2, an old server) is used over unary HTTP/1.1 for a minute.
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { type StreamError, type StreamRequest, StreamRequestSchema, type StreamResponse } from "./gen/lockd/v1/lockd_pb.js";
+import { ErrorDetailSchema } from "./gen/lockd/v1/lockd_pb.js";
+import type { Client, Endpoint } from "./client.js";
+import { now } from "./lease.js";
+import { notSent, streamBroken } from "./retry.js";
+
+/** unaryFor: an endpoint where no stream could be opened is used unary only for this long. */
+const unaryFor = 60_000;
+/** maxStreamAcquires bounds the Acquires (long polls) in flight on one stream: half of what the server serves at once per stream (256), so a KeepAlive, Release or Cancel never waits behind them. */
+const maxStreamAcquires = 128;
+
+type Body = NonNullable<MessageInitShape<typeof StreamRequestSchema>["body"]>;
+
+/** Queue is the request side of the bidi stream: an async iterable fed by push. */
+class Queue<T> implements AsyncIterable<T> {
+  private items: T[] = [];
+  private waiter?: (r: IteratorResult<T>) => void;
+  private ended = false;
+  push(v: T) {
+    if (this.ended) return;
+    if (this.waiter) { const w = this.waiter; this.waiter = undefined; w({ value: v, done: false }); }
+    else this.items.push(v);
+  }
+  end() {
+    this.ended = true;
+    if (this.waiter) { const w = this.waiter; this.waiter = undefined; w({ value: undefined, done: true }); }
+  }
+  [Symbol.asyncIterator](): AsyncIterator<T> {
+    return {
+      next: () => {
+        if (this.items.length) return Promise.resolve({ value: this.items.shift()!, done: false });
+        if (this.ended) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((r) => { this.waiter = r; });
+      },
+      return: () => { this.end(); return Promise.resolve({ value: undefined, done: true }); },
+    };
+  }
+}
+
+/** brokenError is the error of a call cut by a broken stream: outcome unknown, re-sent with its seq. */
+function brokenError(url: string, cause: unknown): ConnectError {
+  const e = new ConnectError(`session stream to ${url} broke; outcome unknown: ${(cause as Error)?.message ?? cause}`, Code.Unavailable, undefined, undefined, cause);
+  (e as any)[streamBroken] = true;
+  return e;
+}
+
+/** fromStreamError rebuilds the ConnectError a unary call would have thrown. */
+export function fromStreamError(e: StreamError): ConnectError {
+  const details = e.detail ? [{ desc: ErrorDetailSchema, value: e.detail }] : [];
+  return new ConnectError(e.message, e.code as Code, undefined, details);
+}
+
+/** Stream is one open session stream. */
+export class Stream {
+  private readonly q = new Queue<StreamRequest>();
+  private readonly pending = new Map<bigint, { resolve: (r: StreamResponse) => void; reject: (e: unknown) => void }>();
+  private nextId = 0n;
+  private acquires = 0;
+  private acquireWaiters: (() => void)[] = [];
+  err: unknown;
+  private readonly ac = new AbortController();
+  constructor(private readonly slot: StreamSlot, private readonly c: Client) {}
+
+  /** dial opens the stream and waits for the server's first frame (call_id 0). */
+  async dial(timeoutMs: number, signal?: AbortSignal): Promise<void> {
+    const ep = this.slot.ep;
+    const res = ep.sessions!.stream(this.q, { signal: this.ac.signal });
+    const it = res[Symbol.asyncIterator]();
+    let timer: NodeJS.Timeout | undefined;
+    const abort = () => this.ac.abort();
+    signal?.addEventListener("abort", abort, { once: true });
+    try {
+      const first = await Promise.race([
+        it.next(),
+        new Promise<never>((_, rej) => { timer = setTimeout(() => { rej(new ConnectError(`open session stream to ${ep.url}: no answer within ${timeoutMs} ms`, Code.Unavailable)); }, timeoutMs); }),
+      ]);
+      if (first.done) throw new ConnectError("session stream ended at once", Code.Unimplemented);
+      this.c.checkCluster(ep, first.value.clusterId);
+    } catch (e) {
+      this.ac.abort();
+      this.q.end();
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", abort);
+    }
+    void this.read(it);
+  }
+
+  private async read(it: AsyncIterator<StreamResponse>) {
+    try {
+      for (;;) {
+        const r = await it.next();
+        if (r.done) { this.fail(new Error("stream ended")); return; }
+        const p = this.pending.get(r.value.callId);
+        if (p) { this.pending.delete(r.value.callId); p.resolve(r.value); }
+      }
+    } catch (e) {
+      this.fail(e);
+    }
+  }
+
+  /** fail ends the stream: every pending call fails with an outcome-unknown error, and the endpoint's next call opens a new stream. */
+  fail(cause: unknown) {
+    if (this.err) return;
+    this.err = cause;
+    this.ac.abort();
+    this.q.end();
+    for (const [, p] of this.pending) p.reject(brokenError(this.slot.ep.url, cause));
+    this.pending.clear();
+    for (const w of this.acquireWaiters) w();
+    this.acquireWaiters = [];
+    this.slot.dropped(this);
+  }
+
+  /** call sends one request and waits for its answer, the stream's end or signal. */
+  async call(body: Body, signal: AbortSignal): Promise<StreamResponse> {
+    const isAcquire = body.case === "acquire";
+    if (isAcquire) {
+      while (this.acquires >= maxStreamAcquires && !this.err && !signal.aborted) {
+        await new Promise<void>((r) => { this.acquireWaiters.push(r); signal.addEventListener("abort", () => r(), { once: true }); });
+      }
+      this.acquires++;
+    }
+    try {
+      if (this.err) throw brokenError(this.slot.ep.url, this.err);
+      if (signal.aborted) throw new ConnectError("call aborted", Code.Canceled);
+      const id = ++this.nextId;
+      const answer = new Promise<StreamResponse>((resolve, reject) => this.pending.set(id, { resolve, reject }));
+      const onAbort = () => {
+        const p = this.pending.get(id);
+        this.pending.delete(id);
+        p?.reject(new ConnectError("call aborted", Code.Canceled));
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.q.push(create(StreamRequestSchema, { callId: id, body }));
+      try {
+        const r = await answer;
+        if (r.body.case === "error") throw fromStreamError(r.body.value);
+        return r;
+      } finally {
+        signal.removeEventListener("abort", onAbort);
+      }
+    } finally {
+      if (isAcquire) {
+        this.acquires--;
+        this.acquireWaiters.shift()?.();
+      }
+    }
+  }
+
+  close() {
+    this.q.end();
+    this.fail(new Error("client closed"));
+  }
+}
+
+/** StreamSlot is an endpoint's stream state. */
+export class StreamSlot {
+  private cur?: Stream;
+  private opening?: Promise<Stream | undefined>;
+  private unaryTill = 0;
+  constructor(readonly ep: Endpoint) {}
+
+  isOpen(): boolean {
+    return !!this.cur;
+  }
+
+  /** get returns the endpoint's open stream, opening one if needed; undefined: send unary. */
+  async get(c: Client, signal: AbortSignal): Promise<Stream | undefined> {
+    for (;;) {
+      if (this.cur) return this.cur;
+      if (!this.ep.sessions || now() < this.unaryTill || c.closed) return undefined;
+      if (this.opening) {
+        await Promise.race([this.opening.catch(() => undefined), new Promise((r) => signal.addEventListener("abort", r, { once: true }))]);
+        if (signal.aborted) throw new ConnectError("open session stream: aborted", Code.Canceled);
+        if (!this.cur && !this.opening) {
+          // The open failed; this caller tries itself (below) unless the endpoint went unary.
+        }
+        continue;
+      }
+      const s = new Stream(this, c);
+      this.opening = s.dial(c.requestTimeoutMs, signal).then(() => s);
+      try {
+        await this.opening;
+        if (c.closed) { s.close(); return undefined; }
+        this.cur = s;
+        return s;
+      } catch (e) {
+        if (e instanceof ConnectError && (e.code === Code.Unavailable || e.code === Code.Canceled || e.code === Code.DeadlineExceeded) || notSent(e)) {
+          // The connection failed, not an answer without a stream: retry, not unary.
+          throw e instanceof ConnectError ? e : new ConnectError(`open session stream to ${this.ep.url}: ${(e as Error).message}`, Code.Unavailable, undefined, undefined, e);
+        }
+        if ((e as any)?.code === "cluster_mismatch") throw e;
+        c.log("info", "session stream unavailable, using unary calls", { endpoint: this.ep.url, err: String(e) });
+        this.unaryTill = now() + unaryFor;
+        return undefined;
+      } finally {
+        this.opening = undefined;
+      }
+    }
+  }
+
+  dropped(s: Stream) {
+    if (this.cur === s) this.cur = undefined;
+  }
+
+  /** abandon fails the open stream (a node that did not answer in time): its pending calls are re-sent elsewhere. */
+  abandon() {
+    this.cur?.fail(new Error("endpoint did not answer in time"));
+  }
+
+  close() {
+    this.cur?.close();
+  }
+}
