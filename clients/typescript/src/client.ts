@@ -1,7 +1,7 @@
 // Client: endpoints, transports and the retry loop (do) every call goes
 // through. Sessions and locks are in session.ts and lock.ts.
 import { type Client as RpcClient, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ClusterService, LockService, SessionService, WatchService, type CheckTokenResponse, type StatusResponse, type DescribeLockResponse } from "./gen/lockd/v1/lockd_pb.js";
 import { detailOf, LockdError, toLockdError } from "./errors.js";
 import { now } from "./lease.js";
@@ -50,6 +50,7 @@ export class Endpoint {
   readonly watch: RpcClient<typeof WatchService>;
   readonly cluster: RpcClient<typeof ClusterService>;
   readonly stream = new StreamSlot(this);
+  private readonly h2sm?: Http2SessionManager;
   refused = false; // answered another cluster's id
   silentUntil = 0; // did not answer: passed over until then
   constructor(url: string, interceptors: Interceptor[], streamOn: boolean) {
@@ -62,13 +63,16 @@ export class Endpoint {
       // One HTTP/2 connection carries the stream and the unary calls; a
       // connection silent for 1 s is pinged and closed when the ping is not
       // answered in 1 s, so calls on a frozen node fail over.
-      const h2 = createConnectTransport({
-        baseUrl: url, httpVersion: "2", useBinaryFormat: true, interceptors,
-        pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: true, idleConnectionTimeoutMs: 60_000,
-      });
+      this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: true, idleConnectionTimeoutMs: 60_000 });
+      const h2 = createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, interceptors, sessionManager: this.h2sm });
       this.h2 = createClient(LockService, h2);
       this.sessions = createClient(SessionService, h2);
     }
+  }
+  /** close ends the endpoint's HTTP/2 connection (Client.close). */
+  close(): void {
+    this.stream.close();
+    this.h2sm?.abort();
   }
   /** unary returns the client for unary calls: over the stream's HTTP/2 connection once a stream is open there, else HTTP/1.1. */
   unary(): RpcClient<typeof LockService> {
@@ -157,7 +161,7 @@ export class Client {
     await Promise.allSettled([...this.sessions].map((s) => s.close({ timeoutMs: this.requestTimeoutMs })));
     this.closed = true;
     this.ka.close();
-    for (const ep of this.eps) ep.stream.close();
+    for (const ep of this.eps) ep.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

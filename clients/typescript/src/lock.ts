@@ -114,7 +114,9 @@ export class LockBase {
           s.live();
           this.hold = { token: resp.token, shared, ac: new AbortController() };
           const h = this.hold;
-          s.signal.addEventListener("abort", () => h.ac.abort(s.signal.reason), { once: true });
+          const onEnd = () => h.ac.abort(s.signal.reason);
+          s.signal.addEventListener("abort", onEnd, { once: true });
+          h.ac.signal.addEventListener("abort", () => s.signal.removeEventListener("abort", onEnd), { once: true });
           return;
         }
         if (resp.status === 2 /* QUEUED */ && wait) continue;

@@ -1,6 +1,7 @@
 // Session: a lease on the cluster, kept alive in the background, that
 // every lock lives and dies with.
 import { randomBytes } from "node:crypto";
+import { setMaxListeners } from "node:events";
 import { hostname } from "node:os";
 import { type CallOptions, type Client } from "./client.js";
 import { send } from "./call.js";
@@ -85,6 +86,7 @@ export class Session {
   constructor(readonly client: Client, readonly id: string, readonly secret: string, readonly ttlMs: number, readonly owner: string, sent: number) {
     this.sent = sent;
     this.deadlineMono = leaseDeadline(sent, ttlMs);
+    setMaxListeners(0, this.ac.signal); // every lock and call of the session listens to it
     if (now() >= this.deadlineMono) {
       this.lose("the session was confirmed after its client deadline");
       this.loop = Promise.resolve();

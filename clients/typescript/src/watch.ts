@@ -50,7 +50,7 @@ export async function* watch(c: Client, prefix: string, opts: WatchOptions): Asy
     const ac = new AbortController();
     const stop = () => ac.abort();
     opts.signal?.addEventListener("abort", stop, { once: true });
-    let idle = setTimeout(stop, watchIdle);
+    let idle = setTimeout(stop, watchIdle).unref();
     let got = false;
     let err: unknown;
     let cluster = "";
@@ -60,7 +60,7 @@ export async function* watch(c: Client, prefix: string, opts: WatchOptions): Asy
         if (!got) c.checkCluster(ep, cluster);
         got = true;
         clearTimeout(idle);
-        idle = setTimeout(stop, watchIdle);
+        idle = setTimeout(stop, watchIdle).unref();
         if (m.kind === EventKind.UNSPECIFIED) {
           if (m.position) cursor = m.position; // a keepalive: where the stream is
           continue;
