@@ -60,19 +60,22 @@ export class Endpoint {
     this.watch = createClient(WatchService, h1);
     this.cluster = createClient(ClusterService, h1);
     if (streamOn) {
-      // One HTTP/2 connection carries the stream and the unary calls; a
-      // connection silent for 1 s is pinged and closed when the ping is not
-      // answered in 1 s, so calls on a frozen node fail over.
-      this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: true, idleConnectionTimeoutMs: 60_000 });
+      // One HTTP/2 connection carries the stream and the unary calls; it
+      // is pinged every second and closed when a ping is not answered in
+      // 1 s, so calls on a frozen node fail over.
+      // Pings run while a stream is open (the session stream always is
+      // while the client has sessions); an idle connection closes after
+      // 2 s, which is also how Client.close lets it go (aborting the
+      // manager while its ping timer runs throws from the timer).
+      this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: false, idleConnectionTimeoutMs: 2000 });
       const h2 = createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, interceptors, sessionManager: this.h2sm });
       this.h2 = createClient(LockService, h2);
       this.sessions = createClient(SessionService, h2);
     }
   }
   /** close ends the endpoint's HTTP/2 connection (Client.close). */
-  close(): void {
-    this.stream.close();
-    this.h2sm?.abort();
+  async close(): Promise<void> {
+    await this.stream.close();
   }
   /** unary returns the client for unary calls: over the stream's HTTP/2 connection once a stream is open there, else HTTP/1.1. */
   unary(): RpcClient<typeof LockService> {
@@ -161,7 +164,7 @@ export class Client {
     await Promise.allSettled([...this.sessions].map((s) => s.close({ timeoutMs: this.requestTimeoutMs })));
     this.closed = true;
     this.ka.close();
-    for (const ep of this.eps) ep.close();
+    await Promise.all(this.eps.map((ep) => ep.close()));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

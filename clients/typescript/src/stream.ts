@@ -42,6 +42,7 @@ class Queue<T> implements AsyncIterable<T> {
         return new Promise((r) => { this.waiter = r; });
       },
       return: () => { this.end(); return Promise.resolve({ value: undefined, done: true }); },
+      throw: (e?: unknown) => { this.end(); return Promise.reject(e); },
     };
   }
 }
@@ -93,8 +94,9 @@ export class Stream {
       clearTimeout(timer);
       signal?.removeEventListener("abort", abort);
     }
-    void this.read(it);
+    this.readDone = this.read(it);
   }
+  private readDone: Promise<void> = Promise.resolve();
 
   private async read(it: AsyncIterator<StreamResponse>) {
     try {
@@ -158,8 +160,12 @@ export class Stream {
     }
   }
 
-  close() {
+  /** close ends the request side and waits (up to 1 s) for the server to end the stream, so the connection can be closed cleanly. */
+  async close() {
     this.q.end();
+    let t: NodeJS.Timeout | undefined;
+    await Promise.race([this.readDone, new Promise((r) => { t = setTimeout(r, 1000); })]);
+    clearTimeout(t);
     this.fail(new Error("client closed"));
   }
 }
@@ -192,7 +198,7 @@ export class StreamSlot {
       this.opening = s.dial(c.requestTimeoutMs, signal).then(() => s);
       try {
         await this.opening;
-        if (c.closed) { s.close(); return undefined; }
+        if (c.closed) { void s.close(); return undefined; }
         this.cur = s;
         return s;
       } catch (e) {
@@ -219,7 +225,7 @@ export class StreamSlot {
     this.cur?.fail(new Error("endpoint did not answer in time"));
   }
 
-  close() {
-    this.cur?.close();
+  async close() {
+    await this.cur?.close();
   }
 }
