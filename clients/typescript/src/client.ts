@@ -2,6 +2,7 @@
 // through. Sessions and locks are in session.ts and lock.ts.
 import { type Client as RpcClient, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { connect } from "node:net";
 import { ClusterService, LockService, SessionService, WatchService, type CheckTokenResponse, type StatusResponse, type DescribeLockResponse } from "./gen/lockd/v1/lockd_pb.js";
 import { detailOf, LockdError, toLockdError } from "./errors.js";
 import { now } from "./lease.js";
@@ -67,7 +68,10 @@ export class Endpoint {
       // while the client has sessions); an idle connection closes after
       // 2 s, which is also how Client.close lets it go (aborting the
       // manager while its ping timer runs throws from the timer).
-      this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: false, idleConnectionTimeoutMs: 2000 });
+      this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: false, idleConnectionTimeoutMs: 2000 }, {
+        // Small frames go out at once (no Nagle delay behind the server's delayed ACK).
+        ...(url.startsWith("http:") ? { createConnection: (authority: URL) => connect({ host: authority.hostname, port: Number(authority.port || 80), noDelay: true }) } : {}),
+      });
       const h2 = createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, interceptors, sessionManager: this.h2sm });
       this.h2 = createClient(LockService, h2);
       this.sessions = createClient(SessionService, h2);
@@ -266,6 +270,7 @@ export class Client {
       const timer = setTimeout(() => { timedOut = true; ac.abort(); }, timeout);
       const onAbort = () => ac.abort();
       ctx.signal?.addEventListener("abort", onAbort, { once: true });
+      ctx.also?.addEventListener("abort", onAbort, { once: true });
       let err: unknown;
       try {
         const r = await fn(ep, ac.signal);
@@ -276,6 +281,7 @@ export class Client {
       } finally {
         clearTimeout(timer);
         ctx.signal?.removeEventListener("abort", onAbort);
+        ctx.also?.removeEventListener("abort", onAbort);
       }
       if (ctxDone(ctx)) {
         const mapped = toLockdError(err, name);
@@ -308,7 +314,7 @@ export class Client {
         let wait = delay(attempt);
         if (electing) wait = Math.min(wait, electionPoll());
         if (now() + wait >= giveUpAt) throw mapped.code === "unavailable" ? mapped : new LockdError("unavailable", `lockd: unavailable: ${mapped.message}`, { cause: err });
-        await sleep(wait, ctx.signal);
+        await sleep(wait, ctx.also && ctx.signal ? AbortSignal.any([ctx.signal, ctx.also]) : ctx.signal ?? ctx.also);
       }
     }
   }

@@ -25,6 +25,8 @@ const maxRetentionMs = 400 * 24 * 3600 * 1000;
 
 interface Hold { token: bigint; shared: boolean; ac: AbortController }
 
+/** released is the reason of a hold's signal after unlock or complete (one object: an Error per release costs a stack trace). */
+const released = new LockdError("not_held", "lockd: lock released");
 const notHeld = (() => { const ac = new AbortController(); ac.abort(new LockdError("not_held", "lockd: lock not held")); return ac.signal; })();
 
 /** LockBase is the machinery shared by the lock types. */
@@ -164,7 +166,7 @@ export class LockBase {
     const h = this.hold;
     if (!h || h.shared !== shared) throw new LockdError("not_held", `lockd: release "${this.name}": lock not held`);
     this.hold = undefined;
-    h.ac.abort(new LockdError("not_held", `lockd: lock "${this.name}" released`));
+    h.ac.abort(released);
     if (s.err) throw s.err; // the server dropped (or will drop) the hold
     try {
       await this.releaseToken(h.token, ctxWithin({ signal: opts.signal }, opts.timeoutMs));
@@ -221,7 +223,7 @@ export class LockBase {
     if (!err || err.code === "not_held" || err.code === "lease_lost") {
       // Done, or the hold is gone anyway; after another error the hold stays and unlock still works.
       if (this.hold === h) this.hold = undefined;
-      h.ac.abort(new LockdError("not_held", `lockd: lock "${this.name}" completed`));
+      h.ac.abort(released);
     }
     if (err) throw err;
   }

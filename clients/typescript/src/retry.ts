@@ -25,6 +25,8 @@ export interface Policy {
 /** Ctx is a call's cancellation: an AbortSignal and an optional deadline (monotonic ms). */
 export interface Ctx {
   signal?: AbortSignal;
+  /** A second signal (the session's), so a call needs no AbortSignal.any (costly in Node 20). */
+  also?: AbortSignal;
   deadline?: number;
 }
 
@@ -135,7 +137,7 @@ export function attemptTimeout(requestTimeoutMs: number, p: Policy, ctx: Ctx, ot
 /** ctxError is the error of a call whose ctx ended: deadline or cancelled. */
 export function ctxError(ctx: Ctx, last?: unknown): LockdError {
   const deadline = ctx.deadline !== undefined && now() >= ctx.deadline - 1;
-  const reason = ctx.signal?.reason;
+  const reason = ctx.also?.aborted ? ctx.also.reason : ctx.signal?.reason;
   if (reason instanceof LockdError) return reason;
   const e = deadline || (reason as any)?.name === "TimeoutError"
     ? new LockdError("deadline", "lockd: deadline exceeded", { cause: last })
@@ -144,14 +146,14 @@ export function ctxError(ctx: Ctx, last?: unknown): LockdError {
 }
 
 /** ctxDone reports whether ctx has ended. */
-export const ctxDone = (ctx: Ctx) => !!ctx.signal?.aborted || (ctx.deadline !== undefined && now() >= ctx.deadline);
+export const ctxDone = (ctx: Ctx) => !!ctx.signal?.aborted || !!ctx.also?.aborted || (ctx.deadline !== undefined && now() >= ctx.deadline);
 
 /** withTimeout returns a Ctx whose signal also fires after ms (and a disposer). */
 export function ctxWithin(parent: Ctx, ms: number | undefined): Ctx {
   if (ms === undefined || ms < 0) return parent;
   const deadline = Math.min(parent.deadline ?? Infinity, now() + ms);
   const t = AbortSignal.timeout(Math.max(0, Math.ceil(deadline - now())));
-  return { signal: parent.signal ? AbortSignal.any([parent.signal, t]) : t, deadline };
+  return { signal: parent.signal ? AbortSignal.any([parent.signal, t]) : t, also: parent.also, deadline };
 }
 
 export { toLockdError };

@@ -161,7 +161,7 @@ export class Session {
 
   /** bind returns ctx also ended when the session ends. */
   bind(ctx: Ctx): Ctx {
-    return { signal: ctx.signal ? AbortSignal.any([ctx.signal, this.ac.signal]) : this.ac.signal, deadline: ctx.deadline };
+    return { signal: ctx.signal, also: this.ac.signal, deadline: ctx.deadline };
   }
 
   private async keepalive() {
