@@ -106,6 +106,8 @@ export class Client {
   readonly log: NonNullable<ClientOptions["logger"]>;
   readonly ka: KeepaliveScheduler;
   private readonly interceptors: Interceptor[];
+  /** Headers of the session stream's request (the bearer token). */
+  readonly streamHeaders: Record<string, string>;
   eps: Endpoint[];
   private cur: number;
   private clusterId = "";
@@ -123,6 +125,7 @@ export class Client {
     this.streamOn = opts.stream ?? !["off", "0", "false"].includes(env.LOCKD_STREAM ?? "");
     this.log = opts.logger ?? (() => {});
     const token = opts.token ?? env.LOCKD_TOKEN ?? "";
+    this.streamHeaders = token ? { authorization: `Bearer ${token}` } : {};
     this.interceptors = token ? [(next) => (req) => { req.header.set("Authorization", `Bearer ${token}`); return next(req); }] : [];
     this.eps = [...new Set(endpoints.map((u) => normalizeURL(u.trim())))].map((u) => new Endpoint(u, this.interceptors, this.streamOn));
     // Start at a random endpoint, so that many clients given one list do not all wait on its first node when that one hangs.

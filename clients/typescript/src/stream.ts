@@ -12,6 +12,7 @@ import { ErrorDetailSchema } from "./gen/lockd/v1/lockd_pb.js";
 import type { Client, Endpoint } from "./client.js";
 import { now } from "./lease.js";
 import { notSent, streamBroken } from "./retry.js";
+import { H2Bidi } from "./wire.js";
 
 /** unaryFor: an endpoint where no stream could be opened is used unary only for this long. */
 const unaryFor = 60_000;
@@ -19,33 +20,6 @@ const unaryFor = 60_000;
 const maxStreamAcquires = 128;
 
 type Body = NonNullable<MessageInitShape<typeof StreamRequestSchema>["body"]>;
-
-/** Queue is the request side of the bidi stream: an async iterable fed by push. */
-class Queue<T> implements AsyncIterable<T> {
-  private items: T[] = [];
-  private waiter?: (r: IteratorResult<T>) => void;
-  private ended = false;
-  push(v: T) {
-    if (this.ended) return;
-    if (this.waiter) { const w = this.waiter; this.waiter = undefined; w({ value: v, done: false }); }
-    else this.items.push(v);
-  }
-  end() {
-    this.ended = true;
-    if (this.waiter) { const w = this.waiter; this.waiter = undefined; w({ value: undefined, done: true }); }
-  }
-  [Symbol.asyncIterator](): AsyncIterator<T> {
-    return {
-      next: () => {
-        if (this.items.length) return Promise.resolve({ value: this.items.shift()!, done: false });
-        if (this.ended) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((r) => { this.waiter = r; });
-      },
-      return: () => { this.end(); return Promise.resolve({ value: undefined, done: true }); },
-      throw: (e?: unknown) => { this.end(); return Promise.reject(e); },
-    };
-  }
-}
 
 /** brokenError is the error of a call cut by a broken stream: outcome unknown, re-sent with its seq. */
 function brokenError(url: string, cause: unknown): ConnectError {
@@ -62,61 +36,58 @@ export function fromStreamError(e: StreamError): ConnectError {
 
 /** Stream is one open session stream. */
 export class Stream {
-  private readonly q = new Queue<StreamRequest>();
   private readonly pending = new Map<bigint, { resolve: (r: StreamResponse) => void; reject: (e: unknown) => void }>();
   private nextId = 0n;
   private acquires = 0;
   private acquireWaiters: (() => void)[] = [];
   err: unknown;
-  private readonly ac = new AbortController();
   constructor(private readonly slot: StreamSlot, private readonly c: Client) {}
+
+  private wire?: H2Bidi;
+  private hello?: (e?: unknown) => void;
+  private ended?: () => void;
+  private readonly endedP = new Promise<void>((r) => { this.ended = r; });
 
   /** dial opens the stream and waits for the server's first frame (call_id 0). */
   async dial(timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const ep = this.slot.ep;
-    const res = ep.sessions!.stream(this.q, { signal: this.ac.signal });
-    const it = res[Symbol.asyncIterator]();
+    const opened = new Promise<void>((res, rej) => { this.hello = (e) => (e ? rej(e) : res()); });
+    this.wire = new H2Bidi(ep.url, this.c.streamHeaders, (m) => this.message(m), (e) => { this.hello?.(e ?? new Error("stream ended")); this.ended?.(); this.fail(e); });
     let timer: NodeJS.Timeout | undefined;
-    const abort = () => this.ac.abort();
+    const abort = () => this.wire?.end(new ConnectError("open session stream: aborted", Code.Canceled));
     signal?.addEventListener("abort", abort, { once: true });
     try {
-      const first = await Promise.race([
-        it.next(),
+      this.wire.open();
+      await Promise.race([
+        opened,
         new Promise<never>((_, rej) => { timer = setTimeout(() => { rej(new ConnectError(`open session stream to ${ep.url}: no answer within ${timeoutMs} ms`, Code.Unavailable)); }, timeoutMs); }),
       ]);
-      if (first.done) throw new ConnectError("session stream ended at once", Code.Unimplemented);
-      this.c.checkCluster(ep, first.value.clusterId);
     } catch (e) {
-      this.ac.abort();
-      this.q.end();
+      this.wire.end(e);
       throw e;
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", abort);
     }
-    this.readDone = this.read(it);
   }
-  private readDone: Promise<void> = Promise.resolve();
 
-  private async read(it: AsyncIterator<StreamResponse>) {
-    try {
-      for (;;) {
-        const r = await it.next();
-        if (r.done) { this.fail(new Error("stream ended")); return; }
-        const p = this.pending.get(r.value.callId);
-        if (p) { this.pending.delete(r.value.callId); p.resolve(r.value); }
-      }
-    } catch (e) {
-      this.fail(e);
+  private message(r: StreamResponse) {
+    if (this.hello) {
+      const h = this.hello;
+      this.hello = undefined;
+      try { this.c.checkCluster(this.slot.ep, r.clusterId); } catch (e) { h(e); return; }
+      h();
+      return;
     }
+    const p = this.pending.get(r.callId);
+    if (p) { this.pending.delete(r.callId); p.resolve(r); }
   }
 
   /** fail ends the stream: every pending call fails with an outcome-unknown error, and the endpoint's next call opens a new stream. */
   fail(cause: unknown) {
     if (this.err) return;
     this.err = cause;
-    this.ac.abort();
-    this.q.end();
+    this.wire?.end(cause);
     for (const [, p] of this.pending) p.reject(brokenError(this.slot.ep.url, cause));
     this.pending.clear();
     for (const w of this.acquireWaiters) w();
@@ -144,7 +115,11 @@ export class Stream {
         p?.reject(new ConnectError("call aborted", Code.Canceled));
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      this.q.push(create(StreamRequestSchema, { callId: id, body }));
+      try {
+        this.wire!.send(create(StreamRequestSchema, { callId: id, body }));
+      } catch (e) {
+        this.fail(e);
+      }
       try {
         const r = await answer;
         if (r.body.case === "error") throw fromStreamError(r.body.value);
@@ -162,9 +137,9 @@ export class Stream {
 
   /** close ends the request side and waits (up to 1 s) for the server to end the stream, so the connection can be closed cleanly. */
   async close() {
-    this.q.end();
+    this.wire?.closeSend();
     let t: NodeJS.Timeout | undefined;
-    await Promise.race([this.readDone, new Promise((r) => { t = setTimeout(r, 1000); })]);
+    await Promise.race([this.endedP, new Promise((r) => { t = setTimeout(r, 1000); })]);
     clearTimeout(t);
     this.fail(new Error("client closed"));
   }
