@@ -190,7 +190,7 @@ export class Session {
     if (this.closing || this.err?.code !== "lease_lost") return;
     // Lost: drop the session on the server too, so that its locks go to
     // others now rather than at the server's deadline.
-    await this.closeOnServer().catch(() => {});
+    await this.closeOnServer(ctxWithin({}, c.requestTimeoutMs)).catch(() => {});
     c.sessions.delete(this);
   }
 
