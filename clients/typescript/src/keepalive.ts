@@ -7,7 +7,7 @@
 // the batch's send time. Where no stream can be used, each session sends
 // its own unary KeepAlive.
 import type { Client } from "./client.js";
-import { definitive, LockdError, toLockdError } from "./errors.js";
+import { LockdError, toLockdError } from "./errors.js";
 import { durationMs, keepaliveTimeout, now, renewInterval } from "./lease.js";
 import type { Policy } from "./retry.js";
 import type { Session } from "./session.js";
@@ -52,9 +52,11 @@ export class KeepaliveScheduler {
 
   /** schedule asks for s to be renewed at `at`; the promise resolves with its outcome (or {} when unscheduled). */
   schedule(s: Session, at: number): Promise<KaResult> {
-    return new Promise((resolve) => {
-      this.due.set(s, { at, resolve });
+    return new Promise((done) => {
       const abort = () => this.unschedule(s);
+      // The listener goes with the round: a session lives many rounds.
+      const resolve = (r: KaResult) => { s.signal.removeEventListener("abort", abort); done(r); };
+      this.due.set(s, { at, resolve });
       s.signal.addEventListener("abort", abort, { once: true });
       if (s.signal.aborted) abort();
       this.arm();
@@ -124,7 +126,6 @@ export class KeepaliveScheduler {
     } catch (e) {
       const err = toLockdError(e);
       results = batch.map(() => ({ sent, ttl: 0, err }));
-      void definitive;
     }
     resolvers.forEach((r, i) => r(results[i]));
   }
