@@ -29,6 +29,18 @@ export class H2Bidi {
   private buf: Buffer = Buffer.alloc(0);
   private ended = false;
   private pinger?: NodeJS.Timeout;
+  private answered = false;
+
+  /**
+   * failure is the error of a connection or call that failed. An HTTP/2
+   * protocol error before any response means something answered that does
+   * not speak HTTP/2 (a proxy passing only HTTP/1.1): no stream here, use
+   * unary calls (Unimplemented). Anything else is a failed connection: retry.
+   */
+  private failure(e: Error & { code?: string }): ConnectError {
+    const noH2 = !this.answered && typeof e.code === "string" && /^ERR_HTTP2_(ERROR|SESSION_ERROR|STREAM_ERROR|INVALID_SESSION)$/.test(e.code);
+    return new ConnectError(`session stream to ${this.url}: ${e.message}`, noH2 ? Code.Unimplemented : Code.Unavailable, undefined, undefined, e);
+  }
 
   constructor(
     private readonly url: string,
@@ -42,7 +54,7 @@ export class H2Bidi {
     const u = new URL(this.url);
     const s = h2connect(this.url, u.protocol === "http:" ? { createConnection: () => netConnect({ host: u.hostname, port: Number(u.port || 80), noDelay: true }) } : {});
     this.session = s;
-    s.on("error", (e) => this.end(new ConnectError(`session stream to ${this.url}: ${e.message}`, Code.Unavailable, undefined, undefined, e)));
+    s.on("error", (e) => this.end(this.failure(e)));
     s.on("close", () => this.end(new ConnectError(`session stream to ${this.url}: connection closed`, Code.Unavailable)));
     // A connection that does not answer a ping within a second is dead (a
     // frozen or unplugged node): end it, so its calls are re-sent elsewhere.
@@ -57,6 +69,7 @@ export class H2Bidi {
     }, { endStream: false });
     this.req = req;
     req.on("response", (h) => {
+      this.answered = true;
       const status = Number(h[":status"]);
       const ct = String(h["content-type"] ?? "");
       if (status !== 200 || !ct.startsWith("application/connect+proto")) {
@@ -65,7 +78,7 @@ export class H2Bidi {
     });
     req.on("data", (chunk: Buffer) => this.data(chunk));
     req.on("end", () => this.end(new ConnectError("session stream ended", Code.Unavailable)));
-    req.on("error", (e) => this.end(new ConnectError(`session stream to ${this.url}: ${e.message}`, Code.Unavailable, undefined, undefined, e)));
+    req.on("error", (e) => this.end(this.failure(e)));
     req.on("close", () => this.end(new ConnectError(`session stream to ${this.url} closed`, Code.Unavailable)));
   }
 
