@@ -270,7 +270,7 @@ func caseWatchResume(t *testing.T, e *env, ck *checker) {
 	w := watchServer(t, e.one, node, prefix)
 	wd := startDriver(t, "watcher", e.driver, px.url(), "")
 	if !wd.has("watch") {
-		t.Skip("driver has no watch capability")
+		skipCap(t, "watch")
 	}
 	d := e.start(t, "watch-load")
 	session(d, 10*time.Second, "watch-load")

@@ -23,3 +23,8 @@ cd clients/typescript
 npm ci --no-audit --no-fund
 npm test
 bash scripts/pack-check.sh
+# The conformance suite (conformance/) with the TypeScript driver: every
+# case, the SIGSTOP, connection-cut and leader-kill ones included.
+cd ../..
+LOCKD_CONFORMANCE_ALL=1 LOCKD_CONFORMANCE_DRIVER="node $PWD/clients/typescript/driver.mjs" \
+  go test -count=1 -timeout 10m -run 'TestConformance$' ./conformance

@@ -61,7 +61,14 @@ async function take(r, make, kind, unlock) {
 }
 
 const ops = {
-  hello: async () => ({ client: "typescript", version, capabilities: [] }),
+  // version is the driver protocol's (conformance/DRIVER.md); package is
+  // this client's own version.
+  hello: async () => ({
+    client: "typescript",
+    version: "1",
+    package: version,
+    capabilities: ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"],
+  }),
   open_session: async (r) => {
     const opts = { ttlMs: Number(r.ttl_ms) };
     if (r.owner) opts.owner = r.owner;
@@ -117,7 +124,7 @@ const ops = {
     void (async () => {
       try {
         for await (const ev of client.watch(r.prefix ?? "", { from: r.from || undefined, signal: ac.signal })) {
-          write({ event: "watch", watch: r.watch, kind: ev.kindName, name: ev.name, position: ev.position, token: ev.token, t: nowNs() });
+          write({ event: "watch", watch: r.watch, kind: String(ev.kindName).toLowerCase(), name: ev.name, position: ev.position, token: ev.token, t: nowNs() });
         }
       } catch (e) { console.error("watch", r.watch, e.message); }
     })();
