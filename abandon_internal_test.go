@@ -201,7 +201,7 @@ func TestOpenTimeoutForUnheardNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	c, err := New(WithEndpoints(srv.URL(), "http://"+ln.Addr().String()), WithRequestTimeout(30*time.Second))
+	c, err := New(WithStream(lockdtest.Stream()), WithEndpoints(srv.URL(), "http://"+ln.Addr().String()), WithRequestTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

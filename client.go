@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"sync"
 	"time"
 
@@ -73,7 +72,7 @@ func New(opts ...Option) (*Client, error) {
 	cfg := config{
 		requestTimeout: DefaultRequestTimeout,
 		retryTimeout:   DefaultRetryTimeout,
-		stream:         streamEnabled(os.Getenv("LOCKD_STREAM")),
+		stream:         true,
 	}
 	for _, o := range opts {
 		if o == nil {

@@ -34,9 +34,6 @@ var errNoStream = errors.New("no session stream")
 // errStreamBroken marks the error of a call cut by a broken stream.
 var errStreamBroken = errors.New("session stream broke; outcome unknown")
 
-// streamEnabled is the default of WithStream: on, unless LOCKD_STREAM=off.
-func streamEnabled(env string) bool { return env != "off" && env != "0" && env != "false" }
-
 // newTransports returns the client's own transports: h2c (and HTTP/2 over
 // TLS) for the stream and for unary calls to endpoints whose stream is
 // open, so one connection carries everything, and HTTP/1.1 for the others.
