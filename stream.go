@@ -11,7 +11,10 @@ import (
 
 	"connectrpc.com/connect"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lockd-dev/lockd/internal/endpoint"
+	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -342,68 +345,20 @@ func (c *Client) closeStreams() {
 	}
 }
 
-// viaStream is how a table row's request goes over a stream: wrap puts it
-// in a frame, unwrap takes the answer out (nil when the frame holds
-// another kind of answer).
-type viaStream[Req, Res any] struct {
-	wrap   func(*Req) *lockdv1.StreamRequest
-	unwrap func(*lockdv1.StreamResponse) *Res
-}
-
-// callStream sends a row's request over ep's stream, returning
+// callStream sends a request of method m over ep's stream, returning
 // errNoStream when it must go unary.
-func callStream[Req, Res any](ctx context.Context, c *Client, ep *node, v *viaStream[Req, Res], msg *Req) (*connect.Response[Res], error) {
-	r, err := c.streamCall(ctx, ep, v.wrap(msg))
+func callStream[Req, Res any](ctx context.Context, c *Client, ep *node, m *rpcs.Method, msg *Req) (*connect.Response[Res], error) {
+	r, err := c.streamCall(ctx, ep, m.Wrap(any(msg).(proto.Message)))
 	if err != nil {
 		return nil, err
 	}
-	m := v.unwrap(r)
-	if m == nil {
+	res, ok := any(m.Unwrap(r)).(*Res)
+	if !ok || res == nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
 	}
-	res := connect.NewResponse(m)
+	resp := connect.NewResponse(res)
 	if id := r.GetClusterId(); id != "" {
-		res.Header().Set(endpoint.ClusterIDHeader, id)
+		resp.Header().Set(endpoint.ClusterIDHeader, id)
 	}
-	return res, nil
+	return resp, nil
 }
-
-// The rows' stream forms.
-var (
-	streamCreateSession = &viaStream[lockdv1.CreateSessionRequest, lockdv1.CreateSessionResponse]{
-		wrap: func(m *lockdv1.CreateSessionRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CreateSession{CreateSession: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetCreateSession,
-	}
-	streamCloseSession = &viaStream[lockdv1.CloseSessionRequest, lockdv1.CloseSessionResponse]{
-		wrap: func(m *lockdv1.CloseSessionRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CloseSession{CloseSession: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetCloseSession,
-	}
-	streamAcquire = &viaStream[lockdv1.AcquireRequest, lockdv1.AcquireResponse]{
-		wrap: func(m *lockdv1.AcquireRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Acquire{Acquire: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetAcquire,
-	}
-	streamRelease = &viaStream[lockdv1.ReleaseRequest, lockdv1.ReleaseResponse]{
-		wrap: func(m *lockdv1.ReleaseRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Release{Release: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetRelease,
-	}
-	streamCancel = &viaStream[lockdv1.CancelRequest, lockdv1.CancelResponse]{
-		wrap: func(m *lockdv1.CancelRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Cancel{Cancel: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetCancel,
-	}
-	streamComplete = &viaStream[lockdv1.CompleteRequest, lockdv1.CompleteResponse]{
-		wrap: func(m *lockdv1.CompleteRequest) *lockdv1.StreamRequest {
-			return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Complete{Complete: m}}
-		},
-		unwrap: (*lockdv1.StreamResponse).GetComplete,
-	}
-)
