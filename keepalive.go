@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/lockd-dev/lockd/internal/retry"
+	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -20,7 +20,7 @@ import (
 // sessions of a client fall into step after their first round and a round
 // costs one frame and one leadership check on the server, not one HTTP
 // exchange per session. Each session's lease is confirmed at the batch's
-// first send time (retry.LeaseDeadline, unchanged). Where no stream can be
+// first send time (lease.ClientDeadline, unchanged). Where no stream can be
 // used (fallback, or WithStream(false)), each session sends its own
 // unary KeepAlive.
 
@@ -29,7 +29,7 @@ import (
 // within two rounds (the first batch of a round reaches every session due
 // within half an interval, and the rest come due before the next one),
 // and the cost is at most one early renewal per session while they do.
-func earlyBy(ttl time.Duration) time.Duration { return retry.RenewInterval(ttl) / 2 }
+func earlyBy(ttl time.Duration) time.Duration { return lease.RenewInterval(ttl) / 2 }
 
 // maxBatch is the most sessions one KeepAliveBatch frame names (the
 // server's bound).

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockd-dev/lockd/internal/retry"
+	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // The client's side of a session's lease: its deadline (the rule is
-// retry.LeaseDeadline), and the keepalive loop that moves it.
+// lease.ClientDeadline), and the keepalive loop that moves it.
 
 // minKeepaliveAttempt is the shortest time one KeepAlive attempt gets.
 const minKeepaliveAttempt = 50 * time.Millisecond
@@ -24,7 +24,7 @@ func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
 
 // lease is the client's view of a session's lease. It is pure state: the
 // caller supplies the clock.
-type lease struct {
+type clientLease struct {
 	sent     time.Time // send time of the newest confirmed KeepAlive
 	deadline time.Time
 	lost     bool
@@ -35,7 +35,7 @@ type lease struct {
 // later. A confirmation that arrives at or after the deadline does not
 // revive the lease: it is lost. A reply to an older KeepAlive never moves
 // the deadline back.
-func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
+func (l *clientLease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
 	if l.lost {
 		return false
 	}
@@ -43,7 +43,7 @@ func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
 		l.lost = true
 		return false
 	}
-	d := retry.LeaseDeadline(sent, ttl)
+	d := lease.ClientDeadline(sent, ttl)
 	if !d.After(l.deadline) {
 		return false
 	}
@@ -59,7 +59,7 @@ func (s *Session) keepalive() {
 	// at the deadline, or sooner to leave time for another endpoint.
 	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
 	s.mu.Lock()
-	next := s.lease.sent.Add(retry.RenewInterval(s.ttl))
+	next := s.lease.sent.Add(lease.RenewInterval(s.ttl))
 	s.mu.Unlock()
 	for s.ctx.Err() == nil {
 		sent, ttl, err := s.renew(p, next)
@@ -73,14 +73,14 @@ func (s *Session) keepalive() {
 			}
 			s.confirmed(sent, ttl)
 			s.mu.Lock()
-			next = s.lease.sent.Add(retry.RenewInterval(ttl))
+			next = s.lease.sent.Add(lease.RenewInterval(ttl))
 			s.mu.Unlock()
 		case s.ctx.Err() != nil:
 		case errors.Is(err, ErrLeaseLost):
 			s.lose(fmt.Errorf("keepalive: %w", err))
 		default:
 			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
-			next = time.Now().Add(retry.JeopardyInterval(s.ttl))
+			next = time.Now().Add(lease.JeopardyInterval(s.ttl))
 		}
 	}
 	s.c.ka.unschedule(s)

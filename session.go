@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/label"
+	"github.com/lockd-dev/lockd/internal/lease"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -47,7 +48,7 @@ type Session struct {
 	bg       sync.WaitGroup
 
 	mu         sync.Mutex
-	lease      lease
+	lease      clientLease
 	timer      *time.Timer // fires at lease.deadline
 	err        error
 	closing    bool // Close was called
@@ -121,7 +122,7 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 	// would create a session already lost: give up on such an attempt in
 	// time to try another endpoint.
 	p := rpcCreateSession.policyOf(msg)
-	p.timeout = retry.LeaseDeadline(sent, cfg.ttl).Sub(sent)
+	p.timeout = lease.ClientDeadline(sent, cfg.ttl).Sub(sent)
 	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
 	if err != nil {
 		return nil, err
@@ -145,7 +146,7 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 		ka:       make(chan kaResult, 1),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.lease.sent, s.lease.deadline = sent, retry.LeaseDeadline(sent, ttl)
+	s.lease.sent, s.lease.deadline = sent, lease.ClientDeadline(sent, ttl)
 	if !time.Now().Before(s.lease.deadline) {
 		s.lease.lost = true
 		s.err = s.lostError("the session was confirmed after its client deadline")
