@@ -16,6 +16,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/lockdtest"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // An overdue keepalive abandons a node only when nothing at all came from
@@ -124,7 +126,7 @@ func TestTLSFilesTransportsSeeTLS(t *testing.T) {
 		proto int
 		alpn  string
 	}{{"stream transport", c.cfg.httpClient, 2, "h2"}, {"unary transport", c.h1, 1, "http/1.1"}} {
-		since := monoNow()
+		since := wire.MonoNow()
 		resp, err := tc.hc.Get(url + "/healthz")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -133,16 +135,16 @@ func TestTLSFilesTransportsSeeTLS(t *testing.T) {
 		if resp.TLS == nil || resp.ProtoMajor != tc.proto || resp.TLS.NegotiatedProtocol != tc.alpn {
 			t.Errorf("%s: proto %s, TLS state %v; want HTTP/%d with TLS, ALPN %q", tc.name, resp.Proto, resp.TLS != nil, tc.proto, tc.alpn)
 		}
-		if !c.conns.heardSince(dialAddr(url), since) {
+		if !c.conns.HeardSince(wire.DialAddr(url), since) {
 			t.Errorf("%s: the answer's bytes were not stamped", tc.name)
 		}
 	}
-	if n := c.conns.closeAddr(dialAddr(url)); n != 2 {
+	if n := c.conns.CloseAddr(wire.DialAddr(url)); n != 2 {
 		t.Errorf("closed %d tracked connections, want 2 (one per transport)", n)
 	}
 }
 
-// connLost matches the bundled http2's unexported errClientConnLost by its
+// wire.ConnLost matches the bundled http2's unexported errClientConnLost by its
 // message (net/http offers no sentinel). This pins the message against a
 // real HTTP/2 connection whose pings go unanswered (a listener that
 // accepts and never reads nor writes, as a SIGSTOPped node's kernel
@@ -171,9 +173,9 @@ func TestConnLostMatchesPingTimeout(t *testing.T) {
 			conn.Close()
 		}
 	})
-	h2, _ := newTransports()
+	h2, _ := wire.NewTransports()
 	defer h2.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // generous: pingAfter + pingTimeout is expected
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // generous: wire.PingAfter + wire.PingTimeout is expected
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/", nil)
 	if err != nil {
@@ -183,8 +185,8 @@ func TestConnLostMatchesPingTimeout(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("request to a silent HTTP/2 peer = %v (ctx %v), want the pings' lost connection", err, ctx.Err())
 	}
-	if !connLost(err) {
-		t.Fatalf("connLost(%q) = false: the http2 message for a connection its pings found dead changed (abandon.go matches %q)", err, "http2: client connection lost")
+	if !wire.ConnLost(err) {
+		t.Fatalf("wire.ConnLost(%q) = false: the http2 message for a connection its pings found dead changed (abandon.go matches %q)", err, "http2: client connection lost")
 	}
 }
 

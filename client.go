@@ -12,6 +12,8 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/endpoint"
 	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // maxEndpoints bounds the endpoint list, which grows when a server names a
@@ -24,8 +26,8 @@ const maxEndpoints = 32
 type Client struct {
 	cfg        config
 	ownsHTTP   bool
-	h1         *http.Client // unary calls while an endpoint has no stream
-	conns      *connTracker // the own transports' connections; nil with WithHTTPClient
+	h1         *http.Client      // unary calls while an endpoint has no stream
+	conns      *wire.ConnTracker // the own transports' connections; nil with WithHTTPClient
 	ka         *kaScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
@@ -92,7 +94,7 @@ func New(opts ...Option) (*Client, error) {
 	c.ka = newKAScheduler(c)
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
-		h2, h1 := newTransports()
+		h2, h1 := wire.NewTransports()
 		if cfg.tlsOn() {
 			// HTTP/1.1 stays HTTP/1.1 over TLS: the stream's transport
 			// is the one that speaks HTTP/2.
@@ -101,9 +103,9 @@ func New(opts ...Option) (*Client, error) {
 			cfg.setTLS(h1, []string{"http/1.1"})
 			cfg.setTLS(h2, []string{"h2"})
 		}
-		c.conns = newConnTracker()
-		c.conns.track(h1)
-		c.conns.track(h2)
+		c.conns = wire.NewConnTracker()
+		c.conns.Track(h1)
+		c.conns.Track(h2)
 		c.h1 = &http.Client{Transport: h1}
 		c.cfg.httpClient = &http.Client{Transport: h2}
 		if !cfg.stream {

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // This file tells a port that is not lockd's API from a server that failed,
@@ -61,10 +62,6 @@ func (e *refusedError) Error() string {
 
 func (e *refusedError) Unwrap() []error { return append([]error{ErrUnavailable}, e.errs...) }
 
-// isRefused reports whether an attempt failed because nothing listens at
-// the endpoint's address.
-func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
-
 // hostOf returns the host:port of an endpoint URL.
 func hostOf(u string) string {
 	if p, err := url.Parse(u); err == nil && p.Host != "" {
@@ -78,10 +75,10 @@ func hostOf(u string) string {
 // the TLS protocols refused), and ep never answered this Client nor was
 // probed lately. It records the probe.
 func (c *Client) mayProbe(ep *node, err error) bool {
-	if errorDetail(err) != nil || errors.Is(err, ErrClusterMismatch) || notSent(err) || isRefused(err) {
+	if wire.ErrorDetail(err) != nil || errors.Is(err, ErrClusterMismatch) || wire.NotSent(err) || wire.IsRefused(err) {
 		return false
 	}
-	if !notHTTP(err) {
+	if !wire.NotHTTP(err) {
 		return false
 	}
 	c.mu.Lock()
@@ -116,19 +113,10 @@ func (c *Client) probe(ctx context.Context, ep *node) bool {
 		resp.Body.Close()
 		return false
 	}
-	if ctx.Err() != nil || notSent(err) || isRefused(err) || errors.Is(err, syscall.ECONNRESET) {
+	if ctx.Err() != nil || wire.NotSent(err) || wire.IsRefused(err) || errors.Is(err, syscall.ECONNRESET) {
 		return false
 	}
-	return notHTTP(err)
-}
-
-// notHTTP reports whether err is a connection that ended without HTTP.
-func notHTTP(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "no application protocol")
+	return wire.NotHTTP(err)
 }
 
 // markNotAPI records that ep does not speak the API: calls pass it over

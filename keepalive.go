@@ -8,8 +8,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // Keepalives that scale: over the session stream, the sessions of one
@@ -23,49 +24,6 @@ import (
 // first send time (lease.ClientDeadline, unchanged). Where no stream can be
 // used (fallback, or WithStream(false)), each session sends its own
 // unary KeepAlive.
-
-// earlyBy is how early a session may be renewed to join a batch: half its
-// renew interval. Sessions created at different times then fall into step
-// within two rounds (the first batch of a round reaches every session due
-// within half an interval, and the rest come due before the next one),
-// and the cost is at most one early renewal per session while they do.
-func earlyBy(ttl time.Duration) time.Duration { return lease.RenewInterval(ttl) / 2 }
-
-// maxBatch is the most sessions one KeepAliveBatch frame names (the
-// server's bound).
-const maxBatch = 1000
-
-// maxBatchBytes bounds the encoded sessions of one KeepAliveBatch frame:
-// the server reads at most 64 KiB per frame, and a session with its secret
-// takes about 100 bytes (up to 300 with the longest secret), so a frame of
-// maxBatch sessions would not fit, and a frame too big breaks the whole
-// stream. The rest of the 64 KiB is room for the frame's envelope.
-const maxBatchBytes = 60 << 10
-
-// batchEntryBytes bounds the encoded size of one session in a frame: its
-// id and secret, each with a field tag and a length of up to 3 bytes, in
-// a message with its own tag and length.
-func batchEntryBytes(s *Session) int { return len(s.id) + len(s.secret) + 12 }
-
-// splitBatch cuts the sessions due in one round into frames of at most
-// maxBatch sessions and maxBatchBytes.
-func splitBatch(batch []*Session) [][]*Session {
-	var frames [][]*Session
-	for len(batch) > 0 {
-		n, size := 0, 0
-		for n < len(batch) && n < maxBatch {
-			e := batchEntryBytes(batch[n])
-			if n > 0 && size+e > maxBatchBytes {
-				break
-			}
-			size += e
-			n++
-		}
-		frames = append(frames, batch[:n])
-		batch = batch[n:]
-	}
-	return frames
-}
 
 // kaResult is a session's outcome of one batched round.
 type kaResult struct {
@@ -149,13 +107,13 @@ func (k *kaScheduler) run() {
 		var batch []*Session
 		k.mu.Lock()
 		for s, d := range k.due {
-			if !d.After(now.Add(earlyBy(s.ttl))) {
+			if !d.After(now.Add(wire.EarlyBy(s.ttl))) {
 				batch = append(batch, s)
 				delete(k.due, s)
 			}
 		}
 		k.mu.Unlock()
-		for _, f := range splitBatch(batch) {
+		for _, f := range wire.SplitBatch(batch, sessionEntry) {
 			go k.send(f, now)
 		}
 	}
@@ -186,7 +144,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 			return nil
 		}
 		if err != nil {
-			if d := errorDetail(err); d != nil {
+			if d := wire.ErrorDetail(err); d != nil {
 				if cerr := c.checkCluster(ep, d.GetClusterId()); cerr != nil {
 					return cerr
 				}
@@ -209,7 +167,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 			if res.GetSessionId() != s.id {
 				r.err = connect.NewError(connect.CodeInternal, errors.New("keepalive batch: answer names another session"))
 			} else if e := res.GetError(); e != nil {
-				r.err = mapError(fromStreamError(e), "")
+				r.err = mapError(wire.FromStreamError(e), "")
 			} else {
 				r.ttl = res.GetTtl().AsDuration()
 			}
@@ -220,3 +178,6 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 		}
 	}
 }
+
+// sessionEntry is what a session puts in a KeepAliveBatch frame.
+func sessionEntry(s *Session) (id, secret string) { return s.id, s.secret }

@@ -3,14 +3,13 @@ package lockd
 import (
 	"context"
 	"errors"
-	"net"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/retry"
-	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // retrySchedule is the wait between failed attempts: exponential backoff
@@ -91,7 +90,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 		timeout := c.attemptTimeout(ctx, p, others, connectLeft)
 		actx, cancel := context.WithTimeout(ctx, timeout)
-		sent := monoNow()
+		sent := wire.MonoNow()
 		err = fn(actx, ep)
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
@@ -138,19 +137,19 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			r.Now()
 			continue
 		}
-		if isRefused(err) {
+		if wire.IsRefused(err) {
 			refused[ep] = err
 		}
-		if timedOut || unanswered(err) {
+		if timedOut || wire.Unanswered(err) {
 			c.silent(ep)
 		} else {
 			answered = true
-			if !tlsRefused(err) {
+			if !wire.TLSRefused(err) {
 				c.answered(ep)
 			}
 		}
-		ok, hint := retryable(err, p.idempotent, timedOut)
-		electing := hint == "" && electionUnderWay(err)
+		ok, hint := wire.Retryable(err, p.idempotent, timedOut)
+		electing := hint == "" && wire.ElectionUnderWay(err)
 		broken := errors.Is(err, errStreamBroken) || abandoned
 		err = mapError(err, name)
 		immediate := false
@@ -181,7 +180,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		// connect timeout, stop after refusedFor.
 		allRefused, neverSpoke := c.refusedAll(refused)
 		fast := allRefused && neverSpoke && c.cfg.connectTimeout > 0 && !answered
-		if isRefused(err) && !allRefused && hint == "" {
+		if wire.IsRefused(err) && !allRefused && hint == "" {
 			immediate = true
 		}
 		if fast && time.Since(start) >= refusedFor {
@@ -224,20 +223,6 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 // together mostly do not ask together.
 const electionPoll = 200 * time.Millisecond
 
-// electionUnderWay reports whether a node answered that it knows no
-// leader (no hint to follow).
-func electionUnderWay(err error) bool {
-	d := errorDetail(err)
-	if d == nil || d.GetLeaderApi() != "" {
-		return false
-	}
-	switch d.GetReason() {
-	case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER:
-		return true
-	}
-	return false
-}
-
 // attemptTimeout returns how long the next attempt may take.
 func (c *Client) attemptTimeout(ctx context.Context, p policy, others bool, connectLeft time.Duration) time.Duration {
 	d := c.cfg.requestTimeout
@@ -255,70 +240,4 @@ func (c *Client) attemptTimeout(ctx context.Context, p policy, others bool, conn
 		d = min(d, connectLeft)
 	}
 	return max(d, minAttempt) + p.poll
-}
-
-// retryable reports whether a failed attempt may be retried under the given
-// idempotency, and the leader the server named, if any: a server may name
-// it in any answer (not only "not leader"), and the client goes there next.
-func retryable(err error, idempotent, timedOut bool) (retry bool, hint string) {
-	if errors.Is(err, ErrClusterMismatch) {
-		// The other cluster's answer says nothing about ours.
-		return true, ""
-	}
-	if d := errorDetail(err); d != nil {
-		hint = d.GetLeaderApi()
-		switch d.GetReason() {
-		case lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, lockdv1.ErrorReason_ERROR_REASON_NO_LEADER:
-			// The node did not take the request.
-			return true, hint
-		case lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN:
-			return idempotent, hint
-		case lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
-			// Judged by its code below.
-		default:
-			return false, hint
-		}
-	}
-	if timedOut {
-		return idempotent, hint
-	}
-	if tlsRefused(err) {
-		return false, hint // a TLS misconfiguration: no retry heals it
-	}
-	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded, connect.CodeCanceled:
-		return idempotent || notSent(err), hint
-	}
-	return false, hint
-}
-
-// unanswered reports whether a failed attempt got no answer from a server:
-// the connection failed or broke before one came.
-func unanswered(err error) bool {
-	if errorDetail(err) != nil || errors.Is(err, ErrClusterMismatch) {
-		return false
-	}
-	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeDeadlineExceeded:
-		return true
-	case connect.CodeCanceled:
-		// connect maps a reset or broken connection (ECONNRESET, EPIPE) to
-		// Canceled: no server answered. The caller's own cancellation is
-		// told apart by its context, before this is asked.
-		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
-	}
-	return false
-}
-
-// notSent reports whether err shows the request never reached a server.
-func notSent(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
-	var dns *net.DNSError
-	return errors.As(err, &dns)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1connect "github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // maxLongPoll is how long one queued Acquire blocks on the server before
@@ -114,7 +116,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 		res, err := r.send(ctx, c, ep, req)
 		if err != nil {
 			id := ""
-			if d := errorDetail(err); d != nil {
+			if d := wire.ErrorDetail(err); d != nil {
 				id = d.GetClusterId()
 			}
 			var ce *connect.Error

@@ -16,6 +16,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/lease"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // Session is a lease on the lockd cluster, kept alive in the background.
@@ -44,7 +46,7 @@ type Session struct {
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
 	ka       chan kaResult // outcomes of batched keepalive rounds
-	seqs     seqTracker
+	seqs     wire.SeqTracker
 	bg       sync.WaitGroup
 
 	mu         sync.Mutex
@@ -286,9 +288,9 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	seq := s.seqs.begin()
-	defer seq.end()
-	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq, Secret: s.secret}
+	seq := s.seqs.Begin()
+	defer seq.End()
+	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.Seq, Secret: s.secret}
 	// Each attempt gets a keepalive's time and abandons a node that does
 	// not answer in it, as a keepalive does: the keepalives have stopped,
 	// so nothing else would notice a node that froze (a paused leader)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // The session stream: one HTTP/2 stream per (Client, endpoint) carrying
@@ -36,36 +37,6 @@ var errNoStream = errors.New("no session stream")
 
 // errStreamBroken marks the error of a call cut by a broken stream.
 var errStreamBroken = errors.New("session stream broke; outcome unknown")
-
-// newTransports returns the client's own transports: h2c (and HTTP/2 over
-// TLS) for the stream and for unary calls to endpoints whose stream is
-// open, so one connection carries everything, and HTTP/1.1 for the others.
-func newTransports() (h2, h1 *http.Transport) {
-	h1 = http.DefaultTransport.(*http.Transport).Clone()
-	// Each queued Lock holds a connection for its long poll.
-	h1.MaxIdleConnsPerHost = 256
-	h2 = http.DefaultTransport.(*http.Transport).Clone()
-	h2.Protocols = new(http.Protocols)
-	h2.Protocols.SetHTTP2(true)
-	h2.Protocols.SetUnencryptedHTTP2(true)
-	// Pings find a dead connection (a frozen or unplugged node) once
-	// nothing has come from it for pingAfter, so its calls (a closing
-	// session's Close, a Release: no keepalive of theirs goes there to
-	// notice, see abandon.go) fail over instead of waiting for their
-	// timeouts.
-	h2.HTTP2 = &http.HTTP2Config{SendPingTimeout: pingAfter, PingTimeout: pingTimeout}
-	return h2, h1
-}
-
-// pingAfter and pingTimeout: an HTTP/2 connection silent for pingAfter
-// is pinged, and closed (its calls re-sent with their seq) when the ping
-// is not answered within pingTimeout. A live node answers a ping from its
-// connection's read loop, without waiting for Raft, in microseconds; a
-// second leaves room for a loaded machine's scheduling.
-const (
-	pingAfter   = time.Second
-	pingTimeout = time.Second
-)
 
 // streamSlot is an endpoint's stream state.
 type streamSlot struct {
@@ -162,20 +133,10 @@ func (c *Client) openStream(ctx context.Context, ep *node) (*stream, error) {
 	}
 }
 
-// ctxError is err (which wraps ctx.Err()) as a unary call whose ctx ended
-// would report it: DeadlineExceeded or Canceled.
-func ctxError(ctx context.Context, err error) error {
-	code := connect.CodeCanceled
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		code = connect.CodeDeadlineExceeded
-	}
-	return connect.NewError(code, err)
-}
-
 // openAborted is the error of a call whose ctx ended while it waited for
 // a stream to open.
 func openAborted(ep *node, ctx context.Context) error {
-	return ctxError(ctx, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+	return wire.CtxError(ctx, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
 }
 
 // dialStream opens a stream to ep, bounded by ctx and by the request
@@ -203,7 +164,7 @@ func (c *Client) dialStream(ctx context.Context, ep *node) (s *stream, unary boo
 	}
 	if err != nil {
 		cancel()
-		if notSent(err) || connLost(err) || c.abandonedLately(ep) {
+		if wire.NotSent(err) || wire.ConnLost(err) || c.abandonedLately(ep) {
 			// Not an answer without a stream: the connection failed
 			// (or the node was abandoned lately), so retry, not unary.
 			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
@@ -279,7 +240,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		case <-s.done:
 			return nil, s.failure()
 		case <-ctx.Done():
-			return nil, ctxError(ctx, ctx.Err())
+			return nil, wire.CtxError(ctx, ctx.Err())
 		}
 	}
 	ch := make(chan *lockdv1.StreamResponse, 1)
@@ -302,7 +263,7 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 	select {
 	case r := <-ch:
 		if e := r.GetError(); e != nil {
-			return nil, fromStreamError(e)
+			return nil, wire.FromStreamError(e)
 		}
 		return r, nil
 	case <-s.done:
@@ -311,20 +272,8 @@ func (s *stream) call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		s.mu.Lock()
 		delete(s.pending, id)
 		s.mu.Unlock()
-		return nil, ctxError(ctx, ctx.Err())
+		return nil, wire.CtxError(ctx, ctx.Err())
 	}
-}
-
-// fromStreamError rebuilds the *connect.Error a unary call would have
-// returned.
-func fromStreamError(e *lockdv1.StreamError) error {
-	ce := connect.NewError(connect.Code(e.GetCode()), errors.New(e.GetMessage()))
-	if e.GetDetail() != nil {
-		if d, err := connect.NewErrorDetail(e.GetDetail()); err == nil {
-			ce.AddDetail(d)
-		}
-	}
-	return ce
 }
 
 // closeStreams ends the client's streams (Close).

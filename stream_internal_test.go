@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // A stream being opened to a node that accepts connections and never
@@ -80,7 +82,7 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 			batch = append(batch, &Session{id: randomID(), secret: strings.Repeat("s", secretLen)})
 		}
 		seen := 0
-		for _, f := range splitBatch(batch) {
+		for _, f := range wire.SplitBatch(batch, sessionEntry) {
 			frame := &lockdv1.KeepAliveBatch{}
 			for _, s := range f {
 				if s != batch[seen] {
@@ -90,7 +92,7 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 				frame.Sessions = append(frame.Sessions, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret})
 			}
 			req := &lockdv1.StreamRequest{CallId: math.MaxUint64, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}}
-			if n := proto.Size(req); n > serverLimit || len(f) > maxBatch || len(f) == 0 {
+			if n := proto.Size(req); n > serverLimit || len(f) > wire.MaxBatch || len(f) == 0 {
 				t.Fatalf("secret %d: frame of %d sessions is %d bytes (limit %d)", secretLen, len(f), n, serverLimit)
 			}
 		}
