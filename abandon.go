@@ -47,11 +47,9 @@ func (c *Client) abandon(ep *node, after time.Duration) {
 	ep.leftAt = time.Now()
 	c.mu.Unlock()
 	why := fmt.Errorf("no keepalive answer within %v: node abandoned", after)
-	ep.stream.mu.Lock()
-	s := ep.stream.cur
-	ep.stream.mu.Unlock()
+	s := ep.stream.Current()
 	if s != nil {
-		s.fail(why)
+		s.Fail(why)
 	}
 	n := 0
 	if c.conns != nil {

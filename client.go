@@ -56,7 +56,7 @@ type node struct {
 	svc2     lockdv1connect.LockServiceClient // h2c, once a stream is open; nil without streams
 	sessions lockdv1connect.SessionServiceClient
 	cluster  lockdv1connect.ClusterServiceClient
-	stream   streamSlot
+	stream   wire.StreamSlot
 	refused  bool      // answered another cluster's id
 	silent   time.Time // did not answer; passed over until then
 	spoke    bool      // answered a call (over HTTP) at least once
@@ -144,7 +144,7 @@ func (c *Client) newEndpoint(url string) *node {
 // unary returns the client for ep's unary calls: over the stream's
 // connection once a stream is open there (HTTP/2 passes), else HTTP/1.1.
 func (ep *node) unary() lockdv1connect.LockServiceClient {
-	if ep.svc2 != nil && ep.stream.open.Load() {
+	if ep.svc2 != nil && ep.stream.IsOpen() {
 		return ep.svc2
 	}
 	return ep.svc

@@ -139,7 +139,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 	unary := false
 	err := c.do(context.Background(), p, "", func(ctx context.Context, ep *node) error {
 		r, err := c.streamCall(ctx, ep, &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}})
-		if errors.Is(err, errNoStream) {
+		if errors.Is(err, wire.ErrNoStream) {
 			unary = true
 			return nil
 		}

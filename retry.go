@@ -150,7 +150,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 		ok, hint := wire.Retryable(err, p.idempotent, timedOut)
 		electing := hint == "" && wire.ElectionUnderWay(err)
-		broken := errors.Is(err, errStreamBroken) || abandoned
+		broken := errors.Is(err, wire.ErrStreamBroken) || abandoned
 		err = mapError(err, name)
 		immediate := false
 		if hint != "" {

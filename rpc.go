@@ -147,7 +147,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 func (r rpc[Req, Res]) send(ctx context.Context, c *Client, ep *node, req *connect.Request[Req]) (*connect.Response[Res], error) {
 	if r.streamed() && c.cfg.stream && len(req.Header()) == 0 {
 		res, err := callStream[Req, Res](ctx, c, ep, r.m, req.Msg)
-		if !errors.Is(err, errNoStream) {
+		if !errors.Is(err, wire.ErrNoStream) {
 			return res, err
 		}
 	}
