@@ -41,18 +41,14 @@ func TestOverdueKeepaliveKeepsNodeThatSends(t *testing.T) {
 			}
 			t.Cleanup(func() { c.Close(context.Background()) })
 			p := policy{idempotent: true, once: true, abandon: true, timeout: 300 * time.Millisecond}
-			abandoned := func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return c.eps[0].abandon
-			}
-			overdue := func(ctx context.Context, ep *node) error {
+			abandoned := func() bool { return c.eps.AbandonedLately(c.eps.All()[0]) }
+			overdue := func(ctx context.Context, ep *wire.Node) error {
 				<-ctx.Done()
 				return ctx.Err()
 			}
 			// Answers arrive during the attempt: kept.
-			err = c.do(t.Context(), p, "", func(ctx context.Context, ep *node) error {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.url+"/healthz", nil)
+			err = c.do(t.Context(), p, "", func(ctx context.Context, ep *wire.Node) error {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL+"/healthz", nil)
 				if err != nil {
 					return err
 				}
@@ -208,20 +204,19 @@ func TestOpenTimeoutForUnheardNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
-	live, unheard := c.eps[0], c.eps[1]
-	if got := c.openTimeout(unheard); got != 30*time.Second {
+	eps := c.eps.All()
+	live, unheard := eps[0], eps[1]
+	if got := c.eps.OpenTimeout(unheard, 30*time.Second); got != 30*time.Second {
 		t.Fatalf("before any answer: open timeout %v, want the request timeout", got)
 	}
-	c.mu.Lock()
-	c.cur = 0
-	c.mu.Unlock()
+	c.eps.SetCurrent(0)
 	if _, err := c.Service().DescribeLock(t.Context(), connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "x"})); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.openTimeout(unheard); got != reopenTimeout {
-		t.Errorf("node never heard from while another answers: open timeout %v, want %v", got, reopenTimeout)
+	if got := c.eps.OpenTimeout(unheard, 30*time.Second); got != time.Second {
+		t.Errorf("node never heard from while another answers: open timeout %v, want %v (reopenTimeout)", got, time.Second)
 	}
-	if got := c.openTimeout(live); got != 30*time.Second {
+	if got := c.eps.OpenTimeout(live, 30*time.Second); got != 30*time.Second {
 		t.Errorf("node that answered: open timeout %v, want the request timeout", got)
 	}
 }

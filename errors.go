@@ -49,7 +49,7 @@ var (
 
 	// ErrUnavailable means no endpoint could serve the call: none was
 	// reachable, or the cluster had no leader, until the retries ran out.
-	ErrUnavailable = errors.New("lockd: unavailable")
+	ErrUnavailable = wire.ErrUnavailable
 
 	// ErrClusterMismatch means an endpoint answered with a cluster id other
 	// than the one this Client saw first. The client stops using it; when no

@@ -137,7 +137,7 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(ttl, c.cfg.requestTimeout), until: func() time.Time { return until }}
 	var resp *lockdv1.KeepAliveBatchResponse
 	unary := false
-	err := c.do(context.Background(), p, "", func(ctx context.Context, ep *node) error {
+	err := c.do(context.Background(), p, "", func(ctx context.Context, ep *wire.Node) error {
 		r, err := c.streamCall(ctx, ep, &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}})
 		if errors.Is(err, wire.ErrNoStream) {
 			unary = true
@@ -145,13 +145,13 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 		}
 		if err != nil {
 			if d := wire.ErrorDetail(err); d != nil {
-				if cerr := c.checkCluster(ep, d.GetClusterId()); cerr != nil {
+				if cerr := c.eps.CheckCluster(ep, d.GetClusterId()); cerr != nil {
 					return cerr
 				}
 			}
 			return err
 		}
-		if err := c.checkCluster(ep, r.GetClusterId()); err != nil {
+		if err := c.eps.CheckCluster(ep, r.GetClusterId()); err != nil {
 			return err
 		}
 		resp = r.GetKeepAlive()

@@ -63,7 +63,7 @@ type policy struct {
 // answered this Client. A refused endpoint is left for the next at once; an
 // endpoint whose connection ended without HTTP is probed, and one that
 // does not speak HTTP is named and passed over (dial.go).
-func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *node) error) error {
+func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.Context, *wire.Node) error) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
@@ -73,10 +73,10 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		defer r.Stop()
 	}
 	start := time.Now()
-	answered := false            // some endpoint answered this call
-	followed := false            // the previous attempt went straight to a named leader
-	brokeBefore := false         // the previous attempt's stream broke
-	refused := map[*node]error{} // endpoints that refused the connection in this call
+	answered := false                 // some endpoint answered this call
+	followed := false                 // the previous attempt went straight to a named leader
+	brokeBefore := false              // the previous attempt's stream broke
+	refused := map[*wire.Node]error{} // endpoints that refused the connection in this call
 	for r.Next() {
 		connectLeft := time.Duration(-1)
 		if !answered && c.cfg.connectTimeout > 0 {
@@ -84,7 +84,7 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 				break
 			}
 		}
-		ep, others, err := c.pick()
+		ep, others, err := c.eps.Pick()
 		if err != nil {
 			return err
 		}
@@ -95,16 +95,16 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		timedOut := actx.Err() != nil && ctx.Err() == nil
 		cancel()
 		if err == nil {
-			c.answered(ep)
+			c.eps.Answered(ep)
 			return nil
 		}
 		if ctx.Err() != nil {
-			if all, never := c.refusedAll(refused); all && never && !answered {
+			if all, never := c.eps.RefusedAll(refused); all && never && !answered {
 				// Every endpoint refused so far, and the caller's time ran
 				// out during one more attempt: nothing listens, whichever
 				// of the two ended first (lockd run --wait 1s against a
 				// stopped server is "unavailable", not "busy").
-				return retry.JoinCtx(ctx.Err(), c.refusedErr(refused))
+				return retry.JoinCtx(ctx.Err(), c.eps.RefusedErr(refused))
 			}
 			if isContextErr(err) || connect.CodeOf(err) == connect.CodeCanceled || connect.CodeOf(err) == connect.CodeDeadlineExceeded {
 				// The caller's time ran out during this attempt, not because
@@ -121,16 +121,16 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		if abandoned {
 			c.abandon(ep, timeout)
 		} else if timedOut && p.abandon {
-			c.logger.Debug("keepalive overdue, but the endpoint still sends: kept", "endpoint", ep.url, "after", timeout)
+			c.logger.Debug("keepalive overdue, but the endpoint still sends: kept", "endpoint", ep.URL, "after", timeout)
 		}
 		if timedOut {
-			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.url), err))
+			err = wrap(ErrUnavailable, errors.Join(errors.New("attempt timed out after "+timeout.String()+" at "+ep.URL), err))
 		}
-		if !timedOut && c.mayProbe(ep, err) && c.probe(ctx, ep) {
+		if !timedOut && c.eps.MayProbe(ep, err) && c.probe(ctx, ep) {
 			// Not a failed lockd server but another service: say so
 			// now, and use the other endpoints, if any.
-			nerr := c.markNotAPI(ep, mapError(err, name))
-			if _, _, perr := c.pick(); perr != nil || p.once {
+			nerr := c.eps.MarkNotAPI(ep, mapError(err, name))
+			if _, _, perr := c.eps.Pick(); perr != nil || p.once {
 				return nerr
 			}
 			r.Fail(nerr)
@@ -141,11 +141,11 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			refused[ep] = err
 		}
 		if timedOut || wire.Unanswered(err) {
-			c.silent(ep)
+			c.eps.Silent(ep)
 		} else {
 			answered = true
 			if !wire.TLSRefused(err) {
-				c.answered(ep)
+				c.eps.Answered(ep)
 			}
 		}
 		ok, hint := wire.Retryable(err, p.idempotent, timedOut)
@@ -157,15 +157,15 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 			// Follow a leader hint at once, but not twice in a row: two
 			// nodes naming each other during an election must not make a
 			// tight loop.
-			immediate = c.follow(ep, hint) && !followed
+			immediate = c.eps.Follow(ep, hint) && !followed
 		} else if ok {
-			c.rotate(ep)
+			c.eps.Rotate(ep)
 		}
 		if !ok {
 			return err
 		}
 		r.Fail(err)
-		c.logger.Debug("call failed", "endpoint", ep.url, "attempt", r.Attempt()+1, "err", err)
+		c.logger.Debug("call failed", "endpoint", ep.URL, "attempt", r.Attempt()+1, "err", err)
 		if errors.Is(err, ErrClusterMismatch) {
 			immediate = true
 		}
@@ -178,13 +178,13 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		// not refused in this call at once. When every one refused and no
 		// server ever answered this Client, nothing listens: with a
 		// connect timeout, stop after refusedFor.
-		allRefused, neverSpoke := c.refusedAll(refused)
+		allRefused, neverSpoke := c.eps.RefusedAll(refused)
 		fast := allRefused && neverSpoke && c.cfg.connectTimeout > 0 && !answered
 		if wire.IsRefused(err) && !allRefused && hint == "" {
 			immediate = true
 		}
 		if fast && time.Since(start) >= refusedFor {
-			return c.refusedErr(refused)
+			return c.eps.RefusedErr(refused)
 		}
 		brokeBefore = broken
 		followed = hint != "" && immediate
@@ -209,8 +209,8 @@ func (c *Client) do(ctx context.Context, p policy, name string, fn func(context.
 		}
 	}
 	if ctx.Err() == nil && len(refused) > 0 {
-		if all, _ := c.refusedAll(refused); all {
-			return c.refusedErr(refused)
+		if all, _ := c.eps.RefusedAll(refused); all {
+			return c.eps.RefusedErr(refused)
 		}
 	}
 	return r.Err()

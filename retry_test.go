@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -278,7 +279,7 @@ func testWaitTimeoutIsNotUnavailable(t *testing.T) {
 	}
 	// Start the next call at the dead endpoint.
 	c.mu.Lock()
-	c.cur = 0
+	c.eps.SetCurrent(0)
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -350,9 +351,7 @@ func TestRetryPassesOverHungEndpoint(t *testing.T) {
 		if got, want := time.Since(start), time.Second+retrySchedule.Base; got > want {
 			t.Errorf("took %v with a 2s deadline, want at most %v (half the deadline, then the next endpoint)", got, want)
 		}
-		c.mu.Lock()
-		c.cur = 0 // as if a hint had named the hung endpoint
-		c.mu.Unlock()
+		c.eps.SetCurrent(0) // as if a hint had named the hung endpoint
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
@@ -360,15 +359,13 @@ func TestRetryPassesOverHungEndpoint(t *testing.T) {
 			t.Errorf("hung endpoint called %d times, want once: it did not answer lately", got)
 		}
 		// After a while it is tried again.
-		time.Sleep(silentFor)
-		c.mu.Lock()
-		c.cur = 0
-		c.mu.Unlock()
+		time.Sleep(wire.SilentFor)
+		c.eps.SetCurrent(0)
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
 		if got := len(hung.callsOf("Status")); got != 2 {
-			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, silentFor)
+			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, wire.SilentFor)
 		}
 	})
 }

@@ -28,7 +28,7 @@ const maxLongPoll = 25 * time.Second
 // (internal/rpcs: whether a resend after an unknown outcome is safe, which
 // field names the lock, the stream frame that carries it).
 type rpc[Req, Res any] struct {
-	call func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)
+	call func(*wire.Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)
 	m    *rpcs.Method
 	// maxPoll is the longest long poll a request may ask the server for
 	// (Acquire with wait); an attempt's time is its request time plus the
@@ -37,7 +37,7 @@ type rpc[Req, Res any] struct {
 }
 
 // row returns the client's row of the method whose request is Req.
-func row[Req, Res any](call func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) rpc[Req, Res] {
+func row[Req, Res any](call func(*wire.Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) rpc[Req, Res] {
 	m := rpcs.For(any(new(Req)).(proto.Message))
 	if m == nil {
 		panic(fmt.Sprintf("lockd: %T has no row in the method table", new(Req)))
@@ -47,15 +47,15 @@ func row[Req, Res any](call func(*node, context.Context, *connect.Request[Req]) 
 
 // onLock and onCluster adapt a method of the generated clients to a row.
 
-func onLock[Req, Res any](m func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
-	return func(ep *node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
-		return m(ep.unary(), ctx, r)
+func onLock[Req, Res any](m func(lockdv1connect.LockServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*wire.Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
+	return func(ep *wire.Node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
+		return m(ep.Unary(), ctx, r)
 	}
 }
 
-func onCluster[Req, Res any](m func(lockdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
-	return func(ep *node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
-		return m(ep.cluster, ctx, r)
+func onCluster[Req, Res any](m func(lockdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) func(*wire.Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error) {
+	return func(ep *wire.Node, ctx context.Context, r *connect.Request[Req]) (*connect.Response[Res], error) {
+		return m(ep.Cluster, ctx, r)
 	}
 }
 
@@ -108,7 +108,7 @@ func (r rpc[Req, Res]) policyOf(msg *Req) policy {
 // and checks the cluster id of every answer.
 func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req, hdr http.Header) (*connect.Response[Res], error) {
 	var resp *connect.Response[Res]
-	err := c.do(ctx, p, r.name(msg), func(ctx context.Context, ep *node) error {
+	err := c.do(ctx, p, r.name(msg), func(ctx context.Context, ep *wire.Node) error {
 		req := connect.NewRequest(msg)
 		for k, v := range hdr {
 			req.Header()[k] = v
@@ -123,7 +123,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 			if id == "" && errors.As(err, &ce) {
 				id = ce.Meta().Get(endpoint.ClusterIDHeader)
 			}
-			if cerr := c.checkCluster(ep, id); cerr != nil {
+			if cerr := c.eps.CheckCluster(ep, id); cerr != nil {
 				return cerr
 			}
 			return err
@@ -132,7 +132,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 		if m, ok := any(res.Msg).(interface{ GetClusterId() string }); ok && m.GetClusterId() != "" {
 			id = m.GetClusterId()
 		}
-		if err := c.checkCluster(ep, id); err != nil {
+		if err := c.eps.CheckCluster(ep, id); err != nil {
 			return err
 		}
 		resp = res
@@ -144,7 +144,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req
 // send makes one attempt: over ep's session stream when the row has a
 // stream form and the stream is on (and no extra headers are to be sent),
 // else unary.
-func (r rpc[Req, Res]) send(ctx context.Context, c *Client, ep *node, req *connect.Request[Req]) (*connect.Response[Res], error) {
+func (r rpc[Req, Res]) send(ctx context.Context, c *Client, ep *wire.Node, req *connect.Request[Req]) (*connect.Response[Res], error) {
 	if r.streamed() && c.cfg.stream && len(req.Header()) == 0 {
 		res, err := callStream[Req, Res](ctx, c, ep, r.m, req.Msg)
 		if !errors.Is(err, wire.ErrNoStream) {

@@ -27,7 +27,7 @@ import (
 // and waits for its answer. It returns wire.ErrNoStream when the endpoint is
 // to be called unary; an answer's StreamError comes back as the
 // *connect.Error (with its ErrorDetail) the unary call would have given.
-func (c *Client) streamCall(ctx context.Context, ep *node, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
+func (c *Client) streamCall(ctx context.Context, ep *wire.Node, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
 	s, err := c.openStream(ctx, ep)
 	if err != nil {
 		return nil, err
@@ -36,28 +36,28 @@ func (c *Client) streamCall(ctx context.Context, ep *node, req *lockdv1.StreamRe
 }
 
 // openStream returns ep's open stream, or opens one (wire.StreamSlot.Open).
-func (c *Client) openStream(ctx context.Context, ep *node) (*wire.Stream, error) {
-	return ep.stream.Open(ctx, ep.sessions != nil, c.isClosed,
+func (c *Client) openStream(ctx context.Context, ep *wire.Node) (*wire.Stream, error) {
+	return ep.Stream.Open(ctx, ep.Sessions != nil, c.isClosed,
 		func(ctx context.Context) (*wire.Stream, bool, error) { return c.dialStream(ctx, ep) },
 		func(ctx context.Context) error { return openAborted(ep, ctx) })
 }
 
 // openAborted is the error of a call whose ctx ended while it waited for
 // a stream to open.
-func openAborted(ep *node, ctx context.Context) error {
-	return wire.CtxError(ctx, fmt.Errorf("open session stream to %s: %w", ep.url, ctx.Err()))
+func openAborted(ep *wire.Node, ctx context.Context) error {
+	return wire.CtxError(ctx, fmt.Errorf("open session stream to %s: %w", ep.URL, ctx.Err()))
 }
 
 // dialStream opens a stream to ep, bounded by ctx and by the request
 // timeout (not by a long poll's budget). unary reports that the server
 // answered but not with a stream: HTTP/2 did not pass (a proxy), or an
 // old server; the endpoint is then used unary for a while.
-func (c *Client) dialStream(ctx context.Context, ep *node) (s *wire.Stream, unary bool, err error) {
-	limit := c.openTimeout(ep)
+func (c *Client) dialStream(ctx context.Context, ep *wire.Node) (s *wire.Stream, unary bool, err error) {
+	limit := c.eps.OpenTimeout(ep, c.cfg.requestTimeout)
 	octx, ocancel := context.WithTimeout(ctx, limit)
 	defer ocancel()
 	sctx, cancel := context.WithCancel(context.Background())
-	st := ep.sessions.Stream(sctx)
+	st := ep.Sessions.Stream(sctx)
 	stop := context.AfterFunc(octx, cancel) // opening is bounded by octx
 	err = st.Send(nil)                      // sends the headers
 	var hello *lockdv1.StreamResponse
@@ -69,32 +69,29 @@ func (c *Client) dialStream(ctx context.Context, ep *node) (s *wire.Stream, unar
 		if ctx.Err() != nil {
 			return nil, false, openAborted(ep, ctx)
 		}
-		return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: no answer within %v", ep.url, limit))
+		return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: no answer within %v", ep.URL, limit))
 	}
 	if err != nil {
 		cancel()
-		if wire.NotSent(err) || wire.ConnLost(err) || c.abandonedLately(ep) {
+		if wire.NotSent(err) || wire.ConnLost(err) || c.eps.AbandonedLately(ep) {
 			// Not an answer without a stream: the connection failed
 			// (or the node was abandoned lately), so retry, not unary.
-			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.url, err))
+			return nil, false, connect.NewError(connect.CodeUnavailable, fmt.Errorf("open session stream to %s: %w", ep.URL, err))
 		}
-		c.logger.Info("session stream unavailable, using unary calls", "endpoint", ep.url, "err", err)
+		c.logger.Info("session stream unavailable, using unary calls", "endpoint", ep.URL, "err", err)
 		return nil, true, wire.ErrNoStream
 	}
-	if err := c.checkCluster(ep, hello.GetClusterId()); err != nil {
+	if err := c.eps.CheckCluster(ep, hello.GetClusterId()); err != nil {
 		cancel()
 		return nil, false, err
 	}
-	return wire.NewStream(ep.url, &ep.stream, st, cancel), false, nil
+	return wire.NewStream(ep.URL, &ep.Stream, st, cancel), false, nil
 }
 
 // closeStreams ends the client's streams (Close).
 func (c *Client) closeStreams() {
-	c.mu.Lock()
-	eps := append([]*node(nil), c.eps...)
-	c.mu.Unlock()
-	for _, ep := range eps {
-		if s := ep.stream.Current(); s != nil {
+	for _, ep := range c.eps.All() {
+		if s := ep.Stream.Current(); s != nil {
 			s.Close(ErrClosed)
 		}
 	}
@@ -102,7 +99,7 @@ func (c *Client) closeStreams() {
 
 // callStream sends a request of method m over ep's stream, returning
 // wire.ErrNoStream when it must go unary.
-func callStream[Req, Res any](ctx context.Context, c *Client, ep *node, m *rpcs.Method, msg *Req) (*connect.Response[Res], error) {
+func callStream[Req, Res any](ctx context.Context, c *Client, ep *wire.Node, m *rpcs.Method, msg *Req) (*connect.Response[Res], error) {
 	r, err := c.streamCall(ctx, ep, m.Wrap(any(msg).(proto.Message)))
 	if err != nil {
 		return nil, err

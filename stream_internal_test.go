@@ -45,7 +45,7 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	ep := c.eps[0]
+	ep := c.eps.All()[0]
 
 	long, cancelLong := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancelLong()
