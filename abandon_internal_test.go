@@ -40,14 +40,14 @@ func TestOverdueKeepaliveKeepsNodeThatSends(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.Close(context.Background()) })
-			p := policy{idempotent: true, once: true, abandon: true, timeout: 300 * time.Millisecond}
+			p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: 300 * time.Millisecond}
 			abandoned := func() bool { return c.eps.AbandonedLately(c.eps.All()[0]) }
 			overdue := func(ctx context.Context, ep *wire.Node) error {
 				<-ctx.Done()
 				return ctx.Err()
 			}
 			// Answers arrive during the attempt: kept.
-			err = c.do(t.Context(), p, "", func(ctx context.Context, ep *wire.Node) error {
+			err = c.call.Do(t.Context(), p, "", func(ctx context.Context, ep *wire.Node) error {
 				req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL+"/healthz", nil)
 				if err != nil {
 					return err
@@ -67,7 +67,7 @@ func TestOverdueKeepaliveKeepsNodeThatSends(t *testing.T) {
 				t.Fatal("a node that answered during the overdue attempt was abandoned")
 			}
 			// Nothing arrives during the attempt: abandoned.
-			if err := c.do(t.Context(), p, "", overdue); !errors.Is(err, ErrUnavailable) {
+			if err := c.call.Do(t.Context(), p, "", overdue); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("overdue attempt = %v, want ErrUnavailable", err)
 			}
 			if !abandoned() {

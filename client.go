@@ -26,6 +26,7 @@ type Client struct {
 	rawCluster lockdv1connect.ClusterServiceClient
 
 	eps      *wire.Endpoints
+	call     *wire.Caller
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
 	closing  bool // no new sessions
@@ -83,6 +84,9 @@ func New(opts ...Option) (*Client, error) {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
 	c.eps = wire.NewEndpoints(c.cfg.endpoints, c.newEndpoint, c.logger)
+	c.call = &wire.Caller{Eps: c.eps, Conns: c.conns, H1: c.h1, Logger: c.logger,
+		RequestTimeout: c.cfg.requestTimeout, RetryTimeout: c.cfg.retryTimeout, ConnectTimeout: c.cfg.connectTimeout,
+		MapError: mapError, Closed: c.isClosed}
 	c.rawClient = &service{c: c}
 	c.rawCluster = &clusterService{c: c}
 	return c, nil

@@ -1,7 +1,6 @@
 package lockd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -69,7 +68,7 @@ var (
 	ErrTooMany = errors.New("lockd: server limit reached")
 
 	// ErrClosed means the Client was closed.
-	ErrClosed = errors.New("lockd: client closed")
+	ErrClosed = wire.ErrClosed
 
 	// ErrAlreadyDone means the lock's job was completed (Mutex.Complete) and
 	// its completion mark is still kept: there is nothing to do. The error
@@ -306,9 +305,4 @@ func holders(hs []*lockdv1.Holder) []Holder {
 		})
 	}
 	return out
-}
-
-// isContextErr reports whether err is (only) a context ending.
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

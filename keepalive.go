@@ -134,10 +134,10 @@ func (k *kaScheduler) send(batch []*Session, sent time.Time) {
 	// One attempt (and an immediate one on another endpoint after a broken
 	// stream or a leader hint), like a single session's keepalive: the
 	// sessions' loops run the jeopardy schedule.
-	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(ttl, c.cfg.requestTimeout), until: func() time.Time { return until }}
+	p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: keepaliveTimeout(ttl, c.cfg.requestTimeout), Until: func() time.Time { return until }}
 	var resp *lockdv1.KeepAliveBatchResponse
 	unary := false
-	err := c.do(context.Background(), p, "", func(ctx context.Context, ep *wire.Node) error {
+	err := c.call.Do(context.Background(), p, "", func(ctx context.Context, ep *wire.Node) error {
 		r, err := c.streamCall(ctx, ep, &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}})
 		if errors.Is(err, wire.ErrNoStream) {
 			unary = true

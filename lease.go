@@ -8,6 +8,8 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // The client's side of a session's lease: its deadline (the rule is
@@ -57,7 +59,7 @@ func (s *Session) keepalive() {
 	defer close(s.loopDone)
 	// A KeepAlive attempt that outlives the lease is useless: it ends
 	// at the deadline, or sooner to leave time for another endpoint.
-	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
+	p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), Until: s.Deadline}
 	s.mu.Lock()
 	next := s.lease.sent.Add(lease.RenewInterval(s.ttl))
 	s.mu.Unlock()
@@ -104,7 +106,7 @@ func (s *Session) keepalive() {
 // over the session stream, else (no stream, or none on the endpoint) with
 // a unary KeepAlive. It returns the send time to confirm from and the TTL
 // granted; it returns early when the session ends.
-func (s *Session) renew(p policy, next time.Time) (time.Time, time.Duration, error) {
+func (s *Session) renew(p wire.Policy, next time.Time) (time.Time, time.Duration, error) {
 	if s.c.cfg.stream {
 		s.c.ka.schedule(s, next)
 		select {

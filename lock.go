@@ -105,11 +105,11 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		}
 		p := s.policy(rpcAcquire.policyOf(msg))
 		if wait {
-			p.poll = rpcAcquire.maxPoll
+			p.Poll = rpcAcquire.maxPoll
 			if dl, ok := ctx.Deadline(); ok {
-				p.poll = max(min(p.poll, time.Until(dl)), time.Millisecond)
+				p.Poll = max(min(p.Poll, time.Until(dl)), time.Millisecond)
 			}
-			msg.PollTimeout = durationpb.New(p.poll)
+			msg.PollTimeout = durationpb.New(p.Poll)
 		}
 		resp, err := rpcAcquire.invoke(bctx, s.c, p, msg, nil)
 		if err != nil {

@@ -38,8 +38,8 @@ func TestRetryRotatesEndpoints(t *testing.T) {
 		if got := len(up.callsOf("Status")); got != 1 {
 			t.Errorf("up endpoint called %d times, want 1", got)
 		}
-		if waited := time.Since(start); waited > retrySchedule.Base {
-			t.Errorf("first retry after %v, want at most %v", waited, retrySchedule.Base)
+		if waited := time.Since(start); waited > wire.RetrySchedule.Base {
+			t.Errorf("first retry after %v, want at most %v", waited, wire.RetrySchedule.Base)
 		}
 		// The working endpoint stays preferred.
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
@@ -73,7 +73,7 @@ func TestRetryCtxEndsMidRetry(t *testing.T) {
 			t.Errorf("only %d attempts in 3s", n)
 		}
 		// Backoff grows: no more attempts than with the base delay throughout.
-		if n > int(3*time.Second/retrySchedule.Base) {
+		if n > int(3*time.Second/wire.RetrySchedule.Base) {
 			t.Errorf("%d attempts in 3s: backoff not applied", n)
 		}
 	})
@@ -106,7 +106,7 @@ func TestRetryAttemptTimeout(t *testing.T) {
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		if got := time.Since(start); got < time.Second || got > time.Second+retrySchedule.Base {
+		if got := time.Since(start); got < time.Second || got > time.Second+wire.RetrySchedule.Base {
 			t.Errorf("took %v, want one attempt timeout (1s) plus a short backoff", got)
 		}
 	})
@@ -348,7 +348,7 @@ func TestRetryPassesOverHungEndpoint(t *testing.T) {
 		if _, err := c.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := time.Since(start), time.Second+retrySchedule.Base; got > want {
+		if got, want := time.Since(start), time.Second+wire.RetrySchedule.Base; got > want {
 			t.Errorf("took %v with a 2s deadline, want at most %v (half the deadline, then the next endpoint)", got, want)
 		}
 		c.eps.SetCurrent(0) // as if a hint had named the hung endpoint

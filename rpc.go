@@ -100,15 +100,15 @@ func (r rpc[Req, Res]) name(msg *Req) string {
 func (r rpc[Req, Res]) streamed() bool { return r.m.Frame != "" && r.m.FrameRequest == "" }
 
 // policyOf returns the retry policy of a request under its table row.
-func (r rpc[Req, Res]) policyOf(msg *Req) policy {
-	return policy{idempotent: r.m.Idempotent(any(msg).(proto.Message))}
+func (r rpc[Req, Res]) policyOf(msg *Req) wire.Policy {
+	return wire.Policy{Idempotent: r.m.Idempotent(any(msg).(proto.Message))}
 }
 
 // invoke calls the method with msg through the retry loop under policy p
 // and checks the cluster id of every answer.
-func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p policy, msg *Req, hdr http.Header) (*connect.Response[Res], error) {
+func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p wire.Policy, msg *Req, hdr http.Header) (*connect.Response[Res], error) {
 	var resp *connect.Response[Res]
-	err := c.do(ctx, p, r.name(msg), func(ctx context.Context, ep *wire.Node) error {
+	err := c.call.Do(ctx, p, r.name(msg), func(ctx context.Context, ep *wire.Node) error {
 		req := connect.NewRequest(msg)
 		for k, v := range hdr {
 			req.Header()[k] = v

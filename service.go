@@ -13,7 +13,7 @@ import (
 
 // service is the raw API behind Client.Service: every method goes through
 // the client's failover, retry and cluster-id checks, under its row of the
-// policy table (rpc.go).
+// method table (internal/rpcs, read by rpc.go).
 type service struct{ c *Client }
 
 var _ lockdv1connect.LockServiceClient = (*service)(nil)
@@ -46,13 +46,13 @@ func (s *service) Acquire(ctx context.Context, req *connect.Request[lockdv1.Acqu
 	m := req.Msg
 	p := rpcAcquire.policyOf(m)
 	if pt := m.GetPollTimeout(); m.GetWait() && (pt == nil || pt.IsValid() && pt.AsDuration() >= 0) {
-		p.poll = rpcAcquire.maxPoll
+		p.Poll = rpcAcquire.maxPoll
 		if pt != nil {
-			p.poll = min(pt.AsDuration(), rpcAcquire.maxPoll)
+			p.Poll = min(pt.AsDuration(), rpcAcquire.maxPoll)
 		}
-		if pt == nil || pt.AsDuration() != p.poll {
+		if pt == nil || pt.AsDuration() != p.Poll {
 			m = proto.CloneOf(m)
-			m.PollTimeout = durationpb.New(p.poll)
+			m.PollTimeout = durationpb.New(p.Poll)
 		}
 	}
 	return rpcAcquire.invoke(ctx, s.c, p, m, req.Header())

@@ -124,7 +124,7 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 	// would create a session already lost: give up on such an attempt in
 	// time to try another endpoint.
 	p := rpcCreateSession.policyOf(msg)
-	p.timeout = lease.ClientDeadline(sent, cfg.ttl).Sub(sent)
+	p.Timeout = lease.ClientDeadline(sent, cfg.ttl).Sub(sent)
 	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
 	if err != nil {
 		return nil, err
@@ -297,7 +297,7 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	// and the holds would stay until the session expired. A re-sent
 	// CloseSession keeps its seq: the server answers it once.
 	p := rpcCloseSession.policyOf(msg)
-	p.timeout, p.abandon = keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
+	p.Timeout, p.Abandon = keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
 	_, err := rpcCloseSession.invoke(ctx, s.c, p, msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
@@ -384,7 +384,7 @@ func (s *Session) keepTrying(try func() error, done func()) {
 	go func() {
 		defer s.bg.Done()
 		defer done()
-		r := retry.New(s.ctx, retrySchedule)
+		r := retry.New(s.ctx, wire.RetrySchedule)
 		for r.Next() {
 			if err := try(); err == nil || definitive(err) {
 				return
@@ -405,8 +405,8 @@ func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc
 
 // policy bounds the attempts of one of the session's calls by its lease:
 // an answer that comes after the lease deadline is of no use.
-func (s *Session) policy(p policy) policy {
-	p.until = s.Deadline
+func (s *Session) policy(p wire.Policy) wire.Policy {
+	p.Until = s.Deadline
 	return p
 }
 

@@ -33,7 +33,7 @@ const maxSnapshotBytes = 1 << 30
 // whole snapshot arrived, so a failed call writes nothing.
 func (c *Client) Snapshot(ctx context.Context, dst io.Writer) (int64, error) {
 	var data []byte
-	err := c.do(ctx, policy{idempotent: true, timeout: snapshotTimeout}, "", func(ctx context.Context, n *wire.Node) error {
+	err := c.call.Do(ctx, wire.Policy{Idempotent: true, Timeout: snapshotTimeout}, "", func(ctx context.Context, n *wire.Node) error {
 		b, err := c.download(ctx, n)
 		if err != nil {
 			return err

@@ -17,7 +17,7 @@ import (
 
 // The session stream (internal/wire's Stream): one HTTP/2 stream per (Client, endpoint) carrying
 // every session-scoped call as a frame (SessionService.Stream), instead of
-// one HTTP exchange per call. It is transport only: the retry loop (do)
+// one HTTP exchange per call. It is transport only: the retry loop (wire.Caller.Do)
 // runs above it unchanged, a broken stream fails its pending calls with an
 // "outcome unknown" error that do retries with the same seq, and an
 // endpoint where no stream can be opened (a proxy that does not pass

@@ -87,7 +87,7 @@ func (c *config) setTLS(t *http.Transport, protos []string) {
 	switch {
 	case c.tlsFiles != nil:
 		// The handshake runs over t.DialContext, read at dial time, so
-		// that the connection tracker (abandon.go), installed after this,
+		// that the connection tracker (internal/wire), installed after this,
 		// sees the TCP connection beneath TLS and net/http gets the
 		// *tls.Conn itself (resp.TLS set, HTTP/2 by ALPN).
 		st := c.tlsFiles

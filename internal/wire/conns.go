@@ -16,7 +16,7 @@ import (
 // only idle ones), and when a byte last came from each address, so that a
 // node that is slow but alive (a keepalive attempt overdue while other
 // answers, or HTTP/2 ping replies, still arrive) is not abandoned: only a
-// node that sent nothing during the attempt is (abandon.go's rule). It
+// node that sent nothing during the attempt is (Caller.abandon's rule). It
 // tracks TCP connections, beneath TLS, so net/http still gets the
 // *tls.Conn (tls.go).
 type ConnTracker struct {

@@ -91,10 +91,10 @@ type Node struct {
 	refused  bool      // answered another cluster's id
 	silent   time.Time // did not answer; passed over until then
 	spoke    bool      // answered a call (over HTTP) at least once
-	probed   time.Time // last probed for HTTP (dial.go)
-	notAPI   error     // does not speak the API (dial.go); passed over until notUntil
+	probed   time.Time // last probed for HTTP (Caller.probe)
+	notAPI   error     // does not speak the API (Caller.probe); passed over until notUntil
 	notUntil time.Time
-	abandon  bool      // abandoned (abandon.go) and has not answered since
+	abandon  bool      // abandoned (Caller.abandon) and has not answered since
 	leftAt   time.Time // when it was last abandoned
 }
 

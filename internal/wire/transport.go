@@ -25,7 +25,7 @@ func NewTransports() (h2, h1 *http.Transport) {
 	// Pings find a dead connection (a frozen or unplugged node) once
 	// nothing has come from it for PingAfter, so its calls (a closing
 	// session's Close, a Release: no keepalive of theirs goes there to
-	// notice, see abandon.go) fail over instead of waiting for their
+	// notice, see Caller.abandon) fail over instead of waiting for their
 	// timeouts.
 	h2.HTTP2 = &http.HTTP2Config{SendPingTimeout: PingAfter, PingTimeout: PingTimeout}
 	return h2, h1
