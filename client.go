@@ -20,7 +20,7 @@ type Client struct {
 	ownsHTTP   bool
 	h1         *http.Client      // unary calls while an endpoint has no stream
 	conns      *wire.ConnTracker // the own transports' connections; nil with WithHTTPClient
-	ka         *kaScheduler
+	ka         *wire.KAScheduler
 	logger     *slog.Logger
 	rawClient  lockdv1connect.LockServiceClient
 	rawCluster lockdv1connect.ClusterServiceClient
@@ -57,7 +57,6 @@ func New(opts ...Option) (*Client, error) {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
 	c := &Client{cfg: cfg, sessions: map[*Session]struct{}{}}
-	c.ka = newKAScheduler(c)
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
 		h2, h1 := wire.NewTransports()
@@ -87,6 +86,7 @@ func New(opts ...Option) (*Client, error) {
 	c.call = &wire.Caller{Eps: c.eps, Conns: c.conns, H1: c.h1, Logger: c.logger,
 		RequestTimeout: c.cfg.requestTimeout, RetryTimeout: c.cfg.retryTimeout, ConnectTimeout: c.cfg.connectTimeout,
 		MapError: mapError, Closed: c.isClosed}
+	c.ka = wire.NewKAScheduler(c.call)
 	c.rawClient = &service{c: c}
 	c.rawCluster = &clusterService{c: c}
 	return c, nil
@@ -139,8 +139,8 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	c.ka.close()
-	c.closeStreams()
+	c.ka.Close()
+	c.call.CloseStreams()
 	if c.ownsHTTP {
 		c.cfg.httpClient.CloseIdleConnections()
 		c.h1.CloseIdleConnections()

@@ -15,15 +15,6 @@ import (
 // The client's side of a session's lease: its deadline (the rule is
 // lease.ClientDeadline), and the keepalive loop that moves it.
 
-// minKeepaliveAttempt is the shortest time one KeepAlive attempt gets.
-const minKeepaliveAttempt = 50 * time.Millisecond
-
-// keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
-// leaves time to try another before the deadline.
-func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
-	return min(requestTimeout, max(minKeepaliveAttempt, ttl/4))
-}
-
 // lease is the client's view of a session's lease. It is pure state: the
 // caller supplies the clock.
 type clientLease struct {
@@ -59,7 +50,7 @@ func (s *Session) keepalive() {
 	defer close(s.loopDone)
 	// A KeepAlive attempt that outlives the lease is useless: it ends
 	// at the deadline, or sooner to leave time for another endpoint.
-	p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), Until: s.Deadline}
+	p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: wire.KeepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), Until: s.Deadline}
 	s.mu.Lock()
 	next := s.lease.sent.Add(lease.RenewInterval(s.ttl))
 	s.mu.Unlock()
@@ -85,7 +76,9 @@ func (s *Session) keepalive() {
 			next = time.Now().Add(lease.JeopardyInterval(s.ttl))
 		}
 	}
-	s.c.ka.unschedule(s)
+	if s.ren != nil {
+		s.c.ka.Unschedule(s.ren)
+	}
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
@@ -108,14 +101,17 @@ func (s *Session) keepalive() {
 // granted; it returns early when the session ends.
 func (s *Session) renew(p wire.Policy, next time.Time) (time.Time, time.Duration, error) {
 	if s.c.cfg.stream {
-		s.c.ka.schedule(s, next)
+		if s.ren == nil {
+			s.ren = &wire.Renewal{ID: s.id, Secret: s.secret, TTL: s.ttl, Deadline: s.Deadline, Out: make(chan wire.KAResult, 1)}
+		}
+		s.c.ka.Schedule(s.ren, next)
 		select {
 		case <-s.ctx.Done():
-			s.c.ka.unschedule(s)
+			s.c.ka.Unschedule(s.ren)
 			return time.Time{}, 0, s.ctx.Err()
-		case r := <-s.ka:
-			if !r.unary {
-				return r.sent, r.ttl, r.err
+		case r := <-s.ren.Out:
+			if !r.Unary {
+				return r.Sent, r.TTL, r.Err
 			}
 		}
 	} else {

@@ -146,7 +146,7 @@ func (r rpc[Req, Res]) invoke(ctx context.Context, c *Client, p wire.Policy, msg
 // else unary.
 func (r rpc[Req, Res]) send(ctx context.Context, c *Client, ep *wire.Node, req *connect.Request[Req]) (*connect.Response[Res], error) {
 	if r.streamed() && c.cfg.stream && len(req.Header()) == 0 {
-		res, err := callStream[Req, Res](ctx, c, ep, r.m, req.Msg)
+		res, err := wire.CallStream[Req, Res](ctx, c.call, ep, r.m, req.Msg)
 		if !errors.Is(err, wire.ErrNoStream) {
 			return res, err
 		}

@@ -45,7 +45,7 @@ type Session struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
-	ka       chan kaResult // outcomes of batched keepalive rounds
+	ren      *wire.Renewal // the keepalive scheduler's view, made by the loop's first renew
 	seqs     wire.SeqTracker
 	bg       sync.WaitGroup
 
@@ -145,7 +145,6 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 	s := &Session{
 		c: c, id: id, ttl: ttl, owner: owner, deadlineFn: deadlineFn,
 		loopDone: make(chan struct{}),
-		ka:       make(chan kaResult, 1),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	s.lease.sent, s.lease.deadline = sent, lease.ClientDeadline(sent, ttl)
@@ -297,7 +296,7 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	// and the holds would stay until the session expired. A re-sent
 	// CloseSession keeps its seq: the server answers it once.
 	p := rpcCloseSession.policyOf(msg)
-	p.Timeout, p.Abandon = keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
+	p.Timeout, p.Abandon = wire.KeepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
 	_, err := rpcCloseSession.invoke(ctx, s.c, p, msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil

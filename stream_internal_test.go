@@ -52,7 +52,7 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 	var opener sync.WaitGroup
 	defer opener.Wait()
 	defer cancelLong()
-	opener.Go(func() { _, _ = c.openStream(long, ep) })
+	opener.Go(func() { _, _ = c.call.OpenStream(long, ep) })
 	select {
 	case <-dialed: // the open is under way, waiting for an answer
 	case <-time.After(10 * time.Second):
@@ -62,7 +62,7 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := c.openStream(short, ep); err == nil {
+	if _, err := c.call.OpenStream(short, ep); err == nil {
 		t.Fatal("opened a stream to a node that never answers")
 	}
 	if waited := time.Since(start); waited > 3*time.Second {
@@ -101,3 +101,6 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 		}
 	}
 }
+
+// sessionEntry is what a session puts in a KeepAliveBatch frame.
+func sessionEntry(s *Session) (id, secret string) { return s.id, s.secret }
