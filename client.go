@@ -85,10 +85,10 @@ func New(opts ...Option) (*Client, error) {
 	c.eps = wire.NewEndpoints(c.cfg.endpoints, c.newEndpoint, c.logger)
 	c.call = &wire.Caller{Eps: c.eps, Conns: c.conns, H1: c.h1, Logger: c.logger,
 		RequestTimeout: c.cfg.requestTimeout, RetryTimeout: c.cfg.retryTimeout, ConnectTimeout: c.cfg.connectTimeout,
-		MapError: mapError, Closed: c.isClosed}
+		MapError: mapError, Closed: c.isClosed, Stream: c.cfg.stream}
 	c.ka = wire.NewKAScheduler(c.call)
-	c.rawClient = &service{c: c}
-	c.rawCluster = &clusterService{c: c}
+	c.rawClient = wire.NewService(c.call)
+	c.rawCluster = wire.NewClusterService(c.call)
 	return c, nil
 }
 

@@ -124,7 +124,7 @@ func (s *Session) renew(p wire.Policy, next time.Time) (time.Time, time.Duration
 		}
 	}
 	sent := time.Now()
-	resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}, nil)
+	resp, err := wire.KeepAlive.Invoke(s.ctx, s.c.call, p, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}, nil)
 	if err != nil {
 		return sent, 0, err
 	}

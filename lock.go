@@ -103,15 +103,15 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		if l.lockDelay > 0 {
 			msg.LockDelay = durationpb.New(l.lockDelay)
 		}
-		p := s.policy(rpcAcquire.policyOf(msg))
+		p := s.policy(wire.Acquire.PolicyOf(msg))
 		if wait {
-			p.Poll = rpcAcquire.maxPoll
+			p.Poll = wire.Acquire.MaxPoll
 			if dl, ok := ctx.Deadline(); ok {
 				p.Poll = max(min(p.Poll, time.Until(dl)), time.Millisecond)
 			}
 			msg.PollTimeout = durationpb.New(p.Poll)
 		}
-		resp, err := rpcAcquire.invoke(bctx, s.c, p, msg, nil)
+		resp, err := wire.Acquire.Invoke(bctx, s.c.call, p, msg, nil)
 		if err != nil {
 			if serr := s.Err(); serr != nil {
 				return serr
@@ -241,7 +241,7 @@ func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
 	seq := s.seqs.Begin()
 	defer seq.End()
 	msg := &lockdv1.CancelRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, AcquireSeq: acquireSeq}
-	resp, err := rpcCancel.invoke(bctx, s.c, s.policy(rpcCancel.policyOf(msg)), msg, nil)
+	resp, err := wire.Cancel.Invoke(bctx, s.c.call, s.policy(wire.Cancel.PolicyOf(msg)), msg, nil)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.lose(err)
@@ -313,7 +313,7 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	msg := &lockdv1.CompleteRequest{
 		SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
 	}
-	_, err := rpcComplete.invoke(bctx, s.c, s.policy(rpcComplete.policyOf(msg)), msg, nil)
+	_, err := wire.Complete.Invoke(bctx, s.c.call, s.policy(wire.Complete.PolicyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -340,7 +340,7 @@ func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	seq := s.seqs.Begin()
 	defer seq.End()
 	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: token}
-	_, err := rpcRelease.invoke(bctx, s.c, s.policy(rpcRelease.policyOf(msg)), msg, nil)
+	_, err := wire.Release.Invoke(bctx, s.c.call, s.policy(wire.Release.PolicyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}

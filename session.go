@@ -123,9 +123,9 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 	// An answer that takes longer than the lease's whole client deadline
 	// would create a session already lost: give up on such an attempt in
 	// time to try another endpoint.
-	p := rpcCreateSession.policyOf(msg)
+	p := wire.CreateSession.PolicyOf(msg)
 	p.Timeout = lease.ClientDeadline(sent, cfg.ttl).Sub(sent)
-	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
+	resp, err := wire.CreateSession.Invoke(ctx, c.call, p, msg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -295,9 +295,9 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	// so nothing else would notice a node that froze (a paused leader)
 	// and the holds would stay until the session expired. A re-sent
 	// CloseSession keeps its seq: the server answers it once.
-	p := rpcCloseSession.policyOf(msg)
+	p := wire.CloseSession.PolicyOf(msg)
 	p.Timeout, p.Abandon = wire.KeepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
-	_, err := rpcCloseSession.invoke(ctx, s.c, p, msg, nil)
+	_, err := wire.CloseSession.Invoke(ctx, s.c.call, p, msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}

@@ -32,6 +32,9 @@ type Caller struct {
 	// Closed reports whether the client was closed: calls then fail with
 	// ErrClosed.
 	Closed func() bool
+	// Stream says the session stream is on: the methods a frame carries go
+	// over it, else every call is unary.
+	Stream bool
 }
 
 // ErrClosed means the client was closed (lockd.ErrClosed).
