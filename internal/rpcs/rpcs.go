@@ -74,6 +74,9 @@ type Method struct {
 	// method's request (KeepAlive frames carry a KeepAliveBatch).
 	Frame        protoreflect.Name
 	FrameRequest protoreflect.FullName
+
+	// The frame's StreamRequest and StreamResponse fields, resolved once.
+	reqField, respField protoreflect.FieldDescriptor
 }
 
 // Procedure returns the method's Connect procedure, /Service/Name.
@@ -116,10 +119,13 @@ var Methods = []*Method{
 }
 
 var (
-	byRequest = map[protoreflect.FullName]*Method{}
-	byFrame   = map[protoreflect.Name]*Method{}
-	byName    = map[string]*Method{}
-	frames    []*Method
+	streamRequest  = (&lockdv1.StreamRequest{}).ProtoReflect().Descriptor()
+	streamResponse = (&lockdv1.StreamResponse{}).ProtoReflect().Descriptor()
+	streamBody     = streamRequest.Oneofs().ByName("body")
+	byRequest      = map[protoreflect.FullName]*Method{}
+	byFrame        = map[protoreflect.Name]*Method{}
+	byName         = map[string]*Method{}
+	frames         []*Method
 )
 
 func init() {
@@ -134,6 +140,8 @@ func init() {
 			byRequest[md.Input().FullName()] = m
 		}
 		if m.Frame != "" {
+			m.reqField = streamRequest.Fields().ByName(m.Frame)
+			m.respField = streamResponse.Fields().ByName(m.Frame)
 			byFrame[m.Frame] = m
 			frames = append(frames, m)
 			if m.FrameRequest != "" {
@@ -195,15 +203,10 @@ func stringField(msg proto.Message, name protoreflect.Name) string {
 	return r.Get(fd).String()
 }
 
-// requestField is the StreamRequest oneof field of frame kind.
-func requestField(kind protoreflect.Name) protoreflect.FieldDescriptor {
-	return (&lockdv1.StreamRequest{}).ProtoReflect().Descriptor().Fields().ByName(kind)
-}
-
 // Wrap puts msg, a request of m, in a stream frame. m must have a Frame.
 func (m *Method) Wrap(msg proto.Message) *lockdv1.StreamRequest {
 	req := &lockdv1.StreamRequest{}
-	req.ProtoReflect().Set(requestField(m.Frame), protoreflect.ValueOfMessage(msg.ProtoReflect()))
+	req.ProtoReflect().Set(m.reqField, protoreflect.ValueOfMessage(msg.ProtoReflect()))
 	return req
 }
 
@@ -211,18 +214,17 @@ func (m *Method) Wrap(msg proto.Message) *lockdv1.StreamRequest {
 // frame holds another kind of answer.
 func (m *Method) Unwrap(resp *lockdv1.StreamResponse) proto.Message {
 	r := resp.ProtoReflect()
-	fd := r.Descriptor().Fields().ByName(m.Frame)
-	if fd == nil || !r.Has(fd) {
+	if m.respField == nil || !r.Has(m.respField) {
 		return nil
 	}
-	return r.Get(fd).Message().Interface()
+	return r.Get(m.respField).Message().Interface()
 }
 
 // FrameOf returns the row of the method a stream request carries and its
 // body, or nil and nil when the frame has no (known) body.
 func FrameOf(req *lockdv1.StreamRequest) (*Method, proto.Message) {
 	r := req.ProtoReflect()
-	fd := r.WhichOneof(r.Descriptor().Oneofs().ByName("body"))
+	fd := r.WhichOneof(streamBody)
 	if fd == nil {
 		return nil, nil
 	}
@@ -235,6 +237,5 @@ func FrameOf(req *lockdv1.StreamRequest) (*Method, proto.Message) {
 
 // SetAnswer puts out, the answer of m's kind, in a stream response.
 func (m *Method) SetAnswer(resp *lockdv1.StreamResponse, out proto.Message) {
-	r := resp.ProtoReflect()
-	r.Set(r.Descriptor().Fields().ByName(m.Frame), protoreflect.ValueOfMessage(out.ProtoReflect()))
+	resp.ProtoReflect().Set(m.respField, protoreflect.ValueOfMessage(out.ProtoReflect()))
 }

@@ -128,3 +128,31 @@ func TestWrapUnwrap(t *testing.T) {
 		t.Errorf("empty frame: %v %v", m, body)
 	}
 }
+
+// BenchmarkAccess is what the server's permission check and the client's
+// policy read per call: the row, the lock name, the retry class.
+func BenchmarkAccess(b *testing.B) {
+	msg := &lockdv1.AcquireRequest{Name: "invoices/2025", Seq: 7}
+	for b.Loop() {
+		m := For(msg)
+		if m.SubjectOf(msg) == "" || !m.Idempotent(msg) {
+			b.Fatal("bad row")
+		}
+	}
+}
+
+// BenchmarkFrame is what a stream frame costs both sides in the table's
+// reflection: wrap, dispatch, answer, unwrap.
+func BenchmarkFrame(b *testing.B) {
+	m := ByName("Acquire")
+	in := &lockdv1.AcquireRequest{Name: "invoices/2025", Seq: 7}
+	out := &lockdv1.AcquireResponse{}
+	for b.Loop() {
+		got, body := FrameOf(m.Wrap(in))
+		resp := &lockdv1.StreamResponse{}
+		got.SetAnswer(resp, out)
+		if body != in || m.Unwrap(resp) != out {
+			b.Fatal("bad frame")
+		}
+	}
+}
