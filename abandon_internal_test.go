@@ -16,6 +16,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/lockdtest"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // An overdue keepalive abandons a node only when nothing at all came from
@@ -38,19 +40,15 @@ func TestOverdueKeepaliveKeepsNodeThatSends(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { c.Close(context.Background()) })
-			p := policy{idempotent: true, once: true, abandon: true, timeout: 300 * time.Millisecond}
-			abandoned := func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return c.eps[0].abandon
-			}
-			overdue := func(ctx context.Context, ep *node) error {
+			p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: 300 * time.Millisecond}
+			abandoned := func() bool { return c.eps.AbandonedLately(c.eps.All()[0]) }
+			overdue := func(ctx context.Context, ep *wire.Node) error {
 				<-ctx.Done()
 				return ctx.Err()
 			}
 			// Answers arrive during the attempt: kept.
-			err = c.do(t.Context(), p, "", func(ctx context.Context, ep *node) error {
-				req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.url+"/healthz", nil)
+			err = c.call.Do(t.Context(), p, "", func(ctx context.Context, ep *wire.Node) error {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.URL+"/healthz", nil)
 				if err != nil {
 					return err
 				}
@@ -69,7 +67,7 @@ func TestOverdueKeepaliveKeepsNodeThatSends(t *testing.T) {
 				t.Fatal("a node that answered during the overdue attempt was abandoned")
 			}
 			// Nothing arrives during the attempt: abandoned.
-			if err := c.do(t.Context(), p, "", overdue); !errors.Is(err, ErrUnavailable) {
+			if err := c.call.Do(t.Context(), p, "", overdue); !errors.Is(err, ErrUnavailable) {
 				t.Fatalf("overdue attempt = %v, want ErrUnavailable", err)
 			}
 			if !abandoned() {
@@ -124,7 +122,7 @@ func TestTLSFilesTransportsSeeTLS(t *testing.T) {
 		proto int
 		alpn  string
 	}{{"stream transport", c.cfg.httpClient, 2, "h2"}, {"unary transport", c.h1, 1, "http/1.1"}} {
-		since := monoNow()
+		since := wire.MonoNow()
 		resp, err := tc.hc.Get(url + "/healthz")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
@@ -133,16 +131,16 @@ func TestTLSFilesTransportsSeeTLS(t *testing.T) {
 		if resp.TLS == nil || resp.ProtoMajor != tc.proto || resp.TLS.NegotiatedProtocol != tc.alpn {
 			t.Errorf("%s: proto %s, TLS state %v; want HTTP/%d with TLS, ALPN %q", tc.name, resp.Proto, resp.TLS != nil, tc.proto, tc.alpn)
 		}
-		if !c.conns.heardSince(dialAddr(url), since) {
+		if !c.conns.HeardSince(wire.DialAddr(url), since) {
 			t.Errorf("%s: the answer's bytes were not stamped", tc.name)
 		}
 	}
-	if n := c.conns.closeAddr(dialAddr(url)); n != 2 {
+	if n := c.conns.CloseAddr(wire.DialAddr(url)); n != 2 {
 		t.Errorf("closed %d tracked connections, want 2 (one per transport)", n)
 	}
 }
 
-// connLost matches the bundled http2's unexported errClientConnLost by its
+// wire.ConnLost matches the bundled http2's unexported errClientConnLost by its
 // message (net/http offers no sentinel). This pins the message against a
 // real HTTP/2 connection whose pings go unanswered (a listener that
 // accepts and never reads nor writes, as a SIGSTOPped node's kernel
@@ -171,9 +169,9 @@ func TestConnLostMatchesPingTimeout(t *testing.T) {
 			conn.Close()
 		}
 	})
-	h2, _ := newTransports()
+	h2, _ := wire.NewTransports()
 	defer h2.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // generous: pingAfter + pingTimeout is expected
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second) // generous: wire.PingAfter + wire.PingTimeout is expected
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ln.Addr().String()+"/", nil)
 	if err != nil {
@@ -183,8 +181,8 @@ func TestConnLostMatchesPingTimeout(t *testing.T) {
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("request to a silent HTTP/2 peer = %v (ctx %v), want the pings' lost connection", err, ctx.Err())
 	}
-	if !connLost(err) {
-		t.Fatalf("connLost(%q) = false: the http2 message for a connection its pings found dead changed (abandon.go matches %q)", err, "http2: client connection lost")
+	if !wire.ConnLost(err) {
+		t.Fatalf("wire.ConnLost(%q) = false: the http2 message for a connection its pings found dead changed (abandon.go matches %q)", err, "http2: client connection lost")
 	}
 }
 
@@ -201,25 +199,24 @@ func TestOpenTimeoutForUnheardNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	c, err := New(WithEndpoints(srv.URL(), "http://"+ln.Addr().String()), WithRequestTimeout(30*time.Second))
+	c, err := New(WithStream(lockdtest.Stream()), WithEndpoints(srv.URL(), "http://"+ln.Addr().String()), WithRequestTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(context.Background()) })
-	live, unheard := c.eps[0], c.eps[1]
-	if got := c.openTimeout(unheard); got != 30*time.Second {
+	eps := c.eps.All()
+	live, unheard := eps[0], eps[1]
+	if got := c.eps.OpenTimeout(unheard, 30*time.Second); got != 30*time.Second {
 		t.Fatalf("before any answer: open timeout %v, want the request timeout", got)
 	}
-	c.mu.Lock()
-	c.cur = 0
-	c.mu.Unlock()
+	c.eps.SetCurrent(0)
 	if _, err := c.Service().DescribeLock(t.Context(), connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "x"})); err != nil {
 		t.Fatal(err)
 	}
-	if got := c.openTimeout(unheard); got != reopenTimeout {
-		t.Errorf("node never heard from while another answers: open timeout %v, want %v", got, reopenTimeout)
+	if got := c.eps.OpenTimeout(unheard, 30*time.Second); got != time.Second {
+		t.Errorf("node never heard from while another answers: open timeout %v, want %v (reopenTimeout)", got, time.Second)
 	}
-	if got := c.openTimeout(live); got != 30*time.Second {
+	if got := c.eps.OpenTimeout(live, 30*time.Second); got != 30*time.Second {
 		t.Errorf("node that answered: open timeout %v, want the request timeout", got)
 	}
 }

@@ -25,7 +25,7 @@ const benchWorkers = 16
 // name picks the lock of worker w.
 func benchAcquireRelease(b *testing.B, name func(w int) string) {
 	srv := lockdtest.New(b)
-	c, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // TokenStatus is what the cluster says about a fencing token.
@@ -32,7 +34,7 @@ type TokenStatus struct {
 // name) or ErrUnavailable (no leader answered in time).
 func (c *Client) CheckToken(ctx context.Context, name string, token uint64) (TokenStatus, error) {
 	msg := &lockdv1.CheckTokenRequest{Name: name, Token: token}
-	resp, err := rpcCheckToken.invoke(ctx, c, rpcCheckToken.policyOf(msg), msg, nil)
+	resp, err := wire.CheckToken.Invoke(ctx, c.call, wire.CheckToken.PolicyOf(msg), msg, nil)
 	if err != nil {
 		return TokenStatus{}, fmt.Errorf("check token %d of %q: %w", token, name, err)
 	}

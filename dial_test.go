@@ -59,7 +59,7 @@ func listLocks(ctx context.Context, c *lockd.Client) error {
 func TestRefusedAnswersFast(t *testing.T) {
 	addrs := []string{closedPort(t), closedPort(t)}
 	for _, eps := range [][]string{addrs[:1], addrs} {
-		c, err := lockd.New(lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(5*time.Second))
+		c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestRefusedAnswersFast(t *testing.T) {
 func TestRefusedEndpointFailsOver(t *testing.T) {
 	srv := lockdtest.New(t)
 	for range 5 {
-		c, err := lockd.New(lockd.WithEndpoints(closedPort(t), srv.URL()), lockd.WithConnectTimeout(5*time.Second))
+		c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(closedPort(t), srv.URL()), lockd.WithConnectTimeout(5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestRefusedEndpointFailsOver(t *testing.T) {
 // does not retry it; beside a live endpoint, the Raft port is passed over.
 func TestRaftPortNamed(t *testing.T) {
 	addr := raftPort(t)
-	c, err := lockd.New(lockd.WithEndpoints(addr), lockd.WithConnectTimeout(5*time.Second))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(addr), lockd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestRaftPortNamed(t *testing.T) {
 	}
 
 	srv := lockdtest.New(t)
-	c2, err := lockd.New(lockd.WithEndpoints(raftPort(t), srv.URL()))
+	c2, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(raftPort(t), srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestRaftPortNamedTLS(t *testing.T) {
 		}
 	}()
 	addr := ln.Addr().String()
-	c, err := lockd.New(lockd.WithEndpoints(addr), lockd.WithTLSFiles(files.CA, files.Cert, files.Key), lockd.WithConnectTimeout(5*time.Second))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(addr), lockd.WithTLSFiles(files.CA, files.Cert, files.Key), lockd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestResetEndpointNotNamedNotAPI(t *testing.T) {
 			c.Close()
 		}
 	}()
-	c, err := lockd.New(lockd.WithEndpoints(ln.Addr().String()), lockd.WithConnectTimeout(5*time.Second))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(ln.Addr().String()), lockd.WithConnectTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package lockd
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +8,8 @@ import (
 	"connectrpc.com/connect"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // Sentinel errors. Every error a call returns can be tested with errors.Is
@@ -47,12 +48,12 @@ var (
 
 	// ErrUnavailable means no endpoint could serve the call: none was
 	// reachable, or the cluster had no leader, until the retries ran out.
-	ErrUnavailable = errors.New("lockd: unavailable")
+	ErrUnavailable = wire.ErrUnavailable
 
 	// ErrClusterMismatch means an endpoint answered with a cluster id other
 	// than the one this Client saw first. The client stops using it; when no
 	// endpoint of the first cluster is left, calls fail with this error.
-	ErrClusterMismatch = errors.New("lockd: endpoint belongs to another cluster")
+	ErrClusterMismatch = wire.ErrClusterMismatch
 
 	// ErrSessionClosed means the session was closed with Session.Close (or
 	// Client.Close) and can no longer be used.
@@ -67,7 +68,7 @@ var (
 	ErrTooMany = errors.New("lockd: server limit reached")
 
 	// ErrClosed means the Client was closed.
-	ErrClosed = errors.New("lockd: client closed")
+	ErrClosed = wire.ErrClosed
 
 	// ErrAlreadyDone means the lock's job was completed (Mutex.Complete) and
 	// its completion mark is still kept: there is nothing to do. The error
@@ -175,24 +176,6 @@ func wrap(kind, err error) error {
 	return &statusError{kind: kind, err: err}
 }
 
-// errorDetail returns the lockd ErrorDetail attached to err, if any.
-func errorDetail(err error) *lockdv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		v, err := d.Value()
-		if err != nil {
-			continue
-		}
-		if ed, ok := v.(*lockdv1.ErrorDetail); ok {
-			return ed
-		}
-	}
-	return nil
-}
-
 // mapError turns an error returned by the API into one that matches the
 // package's sentinels: by the ErrorDetail's reason first, then by the Connect
 // code. name is the lock concerned, if any. Errors that are already mapped,
@@ -208,7 +191,7 @@ func mapError(err error, name string) error {
 	if errors.Is(err, ErrClusterMismatch) {
 		return err
 	}
-	if d := errorDetail(err); d != nil {
+	if d := wire.ErrorDetail(err); d != nil {
 		switch d.GetReason() {
 		case lockdv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT:
 			return wrap(ErrInvalidArgument, err)
@@ -322,9 +305,4 @@ func holders(hs []*lockdv1.Holder) []Holder {
 		})
 	}
 	return out
-}
-
-// isContextErr reports whether err is (only) a context ending.
-func isContextErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -61,7 +61,7 @@ func TestFrozenEndpointDoesNotStallNewClients(t *testing.T) {
 		budget = 3500 * time.Millisecond // TTL·0.99 − margin = 1.88 s, plus the good node's answers, plus slack
 	)
 	for i := range 4 {
-		c, err := lockd.New(lockd.WithEndpoints(frozen, srv.URL()))
+		c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(frozen, srv.URL()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -159,10 +159,10 @@ func newTestClient(t testing.TB, ts []*transport, opts ...Option) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, ep := range c.eps {
-		ep.svc = ts[i]
+	for i, ep := range c.eps.All() {
+		ep.Svc = ts[i]
 	}
-	c.cur = 0 // not a random endpoint: the tests script the order
+	c.eps.SetCurrent(0) // not a random endpoint: the tests script the order
 	return c
 }
 

@@ -6,25 +6,18 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockd-dev/lockd/internal/retry"
+	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // The client's side of a session's lease: its deadline (the rule is
-// retry.LeaseDeadline), and the keepalive loop that moves it.
-
-// minKeepaliveAttempt is the shortest time one KeepAlive attempt gets.
-const minKeepaliveAttempt = 50 * time.Millisecond
-
-// keepaliveTimeout bounds one KeepAlive attempt, so that a hung endpoint
-// leaves time to try another before the deadline.
-func keepaliveTimeout(ttl, requestTimeout time.Duration) time.Duration {
-	return min(requestTimeout, max(minKeepaliveAttempt, ttl/4))
-}
+// lease.ClientDeadline), and the keepalive loop that moves it.
 
 // lease is the client's view of a session's lease. It is pure state: the
 // caller supplies the clock.
-type lease struct {
+type clientLease struct {
 	sent     time.Time // send time of the newest confirmed KeepAlive
 	deadline time.Time
 	lost     bool
@@ -35,7 +28,7 @@ type lease struct {
 // later. A confirmation that arrives at or after the deadline does not
 // revive the lease: it is lost. A reply to an older KeepAlive never moves
 // the deadline back.
-func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
+func (l *clientLease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
 	if l.lost {
 		return false
 	}
@@ -43,7 +36,7 @@ func (l *lease) confirm(sent time.Time, ttl time.Duration, now time.Time) bool {
 		l.lost = true
 		return false
 	}
-	d := retry.LeaseDeadline(sent, ttl)
+	d := lease.ClientDeadline(sent, ttl)
 	if !d.After(l.deadline) {
 		return false
 	}
@@ -57,9 +50,9 @@ func (s *Session) keepalive() {
 	defer close(s.loopDone)
 	// A KeepAlive attempt that outlives the lease is useless: it ends
 	// at the deadline, or sooner to leave time for another endpoint.
-	p := policy{idempotent: true, once: true, abandon: true, timeout: keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), until: s.Deadline}
+	p := wire.Policy{Idempotent: true, Once: true, Abandon: true, Timeout: wire.KeepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), Until: s.Deadline}
 	s.mu.Lock()
-	next := s.lease.sent.Add(retry.RenewInterval(s.ttl))
+	next := s.lease.sent.Add(lease.RenewInterval(s.ttl))
 	s.mu.Unlock()
 	for s.ctx.Err() == nil {
 		sent, ttl, err := s.renew(p, next)
@@ -73,17 +66,19 @@ func (s *Session) keepalive() {
 			}
 			s.confirmed(sent, ttl)
 			s.mu.Lock()
-			next = s.lease.sent.Add(retry.RenewInterval(ttl))
+			next = s.lease.sent.Add(lease.RenewInterval(ttl))
 			s.mu.Unlock()
 		case s.ctx.Err() != nil:
 		case errors.Is(err, ErrLeaseLost):
 			s.lose(fmt.Errorf("keepalive: %w", err))
 		default:
 			s.c.logger.Warn("keepalive failed", "session", s.id, "err", err)
-			next = time.Now().Add(retry.JeopardyInterval(s.ttl))
+			next = time.Now().Add(lease.JeopardyInterval(s.ttl))
 		}
 	}
-	s.c.ka.unschedule(s)
+	if s.ren != nil {
+		s.c.ka.Unschedule(s.ren)
+	}
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
@@ -104,16 +99,19 @@ func (s *Session) keepalive() {
 // over the session stream, else (no stream, or none on the endpoint) with
 // a unary KeepAlive. It returns the send time to confirm from and the TTL
 // granted; it returns early when the session ends.
-func (s *Session) renew(p policy, next time.Time) (time.Time, time.Duration, error) {
+func (s *Session) renew(p wire.Policy, next time.Time) (time.Time, time.Duration, error) {
 	if s.c.cfg.stream {
-		s.c.ka.schedule(s, next)
+		if s.ren == nil {
+			s.ren = &wire.Renewal{ID: s.id, Secret: s.secret, TTL: s.ttl, Deadline: s.Deadline, Out: make(chan wire.KAResult, 1)}
+		}
+		s.c.ka.Schedule(s.ren, next)
 		select {
 		case <-s.ctx.Done():
-			s.c.ka.unschedule(s)
+			s.c.ka.Unschedule(s.ren)
 			return time.Time{}, 0, s.ctx.Err()
-		case r := <-s.ka:
-			if !r.unary {
-				return r.sent, r.ttl, r.err
+		case r := <-s.ren.Out:
+			if !r.Unary {
+				return r.Sent, r.TTL, r.Err
 			}
 		}
 	} else {
@@ -126,7 +124,7 @@ func (s *Session) renew(p policy, next time.Time) (time.Time, time.Duration, err
 		}
 	}
 	sent := time.Now()
-	resp, err := rpcKeepAlive.invoke(s.ctx, s.c, p, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}, nil)
+	resp, err := wire.KeepAlive.Invoke(s.ctx, s.c.call, p, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret}, nil)
 	if err != nil {
 		return sent, 0, err
 	}

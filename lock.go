@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // notHeldCtx is the Context of a lock that is not held.
@@ -91,25 +93,25 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 	// Every repeat of a long poll resumes the same wait: same seq. The seq
 	// stays in flight until this returns, or until the withdrawal that
 	// takes it over ends.
-	seq := s.seqs.begin()
-	defer seq.end()
+	seq := s.seqs.Begin()
+	defer seq.End()
 	for {
 		msg := &lockdv1.AcquireRequest{
-			SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Mode: mode,
+			SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Mode: mode,
 			Limit: l.limit, Wait: wait, Value: l.value,
 		}
 		if l.lockDelay > 0 {
 			msg.LockDelay = durationpb.New(l.lockDelay)
 		}
-		p := s.policy(rpcAcquire.policyOf(msg))
+		p := s.policy(wire.Acquire.PolicyOf(msg))
 		if wait {
-			p.poll = rpcAcquire.maxPoll
+			p.Poll = wire.Acquire.MaxPoll
 			if dl, ok := ctx.Deadline(); ok {
-				p.poll = max(min(p.poll, time.Until(dl)), time.Millisecond)
+				p.Poll = max(min(p.Poll, time.Until(dl)), time.Millisecond)
 			}
-			msg.PollTimeout = durationpb.New(p.poll)
+			msg.PollTimeout = durationpb.New(p.Poll)
 		}
-		resp, err := rpcAcquire.invoke(bctx, s.c, p, msg, nil)
+		resp, err := wire.Acquire.Invoke(bctx, s.c.call, p, msg, nil)
 		if err != nil {
 			if serr := s.Err(); serr != nil {
 				return serr
@@ -215,20 +217,20 @@ func (l *lock) granted(token uint64, shared bool) error {
 // the background until it succeeds or the session ends, so that a wait
 // nobody listens to cannot be granted and then stick; acq stays in flight
 // until then.
-func (l *lock) withdraw(ctx context.Context, acq *seqReq) {
+func (l *lock) withdraw(ctx context.Context, acq *wire.SeqReq) {
 	s := l.s
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.c.cfg.requestTimeout)
-	err := l.cancelWait(cctx, acq.seq)
+	err := l.cancelWait(cctx, acq.Seq)
 	cancel()
 	if err == nil || s.ctx.Err() != nil || definitive(err) {
 		return
 	}
 	s.c.logger.Warn("cancel of wait failed; retrying in the background", "lock", l.name, "session", s.id, "err", err)
-	owned := acq.pass()
+	owned := acq.Pass()
 	if owned == nil {
 		return
 	}
-	s.keepTrying(func() error { return l.cancelWait(context.Background(), owned.seq) }, owned.end)
+	s.keepTrying(func() error { return l.cancelWait(context.Background(), owned.Seq) }, owned.End)
 }
 
 // cancelWait sends one Cancel (with retries).
@@ -236,10 +238,10 @@ func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
 	s := l.s
 	bctx, stop := s.bind(ctx)
 	defer stop()
-	seq := s.seqs.begin()
-	defer seq.end()
-	msg := &lockdv1.CancelRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, AcquireSeq: acquireSeq}
-	resp, err := rpcCancel.invoke(bctx, s.c, s.policy(rpcCancel.policyOf(msg)), msg, nil)
+	seq := s.seqs.Begin()
+	defer seq.End()
+	msg := &lockdv1.CancelRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, AcquireSeq: acquireSeq}
+	resp, err := wire.Cancel.Invoke(bctx, s.c.call, s.policy(wire.Cancel.PolicyOf(msg)), msg, nil)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.lose(err)
@@ -306,12 +308,12 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	}
 	bctx, stop := s.bind(ctx)
 	defer stop()
-	seq := s.seqs.begin()
-	defer seq.end()
+	seq := s.seqs.Begin()
+	defer seq.End()
 	msg := &lockdv1.CompleteRequest{
-		SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
+		SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
 	}
-	_, err := rpcComplete.invoke(bctx, s.c, s.policy(rpcComplete.policyOf(msg)), msg, nil)
+	_, err := wire.Complete.Invoke(bctx, s.c.call, s.policy(wire.Complete.PolicyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -335,10 +337,10 @@ func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	s := l.s
 	bctx, stop := s.bind(ctx)
 	defer stop()
-	seq := s.seqs.begin()
-	defer seq.end()
-	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: token}
-	_, err := rpcRelease.invoke(bctx, s.c, s.policy(rpcRelease.policyOf(msg)), msg, nil)
+	seq := s.seqs.Begin()
+	defer seq.End()
+	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: token}
+	_, err := wire.Release.Invoke(bctx, s.c.call, s.policy(wire.Release.PolicyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}

@@ -19,7 +19,7 @@ import (
 // newClient returns a client of srv, closed by t.Cleanup.
 func newClient(t testing.TB, srv *lockdtest.Server, opts ...lockd.Option) *lockd.Client {
 	t.Helper()
-	c, err := lockd.New(append([]lockd.Option{lockd.WithEndpoints(srv.URL())}, opts...)...)
+	c, err := lockd.New(append([]lockd.Option{lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"iter"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // Proclaim replaces the value this session announced as leader, without
@@ -39,10 +41,10 @@ func (l *lock) setValue(ctx context.Context, value []byte) error {
 	}
 	bctx, stop := s.bind(ctx)
 	defer stop()
-	seq := s.seqs.begin()
-	defer seq.end()
-	msg := &lockdv1.SetValueRequest{SessionId: s.id, Secret: s.secret, Seq: seq.seq, Ack: s.seqs.ack(), Name: l.name, Token: h.token, Value: value}
-	_, err := rpcSetValue.invoke(bctx, s.c, s.policy(rpcSetValue.policyOf(msg)), msg, nil)
+	seq := s.seqs.Begin()
+	defer seq.End()
+	msg := &lockdv1.SetValueRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: h.token, Value: value}
+	_, err := wire.SetValue.Invoke(bctx, s.c.call, s.policy(wire.SetValue.PolicyOf(msg)), msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}

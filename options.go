@@ -99,9 +99,10 @@ func WithHTTPClient(hc *http.Client) Option {
 // stream per endpoint, and the keepalives of all its sessions as one batch
 // per round; an endpoint where no stream can be opened (a proxy that does
 // not pass HTTP/2 cleartext) is called unary over HTTP/1.1 instead. Off,
-// every call is a unary HTTP/1.1 request. The environment variable
-// LOCKD_STREAM=off (or on) sets the default: the escape hatch when a proxy
-// breaks streams in a way the fallback does not detect.
+// every call is a unary HTTP/1.1 request: the escape hatch when a proxy
+// breaks streams in a way the fallback does not detect. The package reads
+// no environment; the lockd command turns the stream off with
+// LOCKD_STREAM=off.
 func WithStream(on bool) Option {
 	return func(c *config) error {
 		c.stream = on

@@ -54,14 +54,14 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := len(c.eps); got != 2 {
+	if got := len(c.eps.All()); got != 2 {
 		t.Errorf("got %d endpoints, want 2 (duplicates removed)", got)
 	}
 	c, err = New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.eps[0].url, DefaultEndpoint; got != want {
+	if got, want := c.eps.All()[0].URL, DefaultEndpoint; got != want {
 		t.Errorf("default endpoint %q, want %q", got, want)
 	}
 	if got, want := c.cfg.requestTimeout, 5*time.Second; got != want {

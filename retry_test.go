@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -37,8 +38,8 @@ func TestRetryRotatesEndpoints(t *testing.T) {
 		if got := len(up.callsOf("Status")); got != 1 {
 			t.Errorf("up endpoint called %d times, want 1", got)
 		}
-		if waited := time.Since(start); waited > retrySchedule.Base {
-			t.Errorf("first retry after %v, want at most %v", waited, retrySchedule.Base)
+		if waited := time.Since(start); waited > wire.RetrySchedule.Base {
+			t.Errorf("first retry after %v, want at most %v", waited, wire.RetrySchedule.Base)
 		}
 		// The working endpoint stays preferred.
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
@@ -72,7 +73,7 @@ func TestRetryCtxEndsMidRetry(t *testing.T) {
 			t.Errorf("only %d attempts in 3s", n)
 		}
 		// Backoff grows: no more attempts than with the base delay throughout.
-		if n > int(3*time.Second/retrySchedule.Base) {
+		if n > int(3*time.Second/wire.RetrySchedule.Base) {
 			t.Errorf("%d attempts in 3s: backoff not applied", n)
 		}
 	})
@@ -105,7 +106,7 @@ func TestRetryAttemptTimeout(t *testing.T) {
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		if got := time.Since(start); got < time.Second || got > time.Second+retrySchedule.Base {
+		if got := time.Since(start); got < time.Second || got > time.Second+wire.RetrySchedule.Base {
 			t.Errorf("took %v, want one attempt timeout (1s) plus a short backoff", got)
 		}
 	})
@@ -278,7 +279,7 @@ func testWaitTimeoutIsNotUnavailable(t *testing.T) {
 	}
 	// Start the next call at the dead endpoint.
 	c.mu.Lock()
-	c.cur = 0
+	c.eps.SetCurrent(0)
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
@@ -347,12 +348,10 @@ func TestRetryPassesOverHungEndpoint(t *testing.T) {
 		if _, err := c.Service().Status(ctx, connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := time.Since(start), time.Second+retrySchedule.Base; got > want {
+		if got, want := time.Since(start), time.Second+wire.RetrySchedule.Base; got > want {
 			t.Errorf("took %v with a 2s deadline, want at most %v (half the deadline, then the next endpoint)", got, want)
 		}
-		c.mu.Lock()
-		c.cur = 0 // as if a hint had named the hung endpoint
-		c.mu.Unlock()
+		c.eps.SetCurrent(0) // as if a hint had named the hung endpoint
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
@@ -360,15 +359,13 @@ func TestRetryPassesOverHungEndpoint(t *testing.T) {
 			t.Errorf("hung endpoint called %d times, want once: it did not answer lately", got)
 		}
 		// After a while it is tried again.
-		time.Sleep(silentFor)
-		c.mu.Lock()
-		c.cur = 0
-		c.mu.Unlock()
+		time.Sleep(wire.SilentFor)
+		c.eps.SetCurrent(0)
 		if _, err := c.Service().Status(t.Context(), connect.NewRequest(&lockdv1.StatusRequest{})); err != nil {
 			t.Fatal(err)
 		}
 		if got := len(hung.callsOf("Status")); got != 2 {
-			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, silentFor)
+			t.Errorf("hung endpoint called %d times, want twice: tried again after %v", got, wire.SilentFor)
 		}
 	})
 }

@@ -13,8 +13,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/label"
+	"github.com/lockd-dev/lockd/internal/lease"
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // Session is a lease on the lockd cluster, kept alive in the background.
@@ -42,12 +45,12 @@ type Session struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
-	ka       chan kaResult // outcomes of batched keepalive rounds
-	seqs     seqTracker
+	ren      *wire.Renewal // the keepalive scheduler's view, made by the loop's first renew
+	seqs     wire.SeqTracker
 	bg       sync.WaitGroup
 
 	mu         sync.Mutex
-	lease      lease
+	lease      clientLease
 	timer      *time.Timer // fires at lease.deadline
 	err        error
 	closing    bool // Close was called
@@ -120,9 +123,9 @@ func (c *Client) createSession(ctx context.Context, cfg sessionConfig) (*Session
 	// An answer that takes longer than the lease's whole client deadline
 	// would create a session already lost: give up on such an attempt in
 	// time to try another endpoint.
-	p := rpcCreateSession.policyOf(msg)
-	p.timeout = retry.LeaseDeadline(sent, cfg.ttl).Sub(sent)
-	resp, err := rpcCreateSession.invoke(ctx, c, p, msg, nil)
+	p := wire.CreateSession.PolicyOf(msg)
+	p.Timeout = lease.ClientDeadline(sent, cfg.ttl).Sub(sent)
+	resp, err := wire.CreateSession.Invoke(ctx, c.call, p, msg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -142,10 +145,9 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 	s := &Session{
 		c: c, id: id, ttl: ttl, owner: owner, deadlineFn: deadlineFn,
 		loopDone: make(chan struct{}),
-		ka:       make(chan kaResult, 1),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	s.lease.sent, s.lease.deadline = sent, retry.LeaseDeadline(sent, ttl)
+	s.lease.sent, s.lease.deadline = sent, lease.ClientDeadline(sent, ttl)
 	if !time.Now().Before(s.lease.deadline) {
 		s.lease.lost = true
 		s.err = s.lostError("the session was confirmed after its client deadline")
@@ -285,17 +287,17 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	seq := s.seqs.begin()
-	defer seq.end()
-	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.seq, Secret: s.secret}
+	seq := s.seqs.Begin()
+	defer seq.End()
+	msg := &lockdv1.CloseSessionRequest{SessionId: s.id, Seq: seq.Seq, Secret: s.secret}
 	// Each attempt gets a keepalive's time and abandons a node that does
 	// not answer in it, as a keepalive does: the keepalives have stopped,
 	// so nothing else would notice a node that froze (a paused leader)
 	// and the holds would stay until the session expired. A re-sent
 	// CloseSession keeps its seq: the server answers it once.
-	p := rpcCloseSession.policyOf(msg)
-	p.timeout, p.abandon = keepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
-	_, err := rpcCloseSession.invoke(ctx, s.c, p, msg, nil)
+	p := wire.CloseSession.PolicyOf(msg)
+	p.Timeout, p.Abandon = wire.KeepaliveTimeout(s.ttl, s.c.cfg.requestTimeout), true
+	_, err := wire.CloseSession.Invoke(ctx, s.c.call, p, msg, nil)
 	if errors.Is(err, ErrLeaseLost) {
 		return nil
 	}
@@ -381,7 +383,7 @@ func (s *Session) keepTrying(try func() error, done func()) {
 	go func() {
 		defer s.bg.Done()
 		defer done()
-		r := retry.New(s.ctx, retrySchedule)
+		r := retry.New(s.ctx, wire.RetrySchedule)
 		for r.Next() {
 			if err := try(); err == nil || definitive(err) {
 				return
@@ -402,8 +404,8 @@ func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc
 
 // policy bounds the attempts of one of the session's calls by its lease:
 // an answer that comes after the lease deadline is of no use.
-func (s *Session) policy(p policy) policy {
-	p.until = s.Deadline
+func (s *Session) policy(p wire.Policy) wire.Policy {
+	p.Until = s.Deadline
 	return p
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/lockd-dev/lockd/internal/retry"
+	"github.com/lockd-dev/lockd/internal/lease"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -18,20 +18,20 @@ func TestLeaseConfirm(t *testing.T) {
 	const ttl = 3 * time.Second
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	l := lease{sent: t0, deadline: retry.LeaseDeadline(t0, ttl)}
+	l := clientLease{sent: t0, deadline: lease.ClientDeadline(t0, ttl)}
 
 	// A newer confirmation moves the deadline.
 	if !l.confirm(at(time.Second), ttl, at(1100*time.Millisecond)) {
 		t.Fatal("confirmation of a newer keepalive did not move the deadline")
 	}
-	if got, want := l.deadline, retry.LeaseDeadline(at(time.Second), ttl); !got.Equal(want) {
+	if got, want := l.deadline, lease.ClientDeadline(at(time.Second), ttl); !got.Equal(want) {
 		t.Errorf("deadline %v, want %v", got, want)
 	}
 	// A late reply to an older keepalive never moves it back.
 	if l.confirm(at(500*time.Millisecond), ttl, at(1200*time.Millisecond)) {
 		t.Error("reply to an older keepalive moved the deadline")
 	}
-	if got, want := l.deadline, retry.LeaseDeadline(at(time.Second), ttl); !got.Equal(want) {
+	if got, want := l.deadline, lease.ClientDeadline(at(time.Second), ttl); !got.Equal(want) {
 		t.Errorf("deadline moved back to %v, want %v", got, want)
 	}
 	// An older keepalive confirmed with a longer TTL may move it later,
@@ -101,7 +101,7 @@ func TestSessionKeepsAlive(t *testing.T) {
 				t.Errorf("keepalive %d at %v, want %v", i, ka.at.Sub(start), want.Sub(start))
 			}
 		}
-		if got, want := s.Deadline(), retry.LeaseDeadline(kas[len(kas)-1].at, ttl); !got.Equal(want) {
+		if got, want := s.Deadline(), lease.ClientDeadline(kas[len(kas)-1].at, ttl); !got.Equal(want) {
 			t.Errorf("deadline %v, want %v", got.Sub(start), want.Sub(start))
 		}
 		got := dls.all()
@@ -174,7 +174,7 @@ func TestSessionLostBeforeServer(t *testing.T) {
 				lost := time.Now()
 				mu.Lock()
 				serverDeadline := lastReceived.Add(ttl) // plus grace, in reality
-				want := retry.LeaseDeadline(lastReceived, ttl)
+				want := lease.ClientDeadline(lastReceived, ttl)
 				mu.Unlock()
 				if !lost.Equal(want) {
 					t.Errorf("lost at %v after the last confirmed keepalive, want %v", lost.Sub(lastReceived), want.Sub(lastReceived))
@@ -273,7 +273,7 @@ func TestSessionJeopardy(t *testing.T) {
 				t.Fatalf("keepalives at %v, want %v first", got, want)
 			}
 		}
-		if dl, want := s.Deadline(), retry.LeaseDeadline(start.Add(2500*ms), ttl); !dl.Equal(want) {
+		if dl, want := s.Deadline(), lease.ClientDeadline(start.Add(2500*ms), ttl); !dl.Equal(want) {
 			t.Errorf("deadline %v, want %v", dl.Sub(start), want.Sub(start))
 		}
 		if err := s.Close(t.Context()); err != nil {

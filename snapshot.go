@@ -12,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/endpoint"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // snapshotTimeout bounds one attempt of a snapshot download, which carries
@@ -31,7 +33,7 @@ const maxSnapshotBytes = 1 << 30
 // whole snapshot arrived, so a failed call writes nothing.
 func (c *Client) Snapshot(ctx context.Context, dst io.Writer) (int64, error) {
 	var data []byte
-	err := c.do(ctx, policy{idempotent: true, timeout: snapshotTimeout}, "", func(ctx context.Context, n *node) error {
+	err := c.call.Do(ctx, wire.Policy{Idempotent: true, Timeout: snapshotTimeout}, "", func(ctx context.Context, n *wire.Node) error {
 		b, err := c.download(ctx, n)
 		if err != nil {
 			return err
@@ -53,8 +55,8 @@ var errPlainRedirect = errors.New("plaintext redirect")
 // download makes one snapshot attempt at n. Its errors are shaped like the
 // API's (a *connect.Error with a code), so that the retry loop judges them
 // the same way.
-func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.url+"/v1/snapshot", nil)
+func (c *Client) download(ctx context.Context, n *wire.Node) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL+"/v1/snapshot", nil)
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
@@ -83,7 +85,7 @@ func (c *Client) download(ctx context.Context, n *node) ([]byte, error) {
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	defer resp.Body.Close()
-	if err := c.checkCluster(n, resp.Header.Get(endpoint.ClusterIDHeader)); err != nil {
+	if err := c.eps.CheckCluster(n, resp.Header.Get(endpoint.ClusterIDHeader)); err != nil {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {

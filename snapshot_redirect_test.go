@@ -13,6 +13,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 // TestSnapshotRefusesPlaintextRedirect: a snapshot call made over TLS does
@@ -36,7 +38,7 @@ func TestSnapshotRefusesPlaintextRedirect(t *testing.T) {
 	defer tlsSrv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(tlsSrv.Certificate())
-	c, err := lockd.New(lockd.WithEndpoints(tlsSrv.URL), lockd.WithTLSConfig(&tls.Config{RootCAs: pool}),
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(tlsSrv.URL), lockd.WithTLSConfig(&tls.Config{RootCAs: pool}),
 		lockd.WithToken("secret-token"), lockd.WithStream(false))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // A stream being opened to a node that accepts connections and never
@@ -43,14 +45,14 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	ep := c.eps[0]
+	ep := c.eps.All()[0]
 
 	long, cancelLong := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancelLong()
 	var opener sync.WaitGroup
 	defer opener.Wait()
 	defer cancelLong()
-	opener.Go(func() { _, _ = c.openStream(long, ep) })
+	opener.Go(func() { _, _ = c.call.OpenStream(long, ep) })
 	select {
 	case <-dialed: // the open is under way, waiting for an answer
 	case <-time.After(10 * time.Second):
@@ -60,7 +62,7 @@ func TestStreamOpenDoesNotHoldEndpoint(t *testing.T) {
 	short, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := c.openStream(short, ep); err == nil {
+	if _, err := c.call.OpenStream(short, ep); err == nil {
 		t.Fatal("opened a stream to a node that never answers")
 	}
 	if waited := time.Since(start); waited > 3*time.Second {
@@ -80,7 +82,7 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 			batch = append(batch, &Session{id: randomID(), secret: strings.Repeat("s", secretLen)})
 		}
 		seen := 0
-		for _, f := range splitBatch(batch) {
+		for _, f := range wire.SplitBatch(batch, sessionEntry) {
 			frame := &lockdv1.KeepAliveBatch{}
 			for _, s := range f {
 				if s != batch[seen] {
@@ -90,7 +92,7 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 				frame.Sessions = append(frame.Sessions, &lockdv1.KeepAliveRequest{SessionId: s.id, Secret: s.secret})
 			}
 			req := &lockdv1.StreamRequest{CallId: math.MaxUint64, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: frame}}
-			if n := proto.Size(req); n > serverLimit || len(f) > maxBatch || len(f) == 0 {
+			if n := proto.Size(req); n > serverLimit || len(f) > wire.MaxBatch || len(f) == 0 {
 				t.Fatalf("secret %d: frame of %d sessions is %d bytes (limit %d)", secretLen, len(f), n, serverLimit)
 			}
 		}
@@ -99,3 +101,6 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 		}
 	}
 }
+
+// sessionEntry is what a session puts in a KeepAliveBatch frame.
+func sessionEntry(s *Session) (id, secret string) { return s.id, s.secret }

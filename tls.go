@@ -3,13 +3,13 @@ package lockd
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // This file is the client's TLS: the options, and the transports' TLS
@@ -87,7 +87,7 @@ func (c *config) setTLS(t *http.Transport, protos []string) {
 	switch {
 	case c.tlsFiles != nil:
 		// The handshake runs over t.DialContext, read at dial time, so
-		// that the connection tracker (abandon.go), installed after this,
+		// that the connection tracker (internal/wire), installed after this,
 		// sees the TCP connection beneath TLS and net/http gets the
 		// *tls.Conn itself (resp.TLS set, HTTP/2 by ALPN).
 		st := c.tlsFiles
@@ -106,7 +106,7 @@ func (c *config) setTLS(t *http.Transport, protos []string) {
 // dialTLS dials addr with dial (a net.Dialer's when nil) and completes a
 // TLS handshake with st's current material (certs.Store.ClientConfig: the
 // files read again when they change), within ctx.
-func dialTLS(ctx context.Context, dial dialFunc, st *certs.Store, network, addr string, protos []string) (*tls.Conn, error) {
+func dialTLS(ctx context.Context, dial wire.DialFunc, st *certs.Store, network, addr string, protos []string) (*tls.Conn, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
@@ -124,23 +124,4 @@ func dialTLS(ctx context.Context, dial dialFunc, st *certs.Store, network, addr 
 		return nil, err
 	}
 	return conn, nil
-}
-
-// tlsRefused reports whether err is a TLS handshake that failed on a
-// certificate (unknown CA, wrong name, none given where one is required)
-// or on a peer that does not speak TLS: a misconfiguration that retrying
-// does not heal, returned at once so the cause is seen.
-func tlsRefused(err error) bool {
-	var verr *tls.CertificateVerificationError
-	var alert tls.AlertError
-	var rec tls.RecordHeaderError
-	var unknown x509.UnknownAuthorityError
-	var host x509.HostnameError
-	if errors.As(err, &verr) || errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &unknown) || errors.As(err, &host) {
-		return true
-	}
-	// A TLS alert from the server (certificate required, bad
-	// certificate, unknown CA) comes as a net.OpError "remote error".
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "remote error"
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/lockd-dev/lockd/internal/retry"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // EventKind is what happened to a lock (see Event).
@@ -160,7 +162,7 @@ func (w *watcher) run(ctx context.Context) error {
 		if w.c.isClosed() {
 			return ErrClosed
 		}
-		got, err := w.stream(ctx, w.c.watchEndpoint(r.Attempt()))
+		got, err := w.stream(ctx, w.c.eps.At(r.Attempt()))
 		if errors.Is(err, ErrClusterMismatch) {
 			// Another cluster's node (a wrong endpoint, or a cluster
 			// restored from a backup): its positions mean nothing here.
@@ -192,7 +194,7 @@ func (w *watcher) run(ctx context.Context) error {
 
 // stream runs one stream on url until it breaks; got reports it received
 // something.
-func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
+func (w *watcher) stream(ctx context.Context, ep *wire.Node) (got bool, err error) {
 	got, cluster, err := w.streamOnce(ctx, ep)
 	if got || connect.CodeOf(err) != connect.CodeInvalidArgument {
 		return got, err
@@ -204,7 +206,7 @@ func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
 	if !ok || tag == "" || !strings.HasPrefix(cluster, tag) {
 		return got, err
 	}
-	w.c.logger.Debug("watch: the node takes no cluster tag in positions; resuming without it", "endpoint", ep.url)
+	w.c.logger.Debug("watch: the node takes no cluster tag in positions; resuming without it", "endpoint", ep.URL)
 	w.cursor = bare
 	got, _, err = w.streamOnce(ctx, ep)
 	return got, err
@@ -212,12 +214,12 @@ func (w *watcher) stream(ctx context.Context, ep *node) (got bool, err error) {
 
 // streamOnce is stream's one attempt; cluster is the node's answer's
 // cluster id.
-func (w *watcher) streamOnce(ctx context.Context, ep *node) (got bool, cluster string, err error) {
+func (w *watcher) streamOnce(ctx context.Context, ep *wire.Node) (got bool, cluster string, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	idle := time.AfterFunc(watchIdle, cancel)
 	defer idle.Stop()
-	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, ep.url, w.c.clientOptions()...)
+	wc := lockdv1connect.NewWatchServiceClient(w.c.h1, ep.URL, w.c.clientOptions()...)
 	st, err := wc.Watch(ctx, connect.NewRequest(&lockdv1.WatchRequest{Prefix: w.prefix, From: w.cursor, State: w.state}))
 	if err != nil {
 		return false, "", err
@@ -228,7 +230,7 @@ func (w *watcher) streamOnce(ctx context.Context, ep *node) (got bool, cluster s
 	for st.Receive() {
 		if !checked {
 			checked = true
-			if err := w.c.checkCluster(ep, st.ResponseHeader().Get(endpoint.ClusterIDHeader)); err != nil {
+			if err := w.c.eps.CheckCluster(ep, st.ResponseHeader().Get(endpoint.ClusterIDHeader)); err != nil {
 				return false, "", err
 			}
 		}
@@ -266,12 +268,4 @@ func (w *watcher) streamOnce(ctx context.Context, ep *node) (got bool, cluster s
 		err = errors.New("watch stream ended")
 	}
 	return got, "", err
-}
-
-// watchEndpoint picks the endpoint of a watch attempt: the client's current
-// one first, then the others in turn. Any node serves a watch.
-func (c *Client) watchEndpoint(attempt int) *node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.eps[(c.cur+attempt)%len(c.eps)]
 }

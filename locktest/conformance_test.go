@@ -45,7 +45,7 @@ func ctx(t *testing.T) context.Context {
 // openLockd starts an in-process lockd server; each Open is a new session.
 func openLockd(t *testing.T) func(t *testing.T) lockd.Backend {
 	srv := lockdtest.New(t)
-	c, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}

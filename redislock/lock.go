@@ -13,11 +13,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/lease"
 	"github.com/lockd-dev/lockd/internal/retry"
 )
 
 // A hold confirmed by a request first sent at sent is given up at lockd's
-// client deadline (docs/design.md), retry.LeaseDeadline: sent + TTL·(1 − 1 %) −
+// client deadline (docs/design.md), lease.ClientDeadline: sent + TTL·(1 − 1 %) −
 // max(100 ms, 2 % TTL), and never later than the Redlock validity end
 // sent + TTL − (TTL·1 % + 2 ms). Redis set the key's expiry when it
 // received the request, after sent, so the client gives up strictly before
@@ -36,16 +37,16 @@ var waitSchedule = retry.Backoff{Base: 10 * time.Millisecond, Cap: time.Second}
 // holdDeadline returns the client-side end of a hold confirmed by a request
 // first sent at sent.
 func holdDeadline(sent time.Time, ttl time.Duration) time.Time {
-	lease := retry.LeaseDeadline(sent, ttl)
+	deadline := lease.ClientDeadline(sent, ttl)
 	validity := sent.Add(ttl - drift(ttl))
-	if validity.Before(lease) {
+	if validity.Before(deadline) {
 		return validity
 	}
-	return lease
+	return deadline
 }
 
 // drift is Redlock's allowance for clock drift between client and servers.
-func drift(ttl time.Duration) time.Duration { return retry.Drift(ttl) + driftConst }
+func drift(ttl time.Duration) time.Duration { return lease.Drift(ttl) + driftConst }
 
 // newOwner returns a random 128-bit owner value.
 func newOwner() string {
@@ -335,7 +336,7 @@ func (l *lock) confirm(h *hold, sent time.Time) bool {
 func (l *lock) watchdog(h *hold, sent time.Time) {
 	defer close(h.done)
 	ttl := l.b.cfg.ttl
-	next := sent.Add(retry.RenewInterval(ttl))
+	next := sent.Add(lease.RenewInterval(ttl))
 	for {
 		t := time.NewTimer(time.Until(next))
 		select {
@@ -358,13 +359,13 @@ func (l *lock) watchdog(h *hold, sent time.Time) {
 			if !l.confirm(h, sent) {
 				return
 			}
-			next = sent.Add(retry.RenewInterval(ttl))
+			next = sent.Add(lease.RenewInterval(ttl))
 		case errors.Is(err, errGone):
 			l.lose(h, "renewal found the key gone or owned by another (expired, evicted or flushed)")
 			return
 		default:
 			l.b.logger().Warn("lock renewal failed", "lock", l.name, "err", err)
-			next = time.Now().Add(retry.JeopardyInterval(ttl))
+			next = time.Now().Add(lease.JeopardyInterval(ttl))
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 // TestMain lets the test binary stand in for the chaos binary: the tool
@@ -195,7 +197,7 @@ func checkWallOffset(ctx context.Context, t *testing.T, c *cluster) {
 		}
 		defer os.Remove(n.wall)
 	}
-	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints()...))
+	cl, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(c.endpoints()...))
 	if err != nil {
 		t.Fatal(err)
 	}

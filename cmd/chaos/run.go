@@ -232,7 +232,7 @@ func schedule(cfg *config, rng *rand.Rand) []string {
 // clients stopped: a lock still held or stuck past the bound is a
 // liveness violation.
 func probeLocks(ctx context.Context, c *cluster, locks []string, bound time.Duration) error {
-	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints()...))
+	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints()...), streamOption())
 	if err != nil {
 		return err
 	}

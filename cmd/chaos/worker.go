@@ -124,7 +124,7 @@ func runWorker(ctx context.Context, c *workerConfig) error {
 	ctx, cancel := context.WithDeadline(ctx, c.until)
 	defer cancel()
 	rep := newReporter(c.register, c.slot)
-	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints...), lockd.WithRequestTimeout(time.Second))
+	cl, err := lockd.New(lockd.WithEndpoints(c.endpoints...), lockd.WithRequestTimeout(time.Second), streamOption())
 	if err != nil {
 		return err
 	}
@@ -291,4 +291,16 @@ func runWrite(ctx context.Context, args []string) error {
 		pause(ctx, 15*time.Millisecond)
 	}
 	return nil
+}
+
+// streamOption turns the Go clients' session stream off when
+// $LOCKD_STREAM is off, 0 or false (as for the lockd command), so that a
+// run under LOCKD_STREAM=off tests the unary calls: the client library
+// reads no environment.
+func streamOption() lockd.Option {
+	switch strings.TrimSpace(os.Getenv("LOCKD_STREAM")) {
+	case "off", "0", "false":
+		return lockd.WithStream(false)
+	}
+	return lockd.WithStream(true)
 }

@@ -126,7 +126,7 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	eps := splitEndpoints(o.cf.endpoints)
-	d := newBenchDriver(eps)
+	d := newBenchDriver(eps, o.cf.stream)
 	if o.cf.tlsOn() {
 		if d.tls, err = o.cf.tlsConfig(); err != nil {
 			return err

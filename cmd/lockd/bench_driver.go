@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,11 +27,12 @@ import (
 type benchDriver struct {
 	endpoints []string
 	tls       *tls.Config // nil: plaintext
+	stream    bool        // the session stream ($LOCKD_STREAM)
 	dials     atomic.Int64
 }
 
-func newBenchDriver(endpoints []string) *benchDriver {
-	return &benchDriver{endpoints: endpoints}
+func newBenchDriver(endpoints []string, stream bool) *benchDriver {
+	return &benchDriver{endpoints: endpoints, stream: stream}
 }
 
 // System names lockd in the report.
@@ -44,13 +44,13 @@ func (d *benchDriver) ConnsOpened() int64 { return d.dials.Load() }
 // benchTransport is a copy of the transport lockd.New makes when it is not
 // given an HTTP client (stream.go, newTransports: with the session stream,
 // the h2c one that carries the stream and the unary calls beside it; with
-// LOCKD_STREAM=off, the HTTP/1.1 one with 256 idle connections per host,
+// LOCKD_STREAM=off (WithStream(false)), the HTTP/1.1 one with 256 idle connections per host,
 // as every queued Lock holds one), with a dialer that counts. Keep them in
 // step, or the counts describe another client than the one users run.
 func (d *benchDriver) benchTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 256
-	if benchStream() {
+	if d.stream {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetHTTP2(true)
 		tr.Protocols.SetUnencryptedHTTP2(true)
@@ -71,19 +71,9 @@ func (d *benchDriver) benchTransport() *http.Transport {
 	return tr
 }
 
-// benchStream reports whether the clients use the session stream: the
-// client's default, LOCKD_STREAM (see lockd.WithStream).
-func benchStream() bool {
-	switch os.Getenv("LOCKD_STREAM") {
-	case "off", "0", "false":
-		return false
-	}
-	return true
-}
-
 func (d *benchDriver) newLockdClient() (*benchClient, error) {
 	hc := &http.Client{Transport: d.benchTransport()}
-	c, err := lockd.New(lockd.WithEndpoints(d.endpoints...), lockd.WithHTTPClient(hc), lockd.WithStream(benchStream()))
+	c, err := lockd.New(lockd.WithEndpoints(d.endpoints...), lockd.WithHTTPClient(hc), lockd.WithStream(d.stream))
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
 	}

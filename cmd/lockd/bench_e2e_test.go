@@ -27,7 +27,7 @@ func runBench(t *testing.T, args ...string) *loadgen.Report {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: streamEnvOnly}
 	if err := m.Run(ctx, append([]string{"bench", "--json"}, args...)); err != nil {
 		t.Fatalf("lockd bench %s: %v\nstderr: %s", strings.Join(args, " "), err, stderr.String())
 	}
@@ -164,7 +164,7 @@ func TestBenchListLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: streamEnvOnly}
 	args := []string{"bench", "--json", "--endpoints", s.url, "--workload", "listlocks", "--locks", "300",
 		"--readers", "2", "--reader-rate", "50", "--rounds", "2", "--duration", "300ms", "--warmup", "100ms"}
 	if err := m.Run(ctx, args); err != nil {
@@ -195,7 +195,7 @@ func TestBenchListLocks(t *testing.T) {
 	}
 	// Bad settings are usage errors before any load.
 	for _, bad := range [][]string{{"--readers", "0"}, {"--page-size", "1001"}, {"--locks", "-1"}, {"--rounds", "0"}} {
-		err := (&Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}).Run(ctx,
+		err := (&Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: streamEnvOnly}).Run(ctx,
 			append([]string{"bench", "--endpoints", s.url, "--workload", "listlocks"}, bad...))
 		var ue usageError
 		if !errors.As(err, &ue) {

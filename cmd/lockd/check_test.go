@@ -26,7 +26,7 @@ func cliStatus(t *testing.T, url string, args ...string) (string, int) {
 
 func testSession(t *testing.T, url string) *lockd.Session {
 	t.Helper()
-	c, err := lockd.New(lockd.WithEndpoints(url))
+	c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(url))
 	if err != nil {
 		t.Fatal(err)
 	}

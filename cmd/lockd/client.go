@@ -27,6 +27,23 @@ const endpointsEnv = "LOCKD_ENDPOINTS"
 // tokenFileEnv names the default of --token-file.
 const tokenFileEnv = "LOCKD_TOKEN_FILE"
 
+// streamEnv names the environment variable that turns the client's session
+// stream off (off, 0 or false): every call then goes unary over HTTP/1.1
+// (lockd.WithStream(false)). The escape hatch when a proxy breaks streams in
+// a way the client's fallback does not detect; the library itself reads no
+// environment.
+const streamEnv = "LOCKD_STREAM"
+
+// streamOn reports whether the value of $LOCKD_STREAM leaves the session
+// stream on: anything but off, 0 or false.
+func streamOn(v string) bool {
+	switch strings.TrimSpace(v) {
+	case "off", "0", "false":
+		return false
+	}
+	return true
+}
+
 // commandEnv is what the client subcommands share.
 type commandEnv struct {
 	stdout, stderr io.Writer
@@ -44,6 +61,7 @@ type clientFlags struct {
 	connectTimeout time.Duration
 	ca, cert, key  string // TLS files (--ca, --cert, --key)
 	tokenFile      string
+	stream         bool // the session stream ($LOCKD_STREAM)
 }
 
 // Environment variables with the defaults of --ca, --cert and --key.
@@ -67,6 +85,7 @@ func (f *clientFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		}
 		return strings.TrimSpace(getenv(name))
 	}
+	f.stream = streamOn(env(streamEnv))
 	fs.StringVar(&f.ca, "ca", env(caEnv), "CA certificate (PEM) that verifies the servers; turns on TLS, https for host:port endpoints (default $"+caEnv+")")
 	fs.StringVar(&f.cert, "cert", env(certEnv), "client certificate (PEM) for servers that ask for one; needs --key; turns on TLS (default $"+certEnv+")")
 	fs.StringVar(&f.key, "key", env(keyEnv), "--cert's private key (PEM) (default $"+keyEnv+")")
@@ -128,7 +147,7 @@ func (f *clientFlags) client() (*lockd.Client, error) {
 	if f.connectTimeout < 0 {
 		return nil, usageError{fmt.Errorf("--connect-timeout %v must not be negative", f.connectTimeout)}
 	}
-	opts := []lockd.Option{lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout)}
+	opts := []lockd.Option{lockd.WithEndpoints(eps...), lockd.WithConnectTimeout(f.connectTimeout), lockd.WithStream(f.stream)}
 	if f.tlsOn() {
 		if (f.cert == "") != (f.key == "") {
 			return nil, usageError{errors.New("--cert and --key go together")}

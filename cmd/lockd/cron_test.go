@@ -62,7 +62,7 @@ func TestCronParse(t *testing.T) {
 
 func TestCronHelp(t *testing.T) {
 	var stderr bytes.Buffer
-	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: streamEnvOnly}
 	if code := m.exitStatus(m.Run(context.Background(), []string{"cron", "-h"})); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
 	}

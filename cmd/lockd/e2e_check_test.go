@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 // TestCheckAfterLeaderKill: on a three-node
@@ -17,7 +19,7 @@ import (
 func TestCheckAfterLeaderKill(t *testing.T) {
 	c := startCluster(t, 3)
 	all := c.endpoints(0, 1, 2)
-	cl, err := lockd.New(lockd.WithEndpoints(strings.Split(all, ",")...))
+	cl, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(strings.Split(all, ",")...))
 	if err != nil {
 		t.Fatal(err)
 	}

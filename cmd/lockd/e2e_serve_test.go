@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 // describedLock is the part of `lockd describe --json` the tests read.
@@ -111,7 +113,7 @@ func TestServerRestart(t *testing.T) {
 		h.token, h.session = parseToken(t, f[0]), f[1]
 	}
 	// And the Go client, TTL 3 s.
-	cl, err := lockd.New(lockd.WithEndpoints(s.url), lockd.WithRequestTimeout(time.Second))
+	cl, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(s.url), lockd.WithRequestTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

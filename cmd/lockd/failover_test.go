@@ -14,6 +14,8 @@ import (
 
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/internal/server"
+
+	"github.com/lockd-dev/lockd/lockdtest"
 )
 
 // TestFailoverUnavailability measures how long a three-node cluster of real
@@ -55,7 +57,7 @@ func TestFailoverUnavailability(t *testing.T) {
 			}
 		}
 	}()
-	client, err := lockd.New(lockd.WithEndpoints(strings.Split(c.endpoints(0, 1, 2), ",")...))
+	client, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(strings.Split(c.endpoints(0, 1, 2), ",")...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -92,7 +93,7 @@ func TestRunParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			c := &RunCommand{Stderr: io.Discard, Getenv: func(string) string { return "" }}
+			c := &RunCommand{Stderr: io.Discard, Getenv: streamEnvOnly}
 			f, err := c.parse(tt.args)
 			if tt.wantErr != "" {
 				var ue usageError
@@ -165,7 +166,7 @@ func TestExitStatus(t *testing.T) {
 
 func TestMainUsage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: streamEnvOnly}
 	var ue usageError
 	if err := m.Run(context.Background(), nil); !errors.As(err, &ue) {
 		t.Errorf("no command: got %v, want a usage error", err)
@@ -236,7 +237,7 @@ func TestStatusVoter(t *testing.T) {
 // lockd run -h shows a synopsis, the flags and the exit statuses, and exits 0.
 func TestRunHelp(t *testing.T) {
 	var stderr bytes.Buffer
-	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: streamEnvOnly}
 	err := m.Run(context.Background(), []string{"run", "-h"})
 	if code := m.exitStatus(err); code != 0 {
 		t.Errorf("exit status %d, want 0", code)
@@ -256,5 +257,31 @@ func TestRunHelp(t *testing.T) {
 	err = m.Run(context.Background(), []string{"run", "--bogus", "x", "--", "true"})
 	if code := m.exitStatus(err); code != exitUsage || stderr.String() != "lockd: flag provided but not defined: -bogus\n" {
 		t.Errorf("bad flag: exit status %d, stderr %q", code, stderr.String())
+	}
+}
+
+// streamEnvOnly is an empty environment but for $LOCKD_STREAM, which the
+// tests pass on so that CI's LOCKD_STREAM=off pass runs the in-process
+// commands over unary calls too (the client library reads no environment).
+func streamEnvOnly(k string) string {
+	if k == streamEnv {
+		return os.Getenv(streamEnv)
+	}
+	return ""
+}
+
+func TestStreamEnv(t *testing.T) {
+	for v, want := range map[string]bool{"": true, "on": true, "off": false, "0": false, "false": false, " off ": false} {
+		fs := newFlagSet("test", io.Discard)
+		var cf clientFlags
+		cf.register(fs, func(k string) string {
+			if k == streamEnv {
+				return v
+			}
+			return ""
+		})
+		if cf.stream != want {
+			t.Errorf("%s=%q: stream %v, want %v", streamEnv, v, cf.stream, want)
+		}
 	}
 }

@@ -82,7 +82,7 @@ func TestLeaderParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			c := &LeaderCommand{env: commandEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}}
+			c := &LeaderCommand{env: commandEnv{stdout: io.Discard, stderr: io.Discard, getenv: streamEnvOnly}}
 			f, err := c.parse(tt.args)
 			if tt.wantErr != "" {
 				var ue usageError
@@ -140,7 +140,7 @@ func TestClusterCommandsUnreachable(t *testing.T) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stderr strings.Builder
-			m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+			m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: streamEnvOnly}
 			start := time.Now()
 			code := m.exitStatus(m.Run(context.Background(), args))
 			if took := time.Since(start); took > 5*time.Second {

@@ -20,7 +20,7 @@ import (
 )
 
 func TestRunRedisParse(t *testing.T) {
-	c := &RunCommand{Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	c := &RunCommand{Stderr: io.Discard, Getenv: streamEnvOnly}
 	f, err := c.parse([]string{"--backend", "redis://a:1,redis://b:2", "--backend", "redis://c:3", "x", "--", "true"})
 	if err != nil {
 		t.Fatal(err)
@@ -42,13 +42,13 @@ func TestRunRedisParse(t *testing.T) {
 		}
 	}
 	// lockd elect has no Redis form: its value and observers live in lockd.
-	e := &RunCommand{Stderr: io.Discard, Getenv: func(string) string { return "" }, elect: true}
+	e := &RunCommand{Stderr: io.Discard, Getenv: streamEnvOnly, elect: true}
 	var ue usageError
 	if _, err := e.parse([]string{"--backend", "redis://a:1", "x", "v", "--", "true"}); !errors.As(err, &ue) {
 		t.Errorf("elect --backend: got %v, want a usage error", err)
 	}
 	var stderr bytes.Buffer
-	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	m := &Main{Stdout: io.Discard, Stderr: &stderr, Getenv: streamEnvOnly}
 	_ = m.Run(context.Background(), []string{"run", "-h"})
 	for _, want := range []string{"-backend", "Backends (--backend):", "NO fencing token", "asynchronous replica"} {
 		if !strings.Contains(stderr.String(), want) {

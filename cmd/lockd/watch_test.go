@@ -36,7 +36,7 @@ func TestWatchCommand(t *testing.T) {
 	srv := lockdtest.New(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cl, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	cl, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestWatchCommandForeignPosition(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	churn := func(url string, n int) *lockd.Client {
-		cl, err := lockd.New(lockd.WithEndpoints(url))
+		cl, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(url))
 		if err != nil {
 			t.Fatal(err)
 		}

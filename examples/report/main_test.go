@@ -18,7 +18,7 @@ import (
 // report is built once; the four waiters read the builder's result.
 func TestReportBuiltOnce(t *testing.T) {
 	srv := lockdtest.New(t)
-	obs, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	obs, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestPausedHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pause.Resume(); ca.Close(context.Background()) })
-	cb, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	cb, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 // Package lease keeps the leader-side deadlines of timed entries: session
 // leases, and (in managers of their own, without grace) completion marks
-// and lock-delays.
+// and lock-delays. It also holds the lease rule's client half beside the
+// server half (rule.go), so that the safety invariant between them is read
+// and tested in one place.
 //
 // Deadlines live on the leader, not in the Raft log: a KeepAlive moves a
 // session's deadline to receive time + TTL + grace on the leader's monotonic
@@ -106,7 +108,7 @@ func (m *Manager) Promote(term uint64, entries []Entry) {
 	es := make([]entry, len(entries))
 	for i, s := range entries {
 		e := &es[i]
-		d := now.Add(s.TTL + m.grace)
+		d := ServerExpiry(now, s.TTL, m.grace)
 		*e = entry{id: s.ID, ttl: s.TTL, revoked: s.Revoked, deadline: d, when: d, index: len(m.heap)}
 		m.entries[s.ID] = e
 		m.heap = append(m.heap, e)
@@ -213,7 +215,7 @@ func (m *Manager) Created(id string, ttl time.Duration) {
 	if !m.active || m.entries[id] != nil {
 		return
 	}
-	d := now.Add(ttl + m.grace)
+	d := ServerExpiry(now, ttl, m.grace)
 	e := &entry{id: id, ttl: ttl, deadline: d, when: d}
 	m.entries[id] = e
 	m.push(e)
@@ -261,7 +263,7 @@ func (m *Manager) KeepAlive(id string, received time.Time) (time.Duration, error
 	case e.revoked:
 		return 0, ErrRevoked
 	}
-	if d := received.Add(e.ttl + m.grace); d.After(e.deadline) {
+	if d := ServerExpiry(received, e.ttl, m.grace); d.After(e.deadline) {
 		// The entry stays in the heap at its older when; fire moves it.
 		e.deadline = d
 	}

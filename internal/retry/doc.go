@@ -1,8 +1,8 @@
-// Package retry holds the timing rules every lockd client shares: how it
+// Package retry holds the retry schedule every lockd client shares: how it
 // waits between failed attempts (a Retrier: exponential backoff with full
-// jitter, bounded by the caller's context), how long a confirmed lease may
-// be trusted (LeaseDeadline), and when it is renewed (RenewInterval,
-// JeopardyInterval). The Go client (package lockd), the
-// Redis backends (package redislock) and a server joining a cluster use
-// them, so that one schedule and one safety rule exist, not one per caller.
+// jitter, bounded by the caller's context). The Go client (package lockd),
+// the Redis backends (package redislock) and a server joining a cluster use
+// it, so that one schedule exists, not one per caller. The lease rule (how
+// long a confirmed lease may be trusted, when it is renewed) lives beside
+// its server half in internal/lease.
 package retry

@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lockd-dev/lockd/internal/auth"
+	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -155,55 +157,24 @@ type access struct {
 	member string // the member concerned, for the audit log
 }
 
-// accessOf maps a request message to what it needs; op names a call it
-// does not know (Status, health), which any caller with valid credentials
-// may make.
+// accessOf maps a request message to what it needs, from its row of the
+// method table (internal/rpcs); op names a call the table does not know
+// (health), which any caller with valid credentials may make.
 func accessOf(msg any, op string) *access {
-	switch m := msg.(type) {
-	case *lockdv1.CreateSessionRequest:
-		return &access{op: "CreateSession", perm: auth.Lock, any: true}
-	case *lockdv1.KeepAliveRequest:
-		return &access{op: "KeepAlive", perm: auth.Lock, any: true}
-	case *lockdv1.KeepAliveBatch:
-		return &access{op: "KeepAlive", perm: auth.Lock, any: true}
-	case *lockdv1.CloseSessionRequest:
-		return &access{op: "CloseSession", perm: auth.Lock, any: true}
-	case *lockdv1.AcquireRequest:
-		return &access{op: "Acquire", perm: auth.Lock, name: m.Name}
-	case *lockdv1.ReleaseRequest:
-		return &access{op: "Release", perm: auth.Lock, name: m.Name}
-	case *lockdv1.CancelRequest:
-		return &access{op: "Cancel", perm: auth.Lock, name: m.Name}
-	case *lockdv1.CompleteRequest:
-		return &access{op: "Complete", perm: auth.Lock, name: m.Name}
-	case *lockdv1.SetValueRequest:
-		return &access{op: "SetValue", perm: auth.Lock, name: m.Name}
-	case *lockdv1.WatchRequest:
-		return &access{op: "Watch", perm: auth.Read, name: m.Prefix}
-	case *lockdv1.CheckTokenRequest:
-		return &access{op: "CheckToken", perm: auth.Read, name: m.Name}
-	case *lockdv1.DescribeLockRequest:
-		return &access{op: "DescribeLock", perm: auth.Read, name: m.Name}
-	case *lockdv1.ListLocksRequest:
-		return &access{op: "ListLocks", perm: auth.Read, name: m.Prefix}
-	case *lockdv1.ListSessionsRequest:
-		// Sessions of every prefix: read on every name.
-		return &access{op: "ListSessions", perm: auth.Read, name: ""}
-	case *lockdv1.ClearMarkRequest:
-		return &access{op: "ClearMark", perm: auth.Admin, name: m.Name, admin: true}
-	case *lockdv1.ForceReleaseRequest:
-		return &access{op: "ForceRelease", perm: auth.Admin, name: m.Name, admin: true}
-	case *lockdv1.JoinRequest:
-		return &access{op: "Join", perm: auth.Admin, admin: true, member: m.NodeId}
-	case *lockdv1.RemoveMemberRequest:
-		return &access{op: "RemoveMember", perm: auth.Admin, admin: true, member: m.NodeId}
-	case *lockdv1.TransferLeadershipRequest:
-		return &access{op: "TransferLeadership", perm: auth.Admin, admin: true, member: m.NodeId}
-	case snapshotRequest:
+	if _, ok := msg.(snapshotRequest); ok {
 		return &access{op: "SnapshotSave", perm: auth.Admin, admin: true}
 	}
-	return &access{op: op}
+	pm, _ := msg.(proto.Message)
+	m := rpcs.For(pm)
+	if m == nil {
+		return &access{op: op}
+	}
+	return &access{op: m.Name, perm: permOf[m.Perm], name: m.SubjectOf(pm), any: m.AnyName,
+		admin: m.Perm == rpcs.Admin, member: m.MemberOf(pm)}
 }
+
+// permOf maps the table's permissions to the auth file's.
+var permOf = [...]auth.Perm{rpcs.Open: 0, rpcs.Read: auth.Read, rpcs.Lock: auth.Lock, rpcs.Admin: auth.Admin}
 
 // snapshotRequest stands for GET /v1/snapshot in accessOf.
 type snapshotRequest struct{}

@@ -191,7 +191,7 @@ func TestAuthPermissions(t *testing.T) {
 	_, err = cl(readerToken).TransferLeadership(ctx, connect.NewRequest(&lockdv1.TransferLeadershipRequest{}))
 	wantCode(t, "reader transfers leadership", err, connect.CodePermissionDenied)
 	snap := func(token string) error {
-		c, err := lockd.New(lockd.WithEndpoints(srv.URL()), lockd.WithToken(token))
+		c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()), lockd.WithToken(token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestGoClientToken(t *testing.T) {
 			}
 		})
 	}
-	nobody, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	nobody, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestGoClientToken(t *testing.T) {
 		}
 		return errors.New("watch ended without an event")
 	}
-	billing, err := lockd.New(lockd.WithEndpoints(srv.URL()), lockd.WithToken(billingToken))
+	billing, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()), lockd.WithToken(billingToken))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func benchCluster(b *testing.B, name func(w int) string) {
 	li := c.leaderIndex()
 	urls := c.urls()
 	eps := append([]string{urls[li]}, append(urls[:li:li], urls[li+1:]...)...)
-	cl, err := lockd.New(lockd.WithEndpoints(eps...))
+	cl, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(eps...))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestFloodFairness(t *testing.T) {
 	}
 	var goods []goodClient
 	for i := range goodClients {
-		c, err := lockd.New(lockd.WithEndpoints(srv.URL()), lockd.WithToken("good-token"))
+		c, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()), lockd.WithToken("good-token"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestFloodFairness(t *testing.T) {
 
 	idle, idleFailed := measure(phase)
 
-	fc, err := lockd.New(lockd.WithEndpoints(srv.URL()), lockd.WithToken("flood-token"))
+	fc, err := lockd.New(lockd.WithStream(lockdtest.Stream()), lockd.WithEndpoints(srv.URL()), lockd.WithToken("flood-token"))
 	if err != nil {
 		t.Fatal(err)
 	}

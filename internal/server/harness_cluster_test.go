@@ -576,7 +576,7 @@ func (c *tcluster) newClient(name string, opts ...lockd.Option) *lockd.Client {
 	// calls go over the stream (unless LOCKD_STREAM=off).
 	hc := &http.Client{Transport: &chaosTransport{net: c.net, from: name, base: c.newBase(streamOn())}}
 	all := append([]lockd.Option{
-		lockd.WithEndpoints(c.urls()...), lockd.WithHTTPClient(hc),
+		lockd.WithEndpoints(c.urls()...), lockd.WithHTTPClient(hc), lockd.WithStream(streamOn()),
 		lockd.WithRequestTimeout(c.opts.request), lockd.WithRetryTimeout(5 * time.Second),
 	}, opts...)
 	cl, err := lockd.New(all...)

@@ -122,7 +122,7 @@ func replicates(t *testing.T, p *testPKI, name string, nodes ...*Server) {
 	for _, s := range nodes {
 		urls = append(urls, s.URL())
 	}
-	cl, err := lockd.New(lockd.WithEndpoints(urls...), lockd.WithTLSFiles(p.caFile, crt, key))
+	cl, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(urls...), lockd.WithTLSFiles(p.caFile, crt, key))
 	if err != nil {
 		t.Fatal(err)
 	}

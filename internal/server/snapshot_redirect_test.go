@@ -40,7 +40,7 @@ func TestSnapshotRedirectKeepsToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	save := func(token string) ([]byte, error) {
-		cl, err := lockd.New(lockd.WithEndpoints(follower), lockd.WithToken(token))
+		cl, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(follower), lockd.WithToken(token))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,9 +11,11 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd/internal/auth"
+	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -48,21 +50,28 @@ type sessionAPI struct{ a *api }
 
 var _ lockdv1connect.SessionServiceHandler = (*sessionAPI)(nil)
 
-// Frame kinds: indexes in streamKinds.
-const (
-	kindCreateSession = iota
-	kindKeepAlive
-	kindAcquire
-	kindRelease
-	kindCancel
-	kindComplete
-	kindCloseSession
-	kindInvalid
-)
+// Frame kinds are indexes in streamKinds: the method table's frames
+// (internal/rpcs) in table order, then kindInvalid.
+var kindInvalid = len(rpcs.Frames())
 
 // streamKinds are the values of the kind label of
 // lockd_api_stream_frames_total, by frame kind.
-var streamKinds = [...]string{"create_session", "keep_alive", "acquire", "release", "cancel", "complete", "close_session", "invalid"}
+var streamKinds = func() []string {
+	var ks []string
+	for _, m := range rpcs.Frames() {
+		ks = append(ks, string(m.Frame))
+	}
+	return append(ks, "invalid")
+}()
+
+// kindOf is the index in streamKinds of each frame kind.
+var kindOf = func() map[*rpcs.Method]int {
+	ks := map[*rpcs.Method]int{}
+	for i, m := range rpcs.Frames() {
+		ks[m] = i
+	}
+	return ks
+}()
 
 // streamCall is a frame handed to a worker, with the pool slot it holds
 // until its answer is written.
@@ -280,63 +289,65 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 }
 
 // frameCall returns a frame's kind, its request (which guard checks like
-// the unary call's) and the call that answers it into resp. resp.Body is
-// set before the call, for the call to fill: an error replaces it.
+// the unary call's) and the call that answers it into resp: the frame's
+// row of the method table says its kind, frameHandlers serves it. An error
+// replaces the answer.
 func (h *sessionAPI) frameCall(req *lockdv1.StreamRequest, resp *lockdv1.StreamResponse, received time.Time) (int, any, func(context.Context) error) {
 	a := h.a
-	switch b := req.GetBody().(type) {
-	case *lockdv1.StreamRequest_CreateSession:
-		out := &lockdv1.StreamResponse_CreateSession{}
-		resp.Body = out
-		return kindCreateSession, b.CreateSession, rpc(a, b.CreateSession, (*api).CreateSession, &out.CreateSession)
-	case *lockdv1.StreamRequest_KeepAlive:
-		out := &lockdv1.StreamResponse_KeepAlive{}
-		resp.Body = out
-		return kindKeepAlive, b.KeepAlive, func(ctx context.Context) (err error) {
-			out.KeepAlive, err = h.keepAliveBatch(ctx, b.KeepAlive, received)
-			return err
+	m, msg := rpcs.FrameOf(req)
+	serve := frameHandlers[m]
+	if m == nil || serve == nil {
+		if req.GetBody() == nil {
+			return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a body") }
 		}
-	case *lockdv1.StreamRequest_Acquire:
-		out := &lockdv1.StreamResponse_Acquire{}
-		resp.Body = out
-		return kindAcquire, b.Acquire, rpc(a, b.Acquire, (*api).Acquire, &out.Acquire)
-	case *lockdv1.StreamRequest_Release:
-		out := &lockdv1.StreamResponse_Release{}
-		resp.Body = out
-		return kindRelease, b.Release, rpc(a, b.Release, (*api).Release, &out.Release)
-	case *lockdv1.StreamRequest_Cancel:
-		out := &lockdv1.StreamResponse_Cancel{}
-		resp.Body = out
-		return kindCancel, b.Cancel, rpc(a, b.Cancel, (*api).Cancel, &out.Cancel)
-	case *lockdv1.StreamRequest_Complete:
-		out := &lockdv1.StreamResponse_Complete{}
-		resp.Body = out
-		return kindComplete, b.Complete, rpc(a, b.Complete, (*api).Complete, &out.Complete)
-	case *lockdv1.StreamRequest_CloseSession:
-		out := &lockdv1.StreamResponse_CloseSession{}
-		resp.Body = out
-		return kindCloseSession, b.CloseSession, rpc(a, b.CloseSession, (*api).CloseSession, &out.CloseSession)
-	case nil:
-		return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a body") }
+		return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a known body") }
 	}
-	return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a known body") }
-}
-
-// rpc returns the call that runs a frame's request through the unary RPC's
-// own handler (which serves it here on the leader, forwards it from a
-// follower, or answers with the leader hint), so both paths share every
-// rule, and stores the answer in *out.
-func rpc[Req, Res any](a *api, msg *Req, call func(*api, context.Context, *connect.Request[Req]) (*connect.Response[Res], error), out **Res) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if msg == nil {
+	return kindOf[m], msg, func(ctx context.Context) error {
+		if !msg.ProtoReflect().IsValid() {
 			return a.s.invalid("empty request")
 		}
-		r, err := call(a, ctx, connect.NewRequest(msg))
+		out, err := serve(ctx, h, msg, received)
 		if err != nil {
 			return err
 		}
-		*out = r.Msg
+		m.SetAnswer(resp, out)
 		return nil
+	}
+}
+
+// frameHandler serves one frame's request.
+type frameHandler func(ctx context.Context, h *sessionAPI, msg proto.Message, received time.Time) (proto.Message, error)
+
+// frameHandlers serve each frame kind of the method table: through the
+// unary RPC's own handler (which serves it here on the leader, forwards it
+// from a follower, or answers with the leader hint), so both paths share
+// every rule; only KeepAlive has its own batched form.
+var frameHandlers = map[*rpcs.Method]frameHandler{
+	rpcs.ByName("CreateSession"): unary((*api).CreateSession),
+	rpcs.ByName("Acquire"):       unary((*api).Acquire),
+	rpcs.ByName("Release"):       unary((*api).Release),
+	rpcs.ByName("Cancel"):        unary((*api).Cancel),
+	rpcs.ByName("Complete"):      unary((*api).Complete),
+	rpcs.ByName("CloseSession"):  unary((*api).CloseSession),
+	rpcs.ByName("KeepAlive"): func(ctx context.Context, h *sessionAPI, msg proto.Message, received time.Time) (proto.Message, error) {
+		return h.keepAliveBatch(ctx, msg.(*lockdv1.KeepAliveBatch), received)
+	},
+}
+
+// unary adapts a unary handler of the API to a frame handler.
+func unary[Req, Res any, PReq interface {
+	*Req
+	proto.Message
+}, PRes interface {
+	*Res
+	proto.Message
+}](call func(*api, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) frameHandler {
+	return func(ctx context.Context, h *sessionAPI, msg proto.Message, _ time.Time) (proto.Message, error) {
+		r, err := call(h.a, ctx, connect.NewRequest((*Req)(msg.(PReq))))
+		if err != nil {
+			return nil, err
+		}
+		return PRes(r.Msg), nil
 	}
 }
 

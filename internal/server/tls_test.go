@@ -173,7 +173,7 @@ func TestTLSClusterFormsForwardsFailsOver(t *testing.T) {
 
 	crt, key := p.issue(t, certs.Client, "alice")
 	newClient := func(urls ...string) *lockd.Client {
-		cl, err := lockd.New(lockd.WithEndpoints(urls...), lockd.WithTLSFiles(p.caFile, crt, key), lockd.WithRequestTimeout(2*time.Second))
+		cl, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(urls...), lockd.WithTLSFiles(p.caFile, crt, key), lockd.WithRequestTimeout(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func TestTLSGoClient(t *testing.T) {
 	defer cancel()
 
 	crt, key := p.issue(t, certs.Client, "alice")
-	cl, err := lockd.New(lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, crt, key)))
+	cl, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, crt, key)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func TestTLSGoClient(t *testing.T) {
 		t.Error("no acquire frame on a session stream over TLS")
 	}
 
-	anon, err := lockd.New(lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, "", "")))
+	anon, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(host), lockd.WithTLSConfig(p.tlsConfigFor(t, "", "")))
 	if err != nil {
 		t.Fatal(err)
 	}

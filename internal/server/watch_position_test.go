@@ -249,7 +249,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 	defer cancel()
 	a := startServer(t, testConfig(t.TempDir()))
 	defer a.Close()
-	ca, err := lockd.New(lockd.WithEndpoints(a.URL()))
+	ca, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(a.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 	cfg.Restore = file
 	b := startServer(t, cfg)
 	defer b.Close()
-	cb, err := lockd.New(lockd.WithEndpoints(b.URL()))
+	cb, err := lockd.New(lockd.WithStream(streamOn()), lockd.WithEndpoints(b.URL()))
 	if err != nil {
 		t.Fatal(err)
 	}

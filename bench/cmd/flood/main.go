@@ -92,7 +92,7 @@ func hammer(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var cs []*lockd.Client
 	for range max(*clients, 1) {
-		c, err := lockd.New(lockd.WithEndpoints(*endpoint), lockd.WithTokenFile(*tokenFile))
+		c, err := lockd.New(lockd.WithEndpoints(*endpoint), lockd.WithTokenFile(*tokenFile), lockd.WithStream(streamOn()))
 		if err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func good(ctx context.Context, args []string, out io.Writer) error {
 	}
 	var ms []*lockd.Mutex
 	for i := range *clients {
-		c, err := lockd.New(lockd.WithEndpoints(*endpoint), lockd.WithTokenFile(*tokenFile))
+		c, err := lockd.New(lockd.WithEndpoints(*endpoint), lockd.WithTokenFile(*tokenFile), lockd.WithStream(streamOn()))
 		if err != nil {
 			return err
 		}
@@ -392,4 +392,15 @@ func healthy(ctx context.Context, endpoint string) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// streamOn reports whether the clients use the session stream: unless
+// $LOCKD_STREAM is off, 0 or false (flood.sh's unary runs). The client
+// library reads no environment.
+func streamOn() bool {
+	switch strings.TrimSpace(os.Getenv("LOCKD_STREAM")) {
+	case "off", "0", "false":
+		return false
+	}
+	return true
 }
