@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd"
-	"github.com/lockd-dev/lockd/internal/retry"
+	"github.com/lockd-dev/lockd/internal/lease"
 )
 
 // capabilities are the optional parts of the protocol this driver serves.
@@ -112,7 +112,7 @@ func (d *driver) openSession(r request) (map[string]any, error) {
 		ttl := time.Duration(r.TTLMs) * time.Millisecond
 		opts = append(opts, lockd.WithDeadlineFunc(func(time.Time) {
 			d.mu.Lock()
-			d.answered[r.Session] = retry.LeaseDeadline(time.Now(), ttl)
+			d.answered[r.Session] = lease.ClientDeadline(time.Now(), ttl)
 			d.mu.Unlock()
 		}))
 	}
