@@ -154,6 +154,19 @@ func TestFailoverKill9(t *testing.T) {
 		led = append(led, nl)
 		cur = nl
 	}
+	// Let the watch deliver the last grant before stopping it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		histMu.Lock()
+		seen := slices.ContainsFunc(hist, func(ev lockd.Event) bool { return ev.Kind == lockd.EventGranted && ev.Token == cur.Token })
+		histMu.Unlock()
+		if seen {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch did not report the grant of token %d within 30s", cur.Token)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a real cluster's stream, bounded by the deadline
+	}
 	cancel()
 	<-watchDone
 
