@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,9 +32,12 @@ type podSet struct {
 	peers   string
 	pods    []*pod
 	logsDir string
+	cli     []string // TLS and token flags for the test's own `lockd members`
 }
 
-func newPodSet(t *testing.T, values string) *podSet {
+// newPodSet renders the chart with values; mounts maps the pod's mount
+// directories (/etc/lockd/tls/, /etc/lockd/auth/) to the test's files.
+func newPodSet(t *testing.T, values string, mounts map[string]string) *podSet {
 	c, err := Load()
 	if err != nil {
 		t.Fatal(err)
@@ -49,10 +53,18 @@ func newPodSet(t *testing.T, values string) *podSet {
 		t.Fatal(err)
 	}
 	ct := o.sts.Spec.Template.Spec.Containers[0]
-	ps.args = ct.Args
+	remap := func(s string) string {
+		for from, to := range mounts {
+			s = strings.ReplaceAll(s, from, to)
+		}
+		return s
+	}
+	for _, a := range ct.Args {
+		ps.args = append(ps.args, remap(a))
+	}
 	for _, e := range ct.Env {
 		if e.ValueFrom == nil {
-			ps.env = append(ps.env, e.Name+"="+e.Value)
+			ps.env = append(ps.env, e.Name+"="+remap(e.Value))
 		}
 	}
 	var peers []string
@@ -111,10 +123,32 @@ func (ps *podSet) logOf(i int) string {
 	return string(b)
 }
 
+func (ps *podSet) scheme() string {
+	if slices.Contains(ps.env, "LOCKD_SCHEME=https") {
+		return "https"
+	}
+	return "http"
+}
+
+// waitReady polls the pod's /readyz with the real CLI until it answers.
 func (ps *podSet) waitReady(i int) {
 	ps.t.Helper()
-	if err := proc.WaitHTTP("http://"+ps.pods[i].api+"/readyz", 90*time.Second); err != nil {
-		ps.t.Fatalf("%s: %v\n%s", ps.pods[i].name, err, ps.logOf(i))
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		_, err := exec.Command(ps.lockd, append([]string{"status", "--endpoints", ps.scheme() + "://" + ps.pods[i].api}, ps.cli...)...).Output()
+		if err == nil {
+			if ps.scheme() == "http" {
+				if err = proc.WaitHTTP("http://"+ps.pods[i].api+"/readyz", time.Second); err == nil {
+					return
+				}
+			} else {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ps.t.Fatalf("%s not up within 90s: %v\n%s", ps.pods[i].name, err, ps.logOf(i))
+		}
+		time.Sleep(200 * time.Millisecond) // polling a real process, bounded by the deadline
 	}
 }
 
@@ -130,9 +164,9 @@ type membersOut struct {
 func (ps *podSet) members() (membersOut, error) {
 	var eps []string
 	for _, p := range ps.pods {
-		eps = append(eps, "http://"+p.api)
+		eps = append(eps, ps.scheme()+"://"+p.api)
 	}
-	out, err := exec.Command(ps.lockd, "members", "--json", "--endpoints", strings.Join(eps, ",")).Output()
+	out, err := exec.Command(ps.lockd, append([]string{"members", "--json", "--endpoints", strings.Join(eps, ",")}, ps.cli...)...).Output()
 	if err != nil {
 		return membersOut{}, fmt.Errorf("lockd members: %w", err)
 	}
@@ -173,7 +207,32 @@ func TestStartScriptRealCluster(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
-	ps := newPodSet(t, "replicas: 3")
+	t.Run("plain", func(t *testing.T) {
+		startScriptScenario(t, newPodSet(t, "replicas: 3", nil))
+	})
+	// TLS from a Secret and the auth file from a Secret: the files the
+	// chart mounts, made with lockd's own tools.
+	t.Run("tls-auth", func(t *testing.T) {
+		lockdBin := proc.Build(t, "repo", "./cmd/lockd")
+		tlsDir, authDir := t.TempDir(), t.TempDir()
+		sh := func(dir, script string) {
+			cmd := exec.Command("sh", "-ec", script)
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "LOCKD="+lockdBin)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", script, err, out)
+			}
+		}
+		sh(tlsDir, `"$LOCKD" cert ca --dir . && "$LOCKD" cert node lockd --dir . && mv lockd.crt tls.crt && mv lockd.key tls.key`)
+		sh(authDir, `"$LOCKD" token --out peer.token --grant peer node > auth.txt && "$LOCKD" token --out ops.token --grant admin ops >> auth.txt`)
+		ps := newPodSet(t, "tls: {enabled: true, secretName: lockd-tls}\nauth: {enabled: true, secretName: lockd-auth}",
+			map[string]string{"/etc/lockd/tls/": tlsDir + "/", "/etc/lockd/auth/": authDir + "/"})
+		ps.cli = []string{"--ca", filepath.Join(tlsDir, "ca.crt"), "--token-file", filepath.Join(authDir, "ops.token")}
+		startScriptScenario(t, ps)
+	})
+}
+
+func startScriptScenario(t *testing.T, ps *podSet) {
 	for i := range ps.pods {
 		ps.start(i)
 	}
@@ -219,7 +278,7 @@ func TestStartScriptRealCluster(t *testing.T) {
 // TestStartScriptRefusesBadPodName: a pod name that is not <sts>-<ordinal>
 // stops the script with a message (never a bootstrap under a wrong name).
 func TestStartScriptRefusesBadPodName(t *testing.T) {
-	ps := newPodSet(t, "replicas: 3")
+	ps := newPodSet(t, "replicas: 3", nil)
 	for _, name := range []string{"lockd", "other-0", "lockd-x"} {
 		cmd := exec.Command("sh", ps.script)
 		cmd.Env = append(append(os.Environ(), ps.env...), "POD_NAME="+name, "LOCKD_DATA_DIR="+t.TempDir(), "LOCKD_BIN=/bin/false")
