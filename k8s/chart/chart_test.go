@@ -400,10 +400,20 @@ func checkInvariants(t *testing.T, appVersion string, o objects, v values) {
 		if ep.Port != "api" || ep.Path != "/metrics" || string(*ep.Scheme) != scheme {
 			t.Errorf("ServiceMonitor endpoint %s %s %v", ep.Port, ep.Path, ep.Scheme)
 		}
-		for k, val := range o.sm.Spec.Selector.MatchLabels {
-			if headless.Labels[k] != val {
-				t.Errorf("ServiceMonitor selector %s=%s does not match the services", k, val)
+		// Exactly one service: two would scrape every member twice and
+		// double the alert rules' sums.
+		var matched []string
+		for _, s := range o.services {
+			all := true
+			for k, val := range o.sm.Spec.Selector.MatchLabels {
+				all = all && s.Labels[k] == val
 			}
+			if all {
+				matched = append(matched, s.Name)
+			}
+		}
+		if len(matched) != 1 || matched[0] != headless.Name {
+			t.Errorf("ServiceMonitor selects services %v, want only %s", matched, headless.Name)
 		}
 	}
 	if o.rule != nil {
