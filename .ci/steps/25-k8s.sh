@@ -19,5 +19,12 @@ go vet ./...
 # -race where the concurrency is (the Lock, the elector); the chart tests
 # render in one goroutine and drive processes, and compiling Helm with the
 # race detector alone would cost minutes.
-go test -race -count=1 -timeout 6m ./lockdelection
+# -v for the failover numbers each run prints (the whole log on failure).
+out="$(mktemp)"
+if ! go test -race -count=1 -timeout 6m -v ./lockdelection >"$out" 2>&1; then
+  cat "$out"
+  exit 1
+fi
+grep -E 'failover after|LeaseLock defaults|^ok' "$out"
+rm -f "$out"
 go test -count=1 -timeout 6m ./chart
