@@ -1,0 +1,68 @@
+package wire
+
+import (
+	"testing"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// rowFacts is what the client decides per request from its row: whether a
+// resend after an unknown outcome is safe, whether the request goes over
+// the session stream as a frame of its own, and the lock named in errors.
+type rowFacts struct {
+	idempotent, streamed bool
+	name                 string
+}
+
+func facts[Req, Res any](r RPC[Req, Res], msg *Req) rowFacts {
+	return rowFacts{r.PolicyOf(msg).Idempotent, r.streamed(), r.name(msg)}
+}
+
+// TestClientRows pins each client row as the client's own policy table
+// decided it before the shared method table: resent after an unknown
+// outcome only when the server deduplicates it (a seq, a request id, a
+// mark's token) or it is a read or a repeatable change; ForceRelease and
+// TransferLeadership never; the six session calls over the stream; the
+// lock name in errors for the calls that name one lock.
+func TestClientRows(t *testing.T) {
+	no, always := rowFacts{}, rowFacts{idempotent: true}
+	cases := []struct {
+		what      string
+		got, want rowFacts
+	}{
+		{"CreateSession", facts(CreateSession, &lockdv1.CreateSessionRequest{}), rowFacts{streamed: true}},
+		{"CreateSession with request id", facts(CreateSession, &lockdv1.CreateSessionRequest{RequestId: "r"}), rowFacts{idempotent: true, streamed: true}},
+		{"KeepAlive", facts(KeepAlive, &lockdv1.KeepAliveRequest{}), always},
+		{"CloseSession", facts(CloseSession, &lockdv1.CloseSessionRequest{}), rowFacts{streamed: true}},
+		{"CloseSession with seq", facts(CloseSession, &lockdv1.CloseSessionRequest{Seq: 1}), rowFacts{idempotent: true, streamed: true}},
+		{"ListSessions", facts(ListSessions, &lockdv1.ListSessionsRequest{}), always},
+		{"Acquire", facts(Acquire, &lockdv1.AcquireRequest{Name: "x"}), rowFacts{streamed: true, name: "x"}},
+		{"Acquire with seq", facts(Acquire, &lockdv1.AcquireRequest{Name: "x", Seq: 1}), rowFacts{true, true, "x"}},
+		{"Release", facts(Release, &lockdv1.ReleaseRequest{Name: "x"}), rowFacts{streamed: true, name: "x"}},
+		{"Release with seq", facts(Release, &lockdv1.ReleaseRequest{Name: "x", Seq: 1}), rowFacts{true, true, "x"}},
+		{"Cancel", facts(Cancel, &lockdv1.CancelRequest{Name: "x"}), rowFacts{streamed: true, name: "x"}},
+		{"Cancel with seq", facts(Cancel, &lockdv1.CancelRequest{Name: "x", Seq: 1}), rowFacts{true, true, "x"}},
+		{"Complete", facts(Complete, &lockdv1.CompleteRequest{Name: "x"}), rowFacts{streamed: true, name: "x"}},
+		{"Complete with seq", facts(Complete, &lockdv1.CompleteRequest{Name: "x", Seq: 1}), rowFacts{true, true, "x"}},
+		{"SetValue", facts(SetValue, &lockdv1.SetValueRequest{Name: "x"}), rowFacts{name: "x"}},
+		{"SetValue with seq", facts(SetValue, &lockdv1.SetValueRequest{Name: "x", Seq: 1}), rowFacts{idempotent: true, name: "x"}},
+		{"CheckToken", facts(CheckToken, &lockdv1.CheckTokenRequest{Name: "x"}), rowFacts{idempotent: true, name: "x"}},
+		{"DescribeLock", facts(DescribeLock, &lockdv1.DescribeLockRequest{Name: "x"}), rowFacts{idempotent: true, name: "x"}},
+		{"ListLocks", facts(ListLocks, &lockdv1.ListLocksRequest{Prefix: "x/"}), always},
+		{"ForceRelease", facts(ForceRelease, &lockdv1.ForceReleaseRequest{Name: "x"}), rowFacts{name: "x"}},
+		{"ClearMark", facts(ClearMark, &lockdv1.ClearMarkRequest{Name: "x"}), rowFacts{name: "x"}},
+		{"ClearMark with token", facts(ClearMark, &lockdv1.ClearMarkRequest{Name: "x", Token: 7}), rowFacts{idempotent: true, name: "x"}},
+		{"Status", facts(Status, &lockdv1.StatusRequest{}), always},
+		{"Join", facts(Join, &lockdv1.JoinRequest{NodeId: "n"}), always},
+		{"RemoveMember", facts(RemoveMember, &lockdv1.RemoveMemberRequest{NodeId: "n"}), always},
+		{"TransferLeadership", facts(TransferLeadership, &lockdv1.TransferLeadershipRequest{NodeId: "n"}), no},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.what, c.got, c.want)
+		}
+	}
+	if Acquire.MaxPoll != maxLongPoll || Release.MaxPoll != 0 {
+		t.Errorf("long poll: Acquire %v, Release %v; want %v and 0", Acquire.MaxPoll, Release.MaxPoll, maxLongPoll)
+	}
+}
