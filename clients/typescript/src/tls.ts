@@ -4,6 +4,7 @@
 // and the errors of a refused handshake. Files are read again when they
 // change, as the Go client's WithTLSFiles does: a renewed certificate is
 // used by the next new connection, open ones keep theirs.
+import { X509Certificate } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { Agent as HttpsAgent, type AgentOptions, request as httpsRequest } from "node:https";
 import { connect as netConnect, isIP, type Socket } from "node:net";
@@ -70,7 +71,8 @@ export class TlsMaterial {
       stamps.push(stamp(f));
       pem[k] = readFileSync(f);
     }
-    createSecureContext(pem); // throws on a bad PEM or a key that does not match its certificate
+    createSecureContext(pem); // throws on a bad certificate or key, or a key that does not match its certificate
+    if (pem.ca !== undefined) new X509Certificate(pem.ca); // a CA that does not parse is otherwise ignored
     this.stamps = stamps.join(",");
     return pem;
   }
