@@ -286,6 +286,19 @@ export class Client {
     return r;
   }
 
+  /**
+   * tlsRefused returns the error to throw when an attempt on an https
+   * endpoint broke because the server refused the client in the TLS
+   * handshake (probeTls), within ms (at most 1 s).
+   */
+  async tlsRefused(ep: Endpoint, err: unknown, ms = Infinity): Promise<LockdError | undefined> {
+    if (!ep.url.startsWith("https:") || !resetBeforeAnswer(err)) return undefined;
+    const limit = Math.min(1000, this.requestTimeoutMs, ms);
+    if (!(limit > 0)) return undefined;
+    const refusal = await probeTls(ep.url, this.transports.tls, limit);
+    return refusal ? tlsError(refusal, ep.url) : undefined;
+  }
+
   /** pick returns the endpoint to try next and whether another usable one exists. */
   private pick(): [Endpoint, boolean] {
     const t = now();
@@ -383,10 +396,8 @@ export class Client {
         ctx.also?.removeEventListener("abort", onAbort);
       }
       if (tlsRefusal(err)) throw tlsError(err, ep.url); // a TLS misconfiguration: no retry heals it
-      if (!timedOut && ep.url.startsWith("https:") && resetBeforeAnswer(err) && !ctxDone(ctx)) {
-        const refusal = await probeTls(ep.url, this.transports.tls, Math.min(1000, this.requestTimeoutMs));
-        if (refusal) throw tlsError(refusal, ep.url);
-      }
+      const refusal = timedOut || ctxDone(ctx) ? undefined : await this.tlsRefused(ep, err, p.until ? p.until() - now() : Infinity);
+      if (refusal) throw refusal;
       if (ctxDone(ctx)) {
         const mapped = toLockdError(err, name);
         if (timedOut || mapped.code === "unavailable" || mapped.code === "other" || mapped.code === "cancelled") throw ctxError(ctx, err);

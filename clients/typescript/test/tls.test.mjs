@@ -53,7 +53,17 @@ for (const stream of [true, false]) {
           const s = await c.session({ ttlMs: 5000 });
           const m = await s.mutex(`tls-${stream}`).lock({ timeoutMs: 10_000 });
           assert.equal((await c.checkToken(m.name, m.token)).valid, true);
-          await m.unlock();
+          // A watch over TLS: the hold in its state, then the release.
+          const ac = new AbortController();
+          const t = setTimeout(() => ac.abort(), 20_000);
+          const kinds = [];
+          for await (const ev of c.watch(m.name, { signal: ac.signal, state: true })) {
+            kinds.push(ev.kindName);
+            if (ev.kindName === "SYNCED") await m.unlock();
+            if (ev.kindName === "RELEASED") break;
+          }
+          clearTimeout(t);
+          assert.deepEqual(kinds, ["HELD", "SYNCED", "RELEASED"]);
         } finally { await c.close(); }
       }
       // With a token, the token's identity is judged (billing/ only), on every call of both transports.
@@ -82,6 +92,13 @@ for (const stream of [true, false]) {
             return true;
           });
           await assert.rejects(c.status({ timeoutMs: 20_000 }), (e) => e.code === "unavailable" && why.test(e.message));
+          // A watch does not reconnect for ever: the TLS error ends it (the abort only bounds a hang).
+          const ac = new AbortController();
+          const t = setTimeout(() => ac.abort(), 20_000);
+          try {
+            await assert.rejects((async () => { for await (const _ of c.watch("tls/", { signal: ac.signal })) { /* none */ } throw new Error("watch ended without an error"); })(),
+              (e) => e.code === "unavailable" && why.test(e.message));
+          } finally { clearTimeout(t); }
         } finally { await c.close(); }
       });
     }
