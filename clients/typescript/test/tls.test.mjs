@@ -6,7 +6,7 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { appendFileSync, copyFileSync, mkdirSync, renameSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -73,6 +73,20 @@ for (const stream of [true, false]) {
         await (await s.mutex(`billing/tls-${stream}`).lock({ timeoutMs: 10_000 })).unlock();
         await assert.rejects(s.mutex(`payments/tls-${stream}`).tryLock(), (e) => e instanceof LockdError && e.code === "permission_denied");
       } finally { await t.close(); }
+    });
+
+    test("certificate files are read again when they change (a renewal reaches the next connection)", async () => {
+      const put = (from) => {
+        for (const ext of ["crt", "key"]) { copyFileSync(f(`${from}.${ext}`), f(`rot-${stream}.${ext}.tmp`)); renameSync(f(`rot-${stream}.${ext}.tmp`), f(`rot-${stream}.${ext}`)); }
+      };
+      put("other/app"); // a certificate the server does not accept
+      const c = mk({ tls: { caFile: f("pki/ca.crt"), certFile: f(`rot-${stream}.crt`), keyFile: f(`rot-${stream}.key`) } });
+      try {
+        await assert.rejects(c.session({ ttlMs: 5000, timeoutMs: 20_000 }), (e) => e.code === "unavailable" && /refused the client certificate/.test(e.message));
+        put("pki/app"); // renewed, moved into place
+        const s = await c.session({ ttlMs: 5000, timeoutMs: 20_000 });
+        await (await s.mutex(`rot-${stream}`).lock({ timeoutMs: 10_000 })).unlock();
+      } finally { await c.close(); }
     });
 
     for (const [what, tls, why] of [
