@@ -2,7 +2,9 @@
 // through. Sessions and locks are in session.ts and lock.ts.
 import { type Client as RpcClient, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { connect } from "node:net";
+import { readFileSync } from "node:fs";
+import type { Agent as HttpsAgent } from "node:https";
+import type { Socket } from "node:net";
 import { ClusterService, LockService, SessionService, WatchService, type CheckTokenResponse, type StatusResponse, type DescribeLockResponse } from "./gen/lockd/v1/lockd_pb.js";
 import { detailOf, LockdError, toLockdError } from "./errors.js";
 import { now } from "./lease.js";
@@ -14,6 +16,8 @@ import { KeepaliveScheduler } from "./keepalive.js";
 import { StreamSlot } from "./stream.js";
 import type { Session, SessionOptions } from "./session.js";
 import { openSession } from "./session.js";
+import { dialer, httpsAgent, probeTls, resetBeforeAnswer, TlsMaterial, type TlsOptions, tlsError, tlsRefusal } from "./tls.js";
+import { clusterService, type ClusterServiceRaw, lockService, type LockServiceRaw } from "./service.js";
 import { type WatchEvent, type WatchOptions, watch } from "./watch.js";
 
 /** Options of a Client. */
@@ -22,10 +26,30 @@ export interface ClientOptions {
   endpoints?: string[];
   /** Bearer token for a server run with --auth-file (default LOCKD_TOKEN). */
   token?: string;
+  /** A file whose first line is the bearer token (surrounding whitespace ignored), read once here; excludes `token` (default LOCKD_TOKEN_FILE). */
+  tokenFile?: string;
+  /**
+   * TLS: the CA that verifies the servers and the client's certificate and
+   * key, as PEM or files (read again when they change). Given, endpoints
+   * without a scheme are https://, and the default endpoint is
+   * https://127.0.0.1:7070. Default from LOCKD_CA, LOCKD_CERT, LOCKD_KEY
+   * (files) when any is set. An https:// endpoint without it is verified
+   * against Node's built-in roots.
+   */
+  tls?: TlsOptions;
   /** Bounds one attempt of one call (default 5000 ms). */
   requestTimeoutMs?: number;
   /** Bounds the retries of a call given no timeout (default 30000 ms). */
   retryTimeoutMs?: number;
+  /**
+   * Bounds a call while no endpoint has answered it at all (every attempt
+   * refused, unreachable or timed out), whatever its timeout allows: it then
+   * fails with "unavailable", so a dead or hung cluster gives a fast answer.
+   * Once any server answered (even "no leader"), the call's timeout and the
+   * retry timeout decide alone. Each attempt is cut to what is left of it.
+   * Default 0: no such bound.
+   */
+  connectTimeoutMs?: number;
   /** Carry session calls over the session stream (HTTP/2) with batched keepalives; false: unary HTTP/1.1 only. Default on unless LOCKD_STREAM=off. */
   stream?: boolean;
   /** Receives the client's log lines (default: none). */
@@ -51,12 +75,17 @@ export class Endpoint {
   readonly watch: RpcClient<typeof WatchService>;
   readonly cluster: RpcClient<typeof ClusterService>;
   readonly stream = new StreamSlot(this);
+  /** Opens a connection for HTTP/2 (the session stream's): TCP, or TLS with the client's material. */
+  readonly dial: () => Socket;
   private readonly h2sm?: Http2SessionManager;
   refused = false; // answered another cluster's id
   silentUntil = 0; // did not answer: passed over until then
-  constructor(url: string, interceptors: Interceptor[], streamOn: boolean) {
+  constructor(url: string, t: Transports) {
+    const { interceptors, streamOn } = t;
     this.url = url;
-    const h1 = createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: true, interceptors });
+    this.dial = dialer(url, t.tls);
+    const tlsH1 = url.startsWith("https:") && t.agent ? { nodeOptions: { agent: t.agent } } : {};
+    const h1 = createConnectTransport({ baseUrl: url, httpVersion: "1.1", useBinaryFormat: true, interceptors, ...tlsH1 });
     this.h1 = createClient(LockService, h1);
     this.watch = createClient(WatchService, h1);
     this.cluster = createClient(ClusterService, h1);
@@ -69,8 +98,8 @@ export class Endpoint {
       // 2 s, which is also how Client.close lets it go (aborting the
       // manager while its ping timer runs throws from the timer).
       this.h2sm = new Http2SessionManager(url, { pingIntervalMs: 1000, pingTimeoutMs: 1000, pingIdleConnection: false, idleConnectionTimeoutMs: 2000 }, {
-        // Small frames go out at once (no Nagle delay behind the server's delayed ACK).
-        ...(url.startsWith("http:") ? { createConnection: (authority: URL) => connect({ host: authority.hostname, port: Number(authority.port || 80), noDelay: true }) } : {}),
+        // Small frames go out at once (no Nagle delay behind the server's delayed ACK); TLS with the client's material.
+        createConnection: this.dial,
       });
       const h2 = createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, interceptors, sessionManager: this.h2sm });
       this.h2 = createClient(LockService, h2);
@@ -87,11 +116,38 @@ export class Endpoint {
   }
 }
 
-/** normalizeURL makes "host:port" or a URL a comparable "http(s)://host:port". */
-export function normalizeURL(u: string): string {
-  const s = u.includes("://") ? u : `http://${u}`;
+/** Transports says how an Endpoint connects: a Client's settings. */
+export interface Transports {
+  interceptors: Interceptor[];
+  streamOn: boolean;
+  tls?: TlsMaterial;
+  agent?: HttpsAgent;
+}
+
+/** normalizeURL makes "host:port" or a URL a comparable "http(s)://host:port" (scheme: the one of an endpoint written without). */
+export function normalizeURL(u: string, scheme = "http"): string {
+  const s = u.includes("://") ? u : `${scheme}://${u}`;
   const p = new URL(s);
   return `${p.protocol}//${p.host}`;
+}
+
+/** readToken returns the bearer token: token, else tokenFile's first line, else LOCKD_TOKEN, else LOCKD_TOKEN_FILE's. */
+function readToken(opts: ClientOptions): string {
+  if (opts.token !== undefined && opts.tokenFile !== undefined) throw new LockdError("invalid", "lockd: token and tokenFile exclude each other");
+  const env = process.env;
+  let token = opts.token;
+  const file = opts.tokenFile ?? (opts.token === undefined && !env.LOCKD_TOKEN && env.LOCKD_TOKEN_FILE ? env.LOCKD_TOKEN_FILE : undefined);
+  if (file !== undefined) {
+    let b: string;
+    try { b = readFileSync(file, "utf8"); } catch (e) {
+      throw new LockdError("invalid", `lockd: token file: ${(e as Error).message}`, { cause: e });
+    }
+    token = b.split("\n", 1)[0].trim();
+    if (!token) throw new LockdError("invalid", `lockd: token file ${file}: empty first line`);
+  }
+  token = (token ?? env.LOCKD_TOKEN ?? "").trim();
+  if (/[\r\n]/.test(token)) throw new LockdError("invalid", "lockd: multi-line token");
+  return token;
 }
 
 /**
@@ -105,7 +161,9 @@ export class Client {
   readonly streamOn: boolean;
   readonly log: NonNullable<ClientOptions["logger"]>;
   readonly ka: KeepaliveScheduler;
-  private readonly interceptors: Interceptor[];
+  readonly connectTimeoutMs: number;
+  private readonly transports: Transports;
+  private readonly scheme: string;
   /** Headers of the session stream's request (the bearer token). */
   readonly streamHeaders: Record<string, string>;
   eps: Endpoint[];
@@ -117,17 +175,24 @@ export class Client {
 
   constructor(opts: ClientOptions = {}) {
     const env = process.env;
-    const endpoints = opts.endpoints ?? (env.LOCKD_ENDPOINTS ? env.LOCKD_ENDPOINTS.split(",") : ["http://127.0.0.1:7070"]);
+    this.log = opts.logger ?? (() => {});
+    const tlsOpts = opts.tls ?? (env.LOCKD_CA || env.LOCKD_CERT || env.LOCKD_KEY
+      ? { caFile: env.LOCKD_CA || undefined, certFile: env.LOCKD_CERT || undefined, keyFile: env.LOCKD_KEY || undefined } : undefined);
+    const tls = tlsOpts ? new TlsMaterial(tlsOpts, this.log) : undefined;
+    this.scheme = tls ? "https" : "http";
+    const endpoints = opts.endpoints ?? (env.LOCKD_ENDPOINTS ? env.LOCKD_ENDPOINTS.split(",") : [`${this.scheme}://127.0.0.1:7070`]);
     if (endpoints.length === 0) throw new LockdError("invalid", "lockd: no endpoints");
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 5000;
     this.retryTimeoutMs = opts.retryTimeoutMs ?? 30_000;
+    this.connectTimeoutMs = opts.connectTimeoutMs ?? 0;
     if (!(this.requestTimeoutMs > 0) || !(this.retryTimeoutMs > 0)) throw new LockdError("invalid", "lockd: timeouts must be positive");
+    if (!(this.connectTimeoutMs >= 0)) throw new LockdError("invalid", "lockd: connect timeout must not be negative");
     this.streamOn = opts.stream ?? !["off", "0", "false"].includes(env.LOCKD_STREAM ?? "");
-    this.log = opts.logger ?? (() => {});
-    const token = opts.token ?? env.LOCKD_TOKEN ?? "";
+    const token = readToken(opts);
     this.streamHeaders = token ? { authorization: `Bearer ${token}` } : {};
-    this.interceptors = token ? [(next) => (req) => { req.header.set("Authorization", `Bearer ${token}`); return next(req); }] : [];
-    this.eps = [...new Set(endpoints.map((u) => normalizeURL(u.trim())))].map((u) => new Endpoint(u, this.interceptors, this.streamOn));
+    const interceptors: Interceptor[] = token ? [(next) => (req) => { req.header.set("Authorization", `Bearer ${token}`); return next(req); }] : [];
+    this.transports = { interceptors, streamOn: this.streamOn, tls, agent: tls ? httpsAgent(tls) : undefined };
+    this.eps = [...new Set(endpoints.map((u) => normalizeURL(u.trim(), this.scheme)))].map((u) => new Endpoint(u, this.transports));
     // Start at a random endpoint, so that many clients given one list do not all wait on its first node when that one hangs.
     this.cur = Math.floor(Math.random() * this.eps.length);
     this.ka = new KeepaliveScheduler(this);
@@ -159,6 +224,28 @@ export class Client {
     return watch(this, prefix, opts);
   }
 
+  /**
+   * service returns the raw API for the calls the client does not wrap
+   * (listSessions, listLocks, forceRelease, clearMark, setValue, and the
+   * reads checkToken, describeLock, status). Every call goes through the
+   * same failover and retries as the rest of the client: it moves between
+   * endpoints, follows leader hints, checks the cluster id and throws a
+   * LockdError. A call is re-sent after an unknown outcome only when that
+   * is safe: reads always, clearMark with its token and setValue with its
+   * seq, forceRelease never (only when the server surely did not get it).
+   */
+  service(): LockServiceRaw {
+    return (this.rawLock ??= lockService(this));
+  }
+
+  /** clusterService is the raw membership API (removeMember and join re-sent after an unknown outcome, transferLeadership never), with the same failover. */
+  clusterService(): ClusterServiceRaw {
+    return (this.rawCluster ??= clusterService(this));
+  }
+
+  private rawLock?: LockServiceRaw;
+  private rawCluster?: ClusterServiceRaw;
+
   /** clusterID is the id of the cluster the client talks to ("" before the first answer). */
   get clusterID(): string {
     return this.clusterId;
@@ -172,6 +259,7 @@ export class Client {
     this.closed = true;
     this.ka.close();
     await Promise.all(this.eps.map((ep) => ep.close()));
+    this.transports.agent?.destroy();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -198,6 +286,19 @@ export class Client {
     return r;
   }
 
+  /**
+   * tlsRefused returns the error to throw when an attempt on an https
+   * endpoint broke because the server refused the client in the TLS
+   * handshake (probeTls), within ms (at most 1 s).
+   */
+  async tlsRefused(ep: Endpoint, err: unknown, ms = Infinity): Promise<LockdError | undefined> {
+    if (!ep.url.startsWith("https:") || !resetBeforeAnswer(err)) return undefined;
+    const limit = Math.min(1000, this.requestTimeoutMs, ms);
+    if (!(limit > 0)) return undefined;
+    const refusal = await probeTls(ep.url, this.transports.tls, limit);
+    return refusal ? tlsError(refusal, ep.url) : undefined;
+  }
+
   /** pick returns the endpoint to try next and whether another usable one exists. */
   private pick(): [Endpoint, boolean] {
     const t = now();
@@ -220,7 +321,7 @@ export class Client {
   /** follow makes the leader a hint names the next endpoint; it reports whether the hint named another endpoint. */
   private follow(from: Endpoint, hint: string): boolean {
     let u: string;
-    try { u = normalizeURL(hint); } catch { return false; }
+    try { u = normalizeURL(hint, this.scheme); } catch { return false; }
     if (u === from.url) return false;
     const i = this.eps.findIndex((e) => e.url === u);
     if (i >= 0) {
@@ -230,7 +331,7 @@ export class Client {
       return true;
     }
     if (this.eps.length >= maxEndpoints) return false;
-    this.eps.push(new Endpoint(u, this.interceptors, this.streamOn));
+    this.eps.push(new Endpoint(u, this.transports));
     this.cur = this.eps.length - 1;
     this.log("info", "leader endpoint added", { endpoint: u });
     return true;
@@ -262,12 +363,20 @@ export class Client {
    */
   async do<T>(ctx: Ctx, p: Policy, name: string, fn: (ep: Endpoint, signal: AbortSignal) => Promise<T>): Promise<T> {
     if (this.closed) throw new LockdError("closed", "lockd: client closed");
-    const giveUpAt = ctx.deadline === undefined && !p.once ? now() + this.retryTimeoutMs : Infinity;
-    let followed = false, brokeBefore = false, last: unknown;
+    const start = now();
+    const giveUpAt = ctx.deadline === undefined && !p.once ? start + this.retryTimeoutMs : Infinity;
+    let followed = false, brokeBefore = false, answered = false, last: unknown;
     for (let attempt = 0; ; attempt++) {
       if (ctxDone(ctx)) throw ctxError(ctx, last);
+      let connectLeft = -1;
+      if (!answered && this.connectTimeoutMs > 0) {
+        connectLeft = this.connectTimeoutMs - (now() - start);
+        if (connectLeft <= 0) {
+          throw new LockdError("unavailable", `lockd: unavailable: no endpoint answered within the connect timeout (${this.connectTimeoutMs} ms): ${toLockdError(last, name).message}`, { cause: last });
+        }
+      }
       const [ep, others] = this.pick();
-      const timeout = attemptTimeout(this.requestTimeoutMs, p, ctx, others);
+      const timeout = attemptTimeout(this.requestTimeoutMs, p, ctx, others, connectLeft);
       const ac = new AbortController();
       let timedOut = false;
       const timer = setTimeout(() => { timedOut = true; ac.abort(); }, timeout);
@@ -286,6 +395,9 @@ export class Client {
         ctx.signal?.removeEventListener("abort", onAbort);
         ctx.also?.removeEventListener("abort", onAbort);
       }
+      if (tlsRefusal(err)) throw tlsError(err, ep.url); // a TLS misconfiguration: no retry heals it
+      const refusal = timedOut || ctxDone(ctx) ? undefined : await this.tlsRefused(ep, err, p.until ? p.until() - now() : Infinity);
+      if (refusal) throw refusal;
       if (ctxDone(ctx)) {
         const mapped = toLockdError(err, name);
         if (timedOut || mapped.code === "unavailable" || mapped.code === "other" || mapped.code === "cancelled") throw ctxError(ctx, err);
@@ -296,7 +408,7 @@ export class Client {
         if (p.abandon) ep.stream.abandon(); // a node that does not answer a keepalive in time: its stream's calls go elsewhere
       }
       if (timedOut || unanswered(err)) ep.silentUntil = now() + silentFor;
-      else ep.silentUntil = 0;
+      else { ep.silentUntil = 0; answered = true; }
       const [ok, hint] = retryable(err, p.idempotent, timedOut);
       const broken = !!(err as any)?.[streamBroken] || timedOut;
       const electing = !hint && electionUnderWay(err);
@@ -317,6 +429,8 @@ export class Client {
         let wait = delay(attempt);
         if (electing) wait = Math.min(wait, electionPoll());
         if (now() + wait >= giveUpAt) throw mapped.code === "unavailable" ? mapped : new LockdError("unavailable", `lockd: unavailable: ${mapped.message}`, { cause: err });
+        // While nobody answered, wake by the connect timeout's end (the loop's top then says so).
+        if (connectLeft > 0 && !answered) wait = Math.max(0, Math.min(wait, this.connectTimeoutMs - (now() - start)));
         await sleep(wait, ctx.also && ctx.signal ? AbortSignal.any([ctx.signal, ctx.also]) : ctx.signal ?? ctx.also);
       }
     }

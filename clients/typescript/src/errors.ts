@@ -59,6 +59,12 @@ export class LockdError extends Error {
   }
 }
 
+/** resetConn: a connection reset or broken pipe in err's cause chain. */
+function resetConn(err: unknown): boolean {
+  for (let e: any = err, i = 0; e && i < 8; e = e.cause, i++) if (e?.code === "ECONNRESET" || e?.code === "EPIPE") return true;
+  return false;
+}
+
 /** detailOf returns the lockd ErrorDetail a server error carries, if any. */
 export function detailOf(err: unknown): ErrorDetail | undefined {
   if (!(err instanceof ConnectError)) return undefined;
@@ -108,6 +114,7 @@ export function toLockdError(err: unknown, name = ""): LockdError {
   }
   const d = detailOf(err);
   let code: ErrorCode = (d && reasonCodes[d.reason]) || connectCodes[err.code] || "other";
+  if (!d && resetConn(err)) code = "unavailable"; // a broken connection, not the server's "wait dropped"
   const what = name ? `lock "${name}": ` : "";
   const e = new LockdError(code, `lockd: ${code.replace("_", " ")}: ${what}${err.rawMessage}`, { cause: err });
   if (d && code === "busy") e.holders = d.holders.map(holderOf);

@@ -1,6 +1,8 @@
 // lockd client for Node.js: sessions (leases kept alive over the session
 // stream), Mutex, Semaphore, RWMutex, Election, fencing tokens, run-once.
 export { Client, type ClientOptions, type CallOptions } from "./client.js";
+export type { TlsOptions } from "./tls.js";
+export type { LockServiceRaw, ClusterServiceRaw } from "./service.js";
 export { Session, type SessionOptions } from "./session.js";
 export { Mutex, Semaphore, RWMutex, type LockOptions } from "./lock.js";
 export { Election, observeElection, type Leader } from "./election.js";

@@ -74,6 +74,9 @@ function sysCode(err: unknown): string | undefined {
 /** isRefused: nothing listens at the endpoint. */
 export const isRefused = (err: unknown) => sysCode(err) === "ECONNREFUSED";
 
+/** resetConn: the connection was reset or its pipe broke before an answer (connect-node reports it as Aborted or Internal, not as a server's answer). */
+export const resetConn = (err: unknown) => { const c = sysCode(err); return c === "ECONNRESET" || c === "EPIPE"; };
+
 /** notSent: the request surely never reached a server. */
 export function notSent(err: unknown): boolean {
   const c = sysCode(err);
@@ -84,6 +87,7 @@ export function notSent(err: unknown): boolean {
 export function unanswered(err: unknown): boolean {
   if (detailOf(err) || (err instanceof LockdError && err.code === "cluster_mismatch")) return false;
   if (!(err instanceof ConnectError)) return true;
+  if (resetConn(err)) return true;
   switch (err.code) {
     case Code.Unavailable: case Code.Unknown: case Code.DeadlineExceeded: return true;
     case Code.Canceled: { const c = sysCode(err); return c === "ECONNRESET" || c === "EPIPE"; }
@@ -112,6 +116,7 @@ export function retryable(err: unknown, idempotent: boolean, timedOut: boolean):
   if (timedOut) return [idempotent, hint];
   if ((err as any)?.[streamBroken]) return [idempotent, hint];
   if (!(err instanceof ConnectError)) return [idempotent || notSent(err), hint];
+  if (!d && resetConn(err)) return [idempotent, hint];
   switch (err.code) {
     case Code.Unavailable: case Code.Unknown: case Code.DeadlineExceeded: case Code.Canceled:
       return [idempotent || notSent(err), hint];
@@ -126,11 +131,12 @@ export function electionUnderWay(err: unknown): boolean {
 }
 
 /** attemptTimeout returns how long the next attempt may take. */
-export function attemptTimeout(requestTimeoutMs: number, p: Policy, ctx: Ctx, others: boolean): number {
+export function attemptTimeout(requestTimeoutMs: number, p: Policy, ctx: Ctx, others: boolean, connectLeft = -1): number {
   let d = requestTimeoutMs;
   if (p.timeoutMs && p.timeoutMs > 0) d = Math.min(d, p.timeoutMs);
   if (p.until) d = Math.min(d, p.until() - now());
   if (ctx.deadline !== undefined && others) d = Math.min(d, (ctx.deadline - now()) / 2);
+  if (connectLeft >= 0) d = Math.min(d, connectLeft); // the connect timeout's rest, while nobody answered
   return Math.max(d, minAttempt) + (p.pollMs ?? 0);
 }
 

@@ -52,7 +52,7 @@ export class Stream {
   async dial(timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const ep = this.slot.ep;
     const opened = new Promise<void>((res, rej) => { this.hello = (e) => (e ? rej(e) : res()); });
-    this.wire = new H2Bidi(ep.url, this.c.streamHeaders, (m) => this.message(m), (e) => { this.hello?.(e ?? new Error("stream ended")); this.ended?.(); this.fail(e); });
+    this.wire = new H2Bidi(ep.url, ep.dial, this.c.streamHeaders, (m) => this.message(m), (e) => { this.hello?.(e ?? new Error("stream ended")); this.ended?.(); this.fail(e); });
     let timer: NodeJS.Timeout | undefined;
     const abort = () => this.wire?.end(new ConnectError("open session stream: aborted", Code.Canceled));
     signal?.addEventListener("abort", abort, { once: true });

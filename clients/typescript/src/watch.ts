@@ -6,6 +6,7 @@ import { EventKind, Mode } from "./gen/lockd/v1/lockd_pb.js";
 import { type Client, clusterIdHeader } from "./client.js";
 import { LockdError, toLockdError } from "./errors.js";
 import { delay, sleep } from "./retry.js";
+import { tlsError, tlsRefusal } from "./tls.js";
 
 export { EventKind };
 
@@ -82,6 +83,9 @@ export async function* watch(c: Client, prefix: string, opts: WatchOptions): Asy
       ac.abort();
     }
     if (opts.signal?.aborted) return;
+    // A TLS misconfiguration: no reconnect heals it.
+    if (tlsRefusal(err)) throw tlsError(err, ep.url);
+    if (!got) { const refusal = await c.tlsRefused(ep, err); if (refusal) throw refusal; }
     if (err instanceof ConnectError) {
       if (err.code === Code.InvalidArgument) throw new LockdError("invalid", `lockd: watch "${prefix}": ${err.rawMessage}`, { cause: err });
       if (err.code === Code.Unauthenticated || err.code === Code.PermissionDenied) throw toLockdError(err);

@@ -7,7 +7,7 @@
 // big-endian length, the protobuf bytes; flag 0x02 marks the end-of-stream
 // message, JSON, that carries the error if the call failed.
 import { connect as h2connect, type ClientHttp2Session, type ClientHttp2Stream, constants } from "node:http2";
-import { connect as netConnect } from "node:net";
+import type { Socket } from "node:net";
 import { fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { type StreamRequest, StreamRequestSchema, type StreamResponse, StreamResponseSchema } from "./gen/lockd/v1/lockd_pb.js";
@@ -44,6 +44,7 @@ export class H2Bidi {
 
   constructor(
     private readonly url: string,
+    private readonly dial: () => Socket,
     private readonly headers: Record<string, string>,
     private readonly onMessage: (m: StreamResponse) => void,
     private readonly onEnd: (err: unknown) => void,
@@ -51,8 +52,8 @@ export class H2Bidi {
 
   /** open starts the call; onMessage gets the server's frames, onEnd the stream's end (once). */
   open(): void {
-    const u = new URL(this.url);
-    const s = h2connect(this.url, u.protocol === "http:" ? { createConnection: () => netConnect({ host: u.hostname, port: Number(u.port || 80), noDelay: true }) } : {});
+    // The connection is the endpoint's (dialer in tls.ts): TCP, or TLS with the client's CA and certificate.
+    const s = h2connect(this.url, { createConnection: this.dial });
     this.session = s;
     s.on("error", (e) => this.end(this.failure(e)));
     s.on("close", () => this.end(new ConnectError(`session stream to ${this.url}: connection closed`, Code.Unavailable)));
