@@ -156,7 +156,7 @@ func (a *File) directive(f []string) error {
 		}
 		hexHash, ok := strings.CutPrefix(f[1], "sha256:")
 		if !ok {
-			return errors.New("token hash must start with sha256:")
+			return errors.New(`token hash must start with "sha256:"`)
 		}
 		var h [sha256.Size]byte
 		// Length first: hex.Decode writes past a too-short destination.
