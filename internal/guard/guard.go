@@ -115,9 +115,6 @@ func (g *Guard) Close() error {
 // PeerToken is this node's own token (--peer-token-file), "" without one.
 func (g *Guard) PeerToken() string { return g.peerToken }
 
-// AuthOn reports whether authentication is on (--auth-file).
-func (g *Guard) AuthOn() bool { return g.auth != nil }
-
 // Handler is the guard's HTTP middleware: the Host/Origin check, then
 // each request's caller put in its context (IdentityOf).
 func (g *Guard) Handler(next http.Handler) http.Handler {
