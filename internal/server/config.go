@@ -138,7 +138,7 @@ type Config struct {
 	// members' addresses are not capped. 0: 512; -1: no cap.
 	MaxConnsPerSource int
 
-	// Security (docs/security.md): see security.go.
+	// Security (docs/security.md): see internal/guard/security.go.
 	Security
 }
 
