@@ -13,7 +13,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hashicorp/raft"
-
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"

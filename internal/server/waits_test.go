@@ -5,11 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func mustApply(t *testing.T, f *fsm.FSM, ct fsm.CmdType, m proto.Message) *fsm.Result {
