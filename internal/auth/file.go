@@ -2,7 +2,7 @@
 // stored as SHA-256 hashes, each naming an identity; per-prefix grants;
 // per-identity limits), and the decision whether an identity may do an
 // operation on a lock name. The server asks it in one place
-// (internal/server/authz.go). See docs/security.md.
+// (internal/guard/authz.go). See docs/security.md.
 package auth
 
 import (

@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -49,13 +50,13 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	cmd := &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx),
+		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateAcquire(cmd); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
 	if m.Wait {
-		done, err := a.s.limits.startWait(ctx)
+		done, err := a.s.guard.StartWait(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +106,7 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, a.s.invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
+		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +130,7 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 		return nil, a.s.invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)})
+		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	ret := m.Retention.AsDuration()
 	cmd := &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
 		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}
+		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 	if ret < time.Second || fsm.ValidateComplete(cmd) != nil { // at least 1s for a new request
 		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
 	}
@@ -216,7 +217,7 @@ func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValu
 			return nil, a.s.invalid("%v", err)
 		}
 		cmd := &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
-			SecretHash: hashSecret(m.Secret), Identity: identityOf(ctx)}
+			SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 		if err := fsm.ValidateSetValue(cmd); err != nil {
 			return nil, a.s.invalid("%v", err)
 		}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/label"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
@@ -51,12 +52,12 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	}
 	cmd := &fsmv1.CreateSession{
 		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
-		SecretHash: hashSecret(secret), Identity: identityOf(ctx),
+		SecretHash: hashSecret(secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateCreateSession(cmd); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
-	sessionsCap, err := a.s.limits.checkSessions(ctx)
+	sessionsCap, err := a.s.guard.CheckSessions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 		return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 	}
 	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,
-		SecretHash: hashSecret(req.Msg.Secret), Identity: identityOf(ctx)}); err != nil {
+		SecretHash: hashSecret(req.Msg.Secret), Identity: guard.IdentityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil

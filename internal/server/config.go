@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/guard"
 )
 
 // Config is a node's configuration. Every field maps 1:1 to a `lockd serve`
@@ -137,7 +138,7 @@ type Config struct {
 	// members' addresses are not capped. 0: 512; -1: no cap.
 	MaxConnsPerSource int
 
-	// Security (docs/security.md): see security.go.
+	// Security (docs/security.md): see internal/guard/security.go.
 	Security
 }
 
@@ -167,7 +168,7 @@ func DefaultConfig() Config {
 		WatchdogTimeout:   10 * time.Second,
 		WatchHistory:      16384,
 		WatchBuffer:       256,
-		MaxConnsPerSource: defaultMaxConnsPerSource,
+		MaxConnsPerSource: guard.DefaultMaxConnsPerSource,
 	}
 }
 
@@ -254,12 +255,7 @@ func (c *Config) Validate() error {
 		bad("node-id is longer than 64 bytes")
 	}
 	for _, h := range c.AllowedHosts {
-		// Checked after normalizing too: "*." (a template's "*.${DOMAIN}"
-		// with DOMAIN unset) normalizes to "*", which would turn the check
-		// off without a word.
-		n := normalizeHost(h)
-		if h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h[1:], "*") ||
-			n == "" || n == "*" && h != "*" || n == "*." {
+		if !guard.ValidAllowedHost(h) {
 			bad("allowed-hosts %q: want a host name (no scheme or path), *.domain, or * alone", h)
 		}
 	}

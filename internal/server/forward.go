@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -20,7 +21,11 @@ import (
 // ForwardedHeader marks a request a follower forwarded to the leader. A node
 // never forwards such a request again, so a stale view of the leader cannot
 // make requests loop.
-const ForwardedHeader = "Lockd-Forwarded-By"
+const ForwardedHeader = guard.ForwardedHeader
+
+// ForwardedIdentityHeader carries the original caller's identity on a call
+// a follower forwards to the leader (see internal/guard).
+const ForwardedIdentityHeader = guard.ForwardedIdentityHeader
 
 // forwarder holds Connect clients to other nodes' APIs, for forwarding
 // writes and linearizable reads to the leader.
@@ -166,7 +171,7 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 ) (*connect.Response[Res], error) {
 	out := connect.NewRequest(req.Msg)
 	out.Header().Set(ForwardedHeader, s.nodeID)
-	s.peerHeaders(ctx, out.Header())
+	s.guard.PeerHeaders(ctx, out.Header())
 	s.metrics.forwarded.Inc()
 	// A leader that stops answering (frozen, cut off) keeps the
 	// connection open: the forward would wait on it for the caller's

@@ -127,7 +127,7 @@ func TestHostCheckRefusesForeignHost(t *testing.T) {
 			t.Errorf("Host %s, Origin %s: %d %q, want 200", o.host, o.origin, code, body)
 		}
 	}
-	got := testutil.ToFloat64(s.hosts.refused.WithLabelValues("host")) + testutil.ToFloat64(s.hosts.refused.WithLabelValues("origin"))
+	got := testutil.ToFloat64(s.guard.HostRefusals().WithLabelValues("host")) + testutil.ToFloat64(s.guard.HostRefusals().WithLabelValues("origin"))
 	if got != float64(refused) {
 		t.Errorf("lockd_host_refused_total = %v, want %d", got, refused)
 	}
@@ -195,18 +195,6 @@ func TestHostCheckAllowedHosts(t *testing.T) {
 	open := startHostNode(t, func(c *Config) { c.AllowedHosts = []string{"*"} })
 	if code, body := hostRequest(t, open, http.MethodPost, list, "evil.example", "http://evil.example", "{}"); code != 200 {
 		t.Errorf("--allowed-hosts '*': %d %q, want 200", code, body)
-	}
-}
-
-// TestNormalizeHost: the forms a Host header or a flag value takes.
-func TestNormalizeHost(t *testing.T) {
-	for in, want := range map[string]string{
-		"Example.COM:7070": "example.com", "example.com.": "example.com", "[::1]:7070": "::1",
-		"[::1]": "::1", "::1": "::1", "127.0.0.1": "127.0.0.1", "": "", "*.Corp.Example": "*.corp.example",
-	} {
-		if got := normalizeHost(in); got != want {
-			t.Errorf("normalizeHost(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 

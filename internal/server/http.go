@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -37,7 +38,7 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 // /healthz, /readyz, the backup download and the dashboard (/ui/).
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	count := connect.WithInterceptors(s.metrics.interceptor(), s.guardInterceptor())
+	count := connect.WithInterceptors(s.metrics.interceptor(), s.guard.Interceptor())
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
@@ -74,12 +75,12 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	peers := s.requirePeer(mux)
 	// The Host/Origin check first: a rebound page gets nothing, not even
 	// the cluster id.
-	return s.hosts.handler(s.authenticate(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return s.guard.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if id := s.fsm.ClusterID(); id != "" {
 			w.Header().Set(ClusterIDHeader, id)
 		}
 		peers.ServeHTTP(w, r)
-	})))
+	}))
 }
 
 // procedures lists the RPC paths the node serves: the values of the
@@ -171,7 +172,7 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 // the leader.
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	called := false
-	err := s.guard(r.Context(), snapshotRequest{}, "SnapshotSave", func(context.Context) error {
+	err := s.guard.Run(r.Context(), guard.SnapshotRequest{}, "SnapshotSave", func(context.Context) error {
 		called = true
 		return s.snapshot(w, r)
 	})

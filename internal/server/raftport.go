@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/guard"
 )
 
 // This file is the Raft port over TLS: a raft.StreamLayer that
@@ -143,7 +144,7 @@ func (t *tlsStream) acceptLoop() {
 			continue
 		}
 		delay = 0
-		ip, src, _ := sourceOf(c.RemoteAddr())
+		ip, src, _ := guard.SourceOf(c.RemoteAddr())
 		t.mu.Lock()
 		over := t.handshake >= maxRaftHandshakes || t.perSource[src] >= maxRaftHandshakesPerSource
 		t.mu.Unlock()

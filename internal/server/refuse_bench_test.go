@@ -2,8 +2,9 @@ package server
 
 import (
 	"context"
-	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -28,17 +30,22 @@ func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamReque
 		tb.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	m := newMetrics(reg, reg)
-	rl, err := newAuthReloader(path, slog.New(slog.DiscardHandler), m.authReloads)
-	if err != nil {
+	s := &Server{metrics: newMetrics(reg, reg), fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
+	cfg := DefaultConfig()
+	cfg.AuthFile, cfg.AuditLog = path, filepath.Join(tb.TempDir(), "audit.log")
+	if err := s.openGuard(cfg, reg); err != nil {
 		tb.Fatal(err)
 	}
-	s := &Server{auth: rl, metrics: m, fsm: fsm.New(nil)}
-	s.limits = newLimiter(s, auth.Limits{})
-	s.audit = &auditLog{node: "n1", w: io.Discard}
-	ctx := context.WithValue(context.Background(), callerKey{}, caller{identity: "flooder", known: true, addr: "127.0.0.1:5000"})
+	tb.Cleanup(func() { s.guard.Close() })
+	// The caller's context as the guard's middleware makes it.
+	var ctx context.Context
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Host, r.RemoteAddr = "127.0.0.1:7070", "127.0.0.1:5000"
+	r.Header.Set("Authorization", "Bearer t")
+	s.guard.Handler(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { ctx = r.Context() })).ServeHTTP(httptest.NewRecorder(), r)
 	req := &lockdv1.StreamRequest{CallId: 7, Body: &lockdv1.StreamRequest_Acquire{Acquire: &lockdv1.AcquireRequest{SessionId: "s", Name: "hot", Secret: "x"}}}
-	if _, err := s.limits.admit(ctx, req.GetAcquire()); err != nil { // takes the one token
+	// Takes the one token.
+	if err := s.guard.Run(ctx, req.GetAcquire(), "Acquire", func(context.Context) error { return nil }); err != nil {
 		tb.Fatal(err)
 	}
 	return &sessionAPI{&api{s}}, ctx, req
@@ -47,7 +54,7 @@ func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamReque
 // BenchmarkRefusedFrame is the node's CPU for one session-stream frame
 // refused by its identity's rate limit (the flood of acceptance 5), audit
 // log on: guard, the refusal and its answer frame, without the transport
-// and without the hold (refusalDelay: the caller has given up).
+// and without the hold (guard.RefusalDelay: the caller has given up).
 func BenchmarkRefusedFrame(b *testing.B) {
 	h, ctx, req := refusing(b)
 	ctx, cancel := context.WithCancel(ctx)
@@ -62,7 +69,7 @@ func BenchmarkRefusedFrame(b *testing.B) {
 }
 
 // TestRateRefusalHeld checks that the answer to a session-stream frame
-// over its rate limit is held refusalDelay, or until the stream ends.
+// over its rate limit is held guard.RefusalDelay, or until the stream ends.
 func TestRateRefusalHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, ctx, req := refusing(t)
@@ -71,16 +78,16 @@ func TestRateRefusalHeld(t *testing.T) {
 		if resp.GetError().GetDetail().GetReason() != lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED {
 			t.Fatalf("answer %v, want rate limited", resp)
 		}
-		if d := time.Since(start); d != refusalDelay {
-			t.Errorf("refusal answered after %v, want %v", d, refusalDelay)
+		if d := time.Since(start); d != guard.RefusalDelay {
+			t.Errorf("refusal answered after %v, want %v", d, guard.RefusalDelay)
 		}
 
-		ctx, cancel := context.WithTimeout(ctx, refusalDelay/4)
+		ctx, cancel := context.WithTimeout(ctx, guard.RefusalDelay/4)
 		defer cancel()
 		start = time.Now()
 		h.serve(ctx, req, start)
-		if d := time.Since(start); d != refusalDelay/4 {
-			t.Errorf("refusal of a call whose caller gave up after %v answered after %v", refusalDelay/4, d)
+		if d := time.Since(start); d != guard.RefusalDelay/4 {
+			t.Errorf("refusal of a call whose caller gave up after %v answered after %v", guard.RefusalDelay/4, d)
 		}
 	})
 }

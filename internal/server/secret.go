@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -46,17 +47,12 @@ func (s *Server) checkSession(ctx context.Context, id, secret string) error {
 		return s.secretlessError(id)
 	}
 	if subtle.ConstantTimeCompare(hash, hashSecret(secret)) != 1 {
-		return s.denied(ctx, "session "+id+": wrong or missing session secret")
+		return s.guard.Denied("session " + id + ": wrong or missing session secret")
 	}
-	if owner != "" && owner != identityOf(ctx) {
-		return s.denied(ctx, "session "+id+" belongs to another identity")
+	if owner != "" && owner != guard.IdentityOf(ctx) {
+		return s.guard.Denied("session " + id + " belongs to another identity")
 	}
 	return nil
-}
-
-// denied is the answer to a call the caller may not make.
-func (s *Server) denied(_ context.Context, msg string) *connect.Error {
-	return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED, msg)
 }
 
 // refuseSecretless refuses a session-scoped call on a session without a

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/lease"
 )
 
@@ -100,17 +101,11 @@ type Server struct {
 	hub       *hub          // the watch history (watch_hub.go)
 	keepalive time.Duration // watchKeepalive; shorter in tests
 
-	auth      *authReloader // nil: authentication off
-	peerToken string        // presented when forwarding and joining
-	audit     *auditLog     // nil: no audit log
-	auditFile io.Closer
-	limits    *limiter
+	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
 
 	lis     net.Listener
 	httpSrv *http.Server
 
-	hosts     *hostPolicy // the Host/Origin check (hostcheck.go)
-	conns     *connCap    // nil: no per-source connection cap (connlimit.go)
 	peerAddrs peerAddrs   // the other members' addresses given as names, resolved
 	raftUp    atomic.Bool // s.raft is set (the Raft port may ask raftMember before)
 
@@ -209,11 +204,6 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	}
 
 	s.metrics = newMetrics(reg, gatherer)
-	s.openHostPolicy(cfg, reg)
-	if err := s.openSecurity(cfg.Security, &closers); err != nil {
-		return nil, err
-	}
-	s.fwd = newForwarder(o.fwdClient, s.tls, s.peerToken)
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.fatal
 	if s.fatal == nil {
@@ -227,6 +217,12 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	s.delays = lease.New(0, s.undelay)
 	s.hub, s.keepalive = newHub(cfg.WatchHistory), watchKeepalive
 	s.fsm = fsm.New(&fanout{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters, hub: s.hub})
+	// The guard after the FSM (it reads the cluster id and session counts).
+	if err := s.openGuard(cfg, reg); err != nil {
+		return nil, err
+	}
+	closers = append(closers, s.guard)
+	s.fwd = newForwarder(o.fwdClient, s.tls, s.guard.PeerToken())
 	s.metrics.registerState(reg, s)
 
 	hl := newHclog(s.log, "raft")
@@ -354,7 +350,7 @@ func (s *Server) Close() error {
 		if c, ok := s.trans.(io.Closer); ok {
 			errs = append(errs, c.Close())
 		}
-		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close(), s.closeAudit())
+		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close(), s.guard.Close())
 		s.closeErr = errors.Join(errs...)
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/lockd-dev/lockd/internal/auth"
+	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -112,15 +112,8 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	s := h.a.s
 	// Opening needs what CreateSession needs, and one of the caller's
 	// stream slots; access is judged again when the auth rules change.
-	open := &access{op: "Stream", perm: auth.Lock, any: true}
-	aw := s.watchAuth()
-	if err := s.allowed(ctx, open); err != nil {
-		s.audit.record(ctx, open, err)
-		return err
-	}
-	release, err := s.limits.startStream(ctx)
+	aw, release, err := s.guard.OpenStream(ctx)
 	if err != nil {
-		s.audit.limitRefused(ctx, open, err)
 		return err
 	}
 	defer release()
@@ -159,14 +152,13 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		case <-s.done:
 			rerr, ended = s.raftError(raft.ErrRaftShutdown), true
 			cancel()
-		case <-aw.changed():
+		case <-aw.Changed():
 			// A reload: the stream ends (PERMISSION_DENIED) if its caller
 			// lost its token or every lock grant; the frames already
 			// answer to the new rules (guard). Its calls in flight are
 			// cancelled, so a queued Acquire of a revoked caller is not
 			// granted later.
-			if err := aw.check(ctx, open); err != nil {
-				s.audit.record(ctx, open, err)
+			if err := s.guard.Recheck(ctx, &aw); err != nil {
 				rerr, ended = err, true
 				cancel()
 			}
@@ -275,10 +267,10 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 		err = s.invalid("call_id 0 is reserved")
 	} else {
 		kind, msg, call := h.frameCall(req, resp, received)
-		err = s.guard(ctx, msg, streamKinds[kind], call)
+		err = s.guard.Run(ctx, msg, streamKinds[kind], call)
 		s.metrics.streamFrameOf[kind].Inc()
-		if le, ok := err.(*limitError); ok && le.hold {
-			hold(ctx)
+		if le, ok := err.(*guard.LimitError); ok && le.Held() {
+			guard.Hold(ctx)
 		}
 	}
 	if err != nil {
@@ -398,8 +390,8 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 // streamError carries an RPC error in a frame: its Connect code, message
 // and ErrorDetail.
 func streamError(err error) *lockdv1.StreamError {
-	if le, ok := err.(*limitError); ok {
-		return le.se
+	if le, ok := err.(*guard.LimitError); ok {
+		return le.StreamError()
 	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {

@@ -55,14 +55,12 @@ func sseStatus(t *testing.T, ctx context.Context, url, token string) int {
 func waitStreamsFreed(t *testing.T, s *Server) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		s.limits.mu.Lock()
-		n := len(s.limits.streams)
-		s.limits.mu.Unlock()
+		n := len(s.guard.StreamsOpen())
 		if n == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("stream slots still taken after every stream ended: %v", s.limits.streams)
+			t.Fatalf("stream slots still taken after every stream ended: %v", s.guard.StreamsOpen())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
 	"github.com/lockd-dev/lockd/internal/ui"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -25,7 +26,7 @@ func (s *Server) uiRoutes(mux *http.ServeMux) {
 		// Like Status: any known caller (it makes this node probe every
 		// member, so not for anonymous callers under --auth-file).
 		called := false
-		err := s.guard(r.Context(), memberHealthRequest{}, "MemberHealth", func(context.Context) error {
+		err := s.guard.Run(r.Context(), memberHealthRequest{}, "MemberHealth", func(context.Context) error {
 			called = true
 			s.serveMemberHealth(w, r)
 			return nil

@@ -100,9 +100,8 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	// The caller was judged when the stream opened (guard); it is judged
 	// again when the auth rules change, so a revoked token or a narrowed
 	// grant ends the stream (PERMISSION_DENIED) instead of keeping it.
-	a := accessOf(&lockdv1.WatchRequest{Prefix: prefix}, "Watch")
-	aw := s.watchAuth()
-	if err := s.allowed(ctx, a); err != nil {
+	aw, err := s.guard.WatchAuth(ctx, &lockdv1.WatchRequest{Prefix: prefix}, "Watch")
+	if err != nil {
 		return err // the rules changed after guard's check, before aw saw them
 	}
 	// A first keepalive tells the client where the stream starts, so a
@@ -118,7 +117,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 	tick := time.NewTicker(s.keepalive)
 	defer tick.Stop()
 	for {
-		if err := aw.check(ctx, a); err != nil {
+		if err := aw.Check(ctx); err != nil {
 			return err
 		}
 		var r readResult
@@ -164,7 +163,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 			if err := idle(s.wirePos(cursor)); err != nil {
 				return err
 			}
-		case <-aw.changed():
+		case <-aw.Changed():
 		case <-ctx.Done():
 			return nil
 		case <-s.done:
@@ -225,7 +224,7 @@ var _ lockdv1connect.WatchServiceHandler = (*watchAPI)(nil)
 func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
 	// A stream passes no unary interceptor: guard it here (read on the
 	// prefix).
-	err := w.s.guard(ctx, req.Msg, "Watch", func(ctx context.Context) error {
+	err := w.s.guard.Run(ctx, req.Msg, "Watch", func(ctx context.Context) error {
 		return w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor string) error {
 			return stream.Send(&lockdv1.WatchResponse{Position: cursor})
 		})
@@ -275,7 +274,7 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	called := false
-	err := s.guard(r.Context(), &lockdv1.WatchRequest{Prefix: q.Get("prefix")}, "Watch", func(context.Context) error {
+	err := s.guard.Run(r.Context(), &lockdv1.WatchRequest{Prefix: q.Get("prefix")}, "Watch", func(context.Context) error {
 		called = true
 		rc := http.NewResponseController(w)
 		_ = rc.SetReadDeadline(time.Time{})

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"context"
@@ -7,10 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/lockd-dev/lockd/internal/auth"
-	"github.com/lockd-dev/lockd/internal/fsm"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -26,8 +23,7 @@ func fromIP(i int) context.Context {
 // stays within maxBuckets.
 func TestLimiterEvictsIdleBuckets(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &Server{metrics: newMetrics(prometheus.NewRegistry(), nil), fsm: fsm.New(nil)}
-		l := newLimiter(s, auth.Limits{Rate: 10, Burst: 5}) // full again 0.5 s after a call
+		l := testGuard(t, auth.Limits{Rate: 10, Burst: 5}).limits // full again 0.5 s after a call
 		msg := &lockdv1.DescribeLockRequest{Name: "x"}
 		size := func() int {
 			l.mu.Lock()

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"context"
@@ -22,6 +22,11 @@ import (
 // frame and the plain HTTP handlers (the backup download) all go through
 // guard. With no auth file every identity is "" and everything is allowed;
 // the session secret (secret.go) is checked in every mode.
+
+// ForwardedHeader marks a request a follower forwarded to the leader. With
+// authentication off it is the client's word: the guard uses it only so
+// that the rate limit of the client's IP is not charged again.
+const ForwardedHeader = "Lockd-Forwarded-By"
 
 // ForwardedIdentityHeader carries the original caller's identity on a call
 // a follower forwards to the leader. The leader believes it only from an
@@ -65,13 +70,14 @@ func callerOf(ctx context.Context) caller {
 	return c
 }
 
-// identityOf returns the caller's identity, "" when authentication is off.
-func identityOf(ctx context.Context) string { return callerOf(ctx).identity }
+// IdentityOf returns the identity of the caller of the request in ctx, ""
+// when authentication is off.
+func IdentityOf(ctx context.Context) string { return callerOf(ctx).identity }
 
 // authenticate puts the caller of each request in its context.
-func (s *Server) authenticate(h http.Handler) http.Handler {
+func (g *Guard) authenticate(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, s.identify(r))))
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, g.identify(r))))
 	})
 }
 
@@ -80,9 +86,9 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 // certificate (TLS with --tls-client-auth verify-if-given or require). A
 // token that the auth file does not know is refused even with a valid
 // certificate: one credential is judged, never a mix.
-func (s *Server) identify(r *http.Request) caller {
+func (g *Guard) identify(r *http.Request) caller {
 	c := caller{addr: r.RemoteAddr}
-	f := s.authFile()
+	f := g.authFile()
 	if f == nil {
 		c.forwarded = r.Header.Get(ForwardedHeader) != ""
 		return c
@@ -97,10 +103,12 @@ func (s *Server) identify(r *http.Request) caller {
 			c.byToken, c.tokenHash, c.tokenID = true, h, id
 		}
 	}
-	if tid, verified := s.TLSIdentity(r.TLS); verified {
-		c.tlsPeer = tid.Peer
-		if !ok && tok == "" && auth.ValidIdentity(tid.Name) {
-			id, ok = tid.Name, true
+	if g.d.TLSIdentity != nil {
+		if name, peer, verified := g.d.TLSIdentity(r.TLS); verified {
+			c.tlsPeer = peer
+			if !ok && tok == "" && auth.ValidIdentity(name) {
+				id, ok = name, true
+			}
 		}
 	}
 	if !ok {
@@ -135,14 +143,14 @@ func (c caller) stillKnown(f *auth.File) bool {
 	return c.forwardedBy == "" || c.tlsPeer || trustedPeer(f, c.forwardedBy)
 }
 
-// peerHeaders sets, on a call this node forwards, the original caller's
+// PeerHeaders sets, on a call this node forwards, the original caller's
 // identity (the forwarder's clients present this node's peer token).
-func (s *Server) peerHeaders(ctx context.Context, h http.Header) {
-	if s.peerToken == "" && s.tls == nil {
+func (g *Guard) PeerHeaders(ctx context.Context, h http.Header) {
+	if g.peerToken == "" && g.d.TLS == nil {
 		// No peer credential: the leader would ignore the header.
 		return
 	}
-	if id := identityOf(ctx); id != "" {
+	if id := IdentityOf(ctx); id != "" {
 		h.Set(ForwardedIdentityHeader, id)
 	}
 }
@@ -161,7 +169,7 @@ type access struct {
 // method table (internal/rpcs); op names a call the table does not know
 // (health), which any caller with valid credentials may make.
 func accessOf(msg any, op string) *access {
-	if _, ok := msg.(snapshotRequest); ok {
+	if _, ok := msg.(SnapshotRequest); ok {
 		return &access{op: "SnapshotSave", perm: auth.Admin, admin: true}
 	}
 	pm, _ := msg.(proto.Message)
@@ -176,23 +184,23 @@ func accessOf(msg any, op string) *access {
 // permOf maps the table's permissions to the auth file's.
 var permOf = [...]auth.Perm{rpcs.Open: 0, rpcs.Read: auth.Read, rpcs.Lock: auth.Lock, rpcs.Admin: auth.Admin}
 
-// snapshotRequest stands for GET /v1/snapshot in accessOf.
-type snapshotRequest struct{}
+// SnapshotRequest stands for GET /v1/snapshot in Run: an admin operation.
+type SnapshotRequest struct{}
 
 // allowed reports why the caller may not make the call, or nil.
-func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
-	f := s.authFile()
+func (g *Guard) allowed(ctx context.Context, a *access) *connect.Error {
+	f := g.authFile()
 	if f == nil {
 		return nil
 	}
 	c := callerOf(ctx)
 	if !c.known {
-		return s.apiError(connect.CodeUnauthenticated, lockdv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
+		return g.d.APIError(connect.CodeUnauthenticated, lockdv1.ErrorReason_ERROR_REASON_UNAUTHENTICATED,
 			"authentication required: send Authorization: Bearer <token> (lockd --token-file)")
 	}
 	if !c.stillKnown(f) {
 		// A stream opened before a reload removed its token.
-		return s.denied(ctx, "identity "+c.identity+": "+errRevoked.Error()+" (its token or peer grant was removed)")
+		return g.Denied("identity " + c.identity + ": " + errRevoked.Error() + " (its token or peer grant was removed)")
 	}
 	if a.perm == 0 {
 		return nil
@@ -212,40 +220,44 @@ func (s *Server) allowed(ctx context.Context, a *access) *connect.Error {
 		if a.name != "" {
 			what += " on " + a.name
 		}
-		return s.denied(ctx, "identity "+c.identity+" may not "+a.op+" ("+what+" not granted)")
+		return g.Denied("identity " + c.identity + " may not " + a.op + " (" + what + " not granted)")
 	}
 	return nil
 }
 
-// guard runs one call for the caller in ctx: it checks access and the
+// Run runs one call for the caller in ctx: it checks access and the
 // caller's limits, runs call, and writes the audit log (refusals, and
-// every admin operation with its outcome).
-func (s *Server) guard(ctx context.Context, msg any, op string, call func(context.Context) error) error {
+// every admin operation with its outcome). msg is the call's request
+// message (SnapshotRequest for the backup download); op names a call the
+// method table does not know. A refusal by the rate limit is a
+// *LimitError.
+func (g *Guard) Run(ctx context.Context, msg any, op string, call func(context.Context) error) error {
 	a := accessOf(msg, op)
-	if err := s.allowed(ctx, a); err != nil {
-		s.audit.record(ctx, a, err)
+	if err := g.allowed(ctx, a); err != nil {
+		g.audit.record(ctx, a, err)
 		return err
 	}
-	release, err := s.limits.admit(ctx, msg)
+	release, err := g.limits.admit(ctx, msg)
 	if err != nil {
-		s.audit.limitRefused(ctx, a, err)
+		g.audit.limitRefused(ctx, a, err)
 		return err
 	}
 	defer release()
 	err = call(ctx)
 	switch {
 	case a.admin || connect.CodeOf(err) == connect.CodePermissionDenied:
-		s.audit.record(ctx, a, err)
+		g.audit.record(ctx, a, err)
 	case connect.CodeOf(err) == connect.CodeResourceExhausted:
 		// The session and wait caps of the identity (limits.go), and
 		// the refusals by Apply (the exact session cap, the table caps).
-		s.audit.limitRefused(ctx, a, err)
+		g.audit.limitRefused(ctx, a, err)
 	}
 	return err
 }
 
-// guardInterceptor guards every unary call of the Connect services.
-func (s *Server) guardInterceptor() connect.Interceptor {
+// Interceptor guards every unary call of the Connect services (Run), but
+// the gRPC health and reflection services, open to all.
+func (g *Guard) Interceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			if p := req.Spec().Procedure; strings.HasPrefix(p, "/grpc.health.") || strings.HasPrefix(p, "/grpc.reflection.") {
@@ -258,7 +270,7 @@ func (s *Server) guardInterceptor() connect.Interceptor {
 			if i := strings.LastIndexByte(op, '/'); i >= 0 {
 				op = op[i+1:]
 			}
-			err := s.guard(ctx, req.Any(), op, func(ctx context.Context) error {
+			err := g.Run(ctx, req.Any(), op, func(ctx context.Context) error {
 				var err error
 				resp, err = next(ctx, req)
 				return err

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"context"
@@ -115,22 +115,22 @@ func fileChanged(old, now os.FileInfo) bool {
 }
 
 // authFile returns the auth rules in force, nil when authentication is off.
-func (s *Server) authFile() *auth.File {
-	if s.auth == nil {
+func (g *Guard) authFile() *auth.File {
+	if g.auth == nil {
 		return nil
 	}
-	return s.auth.rules().file
+	return g.auth.rules().file
 }
 
 // ReloadAuth reads the auth file again (SIGHUP). Calls that start after it
 // returns use the new rules; open streams judge their caller again at once.
 // A file that does not parse is an error and the previous rules stay in
-// force. Without --auth-file it does nothing.
-func (s *Server) ReloadAuth() error {
-	if s.auth == nil {
+// force. Without an auth file it does nothing.
+func (g *Guard) ReloadAuth() error {
+	if g.auth == nil {
 		return nil
 	}
-	if err := s.auth.reload(); err != nil {
+	if err := g.auth.reload(); err != nil {
 		return fmt.Errorf("reload auth file: %w", err)
 	}
 	return nil
@@ -140,42 +140,55 @@ func (s *Server) ReloadAuth() error {
 // caller's access.
 var errRevoked = errors.New("access revoked by an auth file reload")
 
-// authWatch follows the auth rules for an open stream, whose caller was
+// AuthWatch follows the auth rules for an open stream, whose caller was
 // judged when it opened and is judged again when the rules change.
-type authWatch struct {
-	s   *Server
+type AuthWatch struct {
+	g   *Guard
+	a   *access
 	cur *authRules // nil: authentication off
 }
 
-func (s *Server) watchAuth() authWatch {
-	if s.auth == nil {
-		return authWatch{s: s}
+// WatchAuth judges the caller in ctx for a stream of msg (op as in Run)
+// and returns the watch that judges it again when the rules change. Take
+// it after Run admitted the stream: rules swapped in between are caught
+// here.
+func (g *Guard) WatchAuth(ctx context.Context, msg any, op string) (AuthWatch, error) {
+	aw := g.watchAuth(accessOf(msg, op))
+	if err := g.allowed(ctx, aw.a); err != nil {
+		return aw, err // not a nil *connect.Error in a non-nil error
 	}
-	return authWatch{s: s, cur: s.auth.rules()}
+	return aw, nil
 }
 
-// changed returns a channel closed when the rules are replaced (nil, never
+func (g *Guard) watchAuth(a *access) AuthWatch {
+	if g.auth == nil {
+		return AuthWatch{g: g, a: a}
+	}
+	return AuthWatch{g: g, a: a, cur: g.auth.rules()}
+}
+
+// Changed returns a channel closed when the rules are replaced (nil, never
 // ready, with authentication off).
-func (w *authWatch) changed() <-chan struct{} {
+func (w *AuthWatch) Changed() <-chan struct{} {
 	if w.cur == nil {
 		return nil
 	}
 	return w.cur.changed
 }
 
-// check judges the stream's caller again for a if the rules changed since
-// the last check (reading the file first if it changed on disk and is due
-// for a look).
-func (w *authWatch) check(ctx context.Context, a *access) error {
+// Check judges the stream's caller again if the rules changed since the
+// last check (reading the file first if it changed on disk and is due for
+// a look).
+func (w *AuthWatch) Check(ctx context.Context) error {
 	if w.cur == nil {
 		return nil
 	}
-	r := w.s.auth.rules()
+	r := w.g.auth.rules()
 	if r == w.cur {
 		return nil
 	}
 	w.cur = r
-	if err := w.s.allowed(ctx, a); err != nil {
+	if err := w.g.allowed(ctx, w.a); err != nil {
 		return err
 	}
 	return nil

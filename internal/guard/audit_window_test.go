@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"bytes"
@@ -52,7 +52,7 @@ func TestAuditLimitWindows(t *testing.T) {
 		l := &auditLog{node: "n1", w: &buf}
 		flooder := context.WithValue(t.Context(), callerKey{}, caller{identity: "flooder", known: true, addr: "10.0.0.7:4000"})
 		other := context.WithValue(t.Context(), callerKey{}, caller{identity: "other", known: true, addr: "10.0.0.8:4000"})
-		refused := &limitError{ce: connect.NewError(connect.CodeResourceExhausted, errString("rate limit of flooder reached"))}
+		refused := &LimitError{ce: connect.NewError(connect.CodeResourceExhausted, errString("rate limit of flooder reached"))}
 		acquire := &access{op: "Acquire", name: "hot"}
 		for range 1000 {
 			l.limitRefused(flooder, acquire, refused)

@@ -1,17 +1,17 @@
-package server
+package guard
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
 	"github.com/lockd-dev/lockd/internal/auth"
 )
 
-// Security is the access-control part of Config (docs/security.md). Every
-// field maps to a `lockd serve` flag of the same name in kebab case.
+// Security is the access-control part of the node's configuration
+// (docs/security.md). Every field maps to a `lockd serve` flag of the same
+// name in kebab case.
 type Security struct {
 	// AuthFile turns authentication on: bearer tokens (stored as SHA-256),
 	// their identities, per-prefix grants and per-identity limits. Empty:
@@ -63,16 +63,15 @@ const defaultMaxStreams = 64
 // nor the auth file set them, with authentication on.
 var defaultLimits = auth.Limits{Rate: 10000, Sessions: 10000, Waits: 10000}
 
-func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
-	// After openDataDir: the node id names this node in audit lines.
+func (g *Guard) openSecurity(c Security) error {
 	def := auth.Limits{Rate: c.RateLimit, Burst: c.RateBurst, Sessions: c.MaxSessionsPerIdentity, Waits: c.MaxWaitsPerIdentity,
 		Streams: c.MaxStreamsPerIdentity}
 	if c.AuthFile != "" {
-		r, err := newAuthReloader(c.AuthFile, s.log.With("component", "auth"), s.metrics.authReloads)
+		r, err := newAuthReloader(c.AuthFile, g.d.Log.With("component", "auth"), g.d.AuthReloads)
 		if err != nil {
 			return err
 		}
-		s.auth = r
+		g.auth = r
 		def.Rate = orDefault(def.Rate, defaultLimits.Rate)
 		def.Sessions = cmpInt(def.Sessions, defaultLimits.Sessions)
 		def.Waits = cmpInt(def.Waits, defaultLimits.Waits)
@@ -81,40 +80,31 @@ func (s *Server) openSecurity(c Security, closers *[]io.Closer) error {
 	if def.Burst == 0 {
 		def.Burst = max(1, int(2*def.Rate))
 	}
-	s.limits = newLimiter(s, def)
-	s.limits.exactCaps = c.ExactSessionCaps
+	g.limits = g.newLimiter(def)
+	g.limits.exactCaps = c.ExactSessionCaps
 	if c.PeerTokenFile != "" {
 		b, err := os.ReadFile(c.PeerTokenFile)
 		if err != nil {
 			return fmt.Errorf("peer token: %w", err)
 		}
-		s.peerToken = strings.TrimSpace(string(b))
-		if s.peerToken == "" {
+		g.peerToken = strings.TrimSpace(string(b))
+		if g.peerToken == "" {
 			return errors.New("peer token file is empty")
 		}
 	}
 	switch c.AuditLog {
 	case "":
 	case "-":
-		s.audit = &auditLog{node: s.nodeID, w: os.Stdout}
+		g.audit = &auditLog{node: g.d.NodeID, w: os.Stdout}
 	default:
 		f, err := os.OpenFile(c.AuditLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 		if err != nil {
 			return fmt.Errorf("audit log: %w", err)
 		}
-		s.audit, s.auditFile = &auditLog{node: s.nodeID, w: f}, f
-		*closers = append(*closers, f)
+		g.audit, g.auditFile = &auditLog{node: g.d.NodeID, w: f}, f
 	}
-	if s.auth == nil && s.audit != nil {
-		s.log.Warn("audit log without --auth-file: only refused session calls (wrong secret) and admin operations are recorded, all as identity \"\"")
-	}
-	return nil
-}
-
-func (s *Server) closeAudit() error {
-	s.audit.flush()
-	if s.auditFile != nil {
-		return s.auditFile.Close()
+	if g.auth == nil && g.audit != nil {
+		g.d.Log.Warn("audit log without --auth-file: only refused session calls (wrong secret) and admin operations are recorded, all as identity \"\"")
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"crypto/x509"
@@ -92,6 +92,16 @@ func normalizeHost(h string) string {
 		h = h[:strings.IndexByte(h, ':')]
 	}
 	return strings.ToLower(strings.TrimSuffix(h, "."))
+}
+
+// ValidAllowedHost reports whether h is a valid --allowed-hosts entry: a
+// host name (no scheme or path), *.domain, or * alone. Checked after
+// normalizing too: "*." (a template's "*.${DOMAIN}" with DOMAIN unset)
+// normalizes to "*", which would turn the check off without a word.
+func ValidAllowedHost(h string) bool {
+	n := normalizeHost(h)
+	return !(h == "" || strings.ContainsAny(h, "/ \t") || strings.Contains(h[1:], "*") ||
+		n == "" || n == "*" && h != "*" || n == "*.")
 }
 
 // allowed reports whether a Host header (or an Origin's host) names this
@@ -230,26 +240,18 @@ func (p *hostPolicy) refuse(r *http.Request, which, msg string) {
 		"peer", r.RemoteAddr, "host", r.Host, "origin", r.Header.Get("Origin"), "path", r.URL.Path)
 }
 
-// GuardHost wraps h (the pprof listener's handler, say) in the node's
-// Host/Origin check: the same rule as the API's.
-func (s *Server) GuardHost(h http.Handler) http.Handler { return s.hosts.handler(h) }
-
-// openHostPolicy builds the node's Host/Origin policy, once its API URL is
-// known: the hosts of --listen, --advertise (or the URL derived from the
-// listener) and --raft-advertise are its own names.
-func (s *Server) openHostPolicy(cfg Config, reg prometheus.Registerer) {
-	own := []string{cfg.Listen, cfg.RaftAdvertise}
-	if u, err := url.Parse(s.apiURL); err == nil {
-		own = append(own, u.Host)
-	}
-	s.hosts = newHostPolicy(cfg.AllowedHosts, own, s.tls)
-	s.hosts.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+// openHostPolicy builds the node's Host/Origin policy: the hosts of
+// --listen, --advertise (or the URL derived from the listener) and
+// --raft-advertise are its own names.
+func (g *Guard) openHostPolicy(c Config) {
+	g.hosts = newHostPolicy(c.AllowedHosts, c.OwnHosts, g.d.TLS)
+	g.hosts.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_host_refused_total", Help: "HTTP requests refused because their Host or Origin header names no allowed host (DNS rebinding guard), by header.",
 	}, []string{"header"})
 	for _, h := range []string{"host", "origin"} {
-		s.hosts.refused.WithLabelValues(h)
+		g.hosts.refused.WithLabelValues(h)
 	}
-	reg.MustRegister(s.hosts.refused)
-	s.hosts.log = &sparseLog{log: s.log.With("component", "http")}
-	s.hosts.audit = func(peer, op, reason string) { s.audit.netRefused(peer, op, "permission_denied", reason) }
+	g.d.Registerer.MustRegister(g.hosts.refused)
+	g.hosts.log = &sparseLog{log: g.d.Log.With("component", "http")}
+	g.hosts.audit = func(peer, op, reason string) { g.audit.netRefused(peer, op, "permission_denied", reason) }
 }

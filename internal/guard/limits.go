@@ -1,4 +1,4 @@
-package server
+package guard
 
 import (
 	"container/list"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd-dev/lockd/internal/auth"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -27,7 +29,13 @@ import (
 // *limiter admits all. The limits are read from the auth rules in force at
 // each call, so a reload applies to the next call.
 type limiter struct {
-	s   *Server
+	rules       func() *auth.File // the auth rules in force, nil: auth off
+	state       State
+	hits        *prometheus.CounterVec // lockd_limit_hits_total, by reason
+	rateHits    prometheus.Counter     // hits{reason="rate"}, resolved once
+	apiError    func(connect.Code, lockdv1.ErrorReason, string) *connect.Error
+	streamError func(error) *lockdv1.StreamError
+
 	def auth.Limits
 	// exactCaps: Security.ExactSessionCaps.
 	exactCaps bool
@@ -46,14 +54,23 @@ type limiter struct {
 // burst.
 const maxBuckets = 1 << 16
 
-func newLimiter(s *Server, def auth.Limits) *limiter {
-	return &limiter{s: s, def: def, buckets: map[string]*list.Element{}, waits: map[string]int{}, streams: map[string]int{}}
+func newLimiter(def auth.Limits) *limiter {
+	return &limiter{def: def, buckets: map[string]*list.Element{}, waits: map[string]int{}, streams: map[string]int{}}
 }
 
-// refusalDelay is how long the answer to a session-stream frame over its
+// newLimiter returns the limiter of g with the default limits def.
+func (g *Guard) newLimiter(def auth.Limits) *limiter {
+	l := newLimiter(def)
+	l.rules, l.state, l.hits = g.authFile, g.d.State, g.d.LimitHits
+	l.rateHits = l.hits.WithLabelValues("rate")
+	l.apiError, l.streamError = g.d.APIError, g.d.StreamError
+	return l
+}
+
+// RefusalDelay is how long the answer to a session-stream frame over its
 // rate limit is held (less if the stream ends first). A client that
 // ignores the refusal and calls again at once, as a flood does, is then
-// held to (calls it keeps in flight) / refusalDelay instead of as fast as
+// held to (calls it keeps in flight) / RefusalDelay instead of as fast as
 // its CPU allows: the Go client keeps at most 128 Acquires in flight on a
 // stream, so about 1 300 refusals a second per client, where without the
 // delay one client on this 2-core box made the node answer 9 000 a
@@ -63,7 +80,7 @@ func newLimiter(s *Server, def auth.Limits) *limiter {
 // them only made an HTTP/1.1 client open more connections, each costing
 // the node more than a refusal (bench/flood.sh with LOCKD_STREAM=off).
 // KeepAlive and CloseSession are never refused, so never held.
-const refusalDelay = 100 * time.Millisecond
+const RefusalDelay = 100 * time.Millisecond
 
 // bucket is a token bucket: rate tokens a second, at most burst.
 type bucket struct {
@@ -77,25 +94,33 @@ type bucket struct {
 	// the first one and shared by the next (under a flood, building the
 	// message and its error detail for each refused call was most of the
 	// refusal's cost); cluster is the cluster id it carries.
-	refusal *limitError
+	refusal *LimitError
 	cluster string
 }
 
-// limitError is a refusal by a limit: the Connect error, and the same as a
+// LimitError is a refusal by a limit: the Connect error, and the same as a
 // session-stream frame's error. It is shared by concurrent answers, so
 // neither is ever modified once made.
-type limitError struct {
+type LimitError struct {
 	ce *connect.Error
 	se *lockdv1.StreamError
 	// hold: a refusal by the rate limit, whose stream answer is held
-	// refusalDelay.
+	// RefusalDelay.
 	hold bool
 }
 
-func (e *limitError) Error() string { return e.ce.Error() }
+// Error is the Connect error's message.
+func (e *LimitError) Error() string { return e.ce.Error() }
+
+// StreamError is the refusal as a session-stream frame's error.
+func (e *LimitError) StreamError() *lockdv1.StreamError { return e.se }
+
+// Held reports a refusal by the rate limit, whose session-stream answer is
+// held RefusalDelay (Hold).
+func (e *LimitError) Held() bool { return e.hold }
 
 // Unwrap lets connect (and connect.CodeOf) find the Connect error.
-func (e *limitError) Unwrap() error { return e.ce }
+func (e *LimitError) Unwrap() error { return e.ce }
 
 func (b *bucket) take(now time.Time) bool {
 	b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
@@ -114,7 +139,7 @@ func (b *bucket) full(now time.Time) bool {
 }
 
 func (l *limiter) limitsOf(identity string) auth.Limits {
-	f := l.s.authFile()
+	f := l.rules()
 	if f == nil {
 		return l.def
 	}
@@ -124,14 +149,14 @@ func (l *limiter) limitsOf(identity string) auth.Limits {
 // exhausted is the answer to a call over a limit; the hit is counted by
 // reason (lockd_limit_hits_total).
 func (l *limiter) exhausted(reason, msg string) error {
-	l.s.metrics.limitHits.WithLabelValues(reason).Inc()
+	l.hits.WithLabelValues(reason).Inc()
 	return l.refusal(msg)
 }
 
 // refusal makes the answer to a call over a limit.
-func (l *limiter) refusal(msg string) *limitError {
-	ce := l.s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, msg)
-	return &limitError{ce: ce, se: streamError(ce)}
+func (l *limiter) refusal(msg string) *LimitError {
+	ce := l.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, msg)
+	return &LimitError{ce: ce, se: l.streamError(ce)}
 }
 
 // admit takes a token from the caller's bucket. KeepAlive and CloseSession
@@ -166,7 +191,7 @@ func (l *limiter) admit(ctx context.Context, msg any) (func(), error) {
 // its IP address.
 func (l *limiter) rate(c caller) error {
 	key := c.identity
-	if l.s.authFile() == nil {
+	if l.rules() == nil {
 		key = "ip:" + hostOf(c.addr)
 	}
 	lim := l.limitsOf(c.identity)
@@ -175,7 +200,7 @@ func (l *limiter) rate(c caller) error {
 	}
 	burst := float64(max(lim.Burst, 1))
 	now := time.Now()
-	cluster := l.s.fsm.ClusterID()
+	cluster := l.state.ClusterID()
 	l.mu.Lock()
 	b := l.bucketLocked(key, lim.Rate, burst, now)
 	if b.take(now) {
@@ -189,13 +214,14 @@ func (l *limiter) rate(c caller) error {
 		b.refusal, b.cluster = refusal, cluster
 	}
 	l.mu.Unlock()
-	l.s.metrics.rateHits.Inc()
+	l.rateHits.Inc()
 	return refusal
 }
 
-// hold waits refusalDelay or until ctx ends: see refusalDelay.
-func hold(ctx context.Context) {
-	t := time.NewTimer(refusalDelay)
+// Hold waits RefusalDelay or until ctx ends: how long the session-stream
+// answer of a refusal by the rate limit (LimitError.Held) is held.
+func Hold(ctx context.Context) {
+	t := time.NewTimer(RefusalDelay)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -280,15 +306,15 @@ func keyName(key string) string {
 // always 0 without exactCaps): creations proposed together all pass this
 // check, and Apply counts them one after another.
 func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
-	if l == nil || l.s.authFile() == nil {
+	if l == nil || l.rules() == nil {
 		return 0, nil
 	}
-	id := identityOf(ctx)
+	id := IdentityOf(ctx)
 	lim := l.limitsOf(id)
 	if id == "" || lim.Sessions <= 0 {
 		return 0, nil
 	}
-	if l.s.fsm.SessionsOf(id) >= lim.Sessions {
+	if l.state.SessionsOf(id) >= lim.Sessions {
 		return 0, l.exhausted("sessions", fmt.Sprintf("identity %s has %d live sessions, its cap", id, lim.Sessions))
 	}
 	if !l.exactCaps {
@@ -300,10 +326,10 @@ func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
 // startWait counts a queued Acquire call in flight of the caller's
 // identity, refusing one over its cap; the returned func ends it.
 func (l *limiter) startWait(ctx context.Context) (func(), error) {
-	if l == nil || l.s.authFile() == nil {
+	if l == nil || l.rules() == nil {
 		return func() {}, nil
 	}
-	id := identityOf(ctx)
+	id := IdentityOf(ctx)
 	lim := l.limitsOf(id)
 	if lim.Waits <= 0 {
 		return func() {}, nil
@@ -322,3 +348,14 @@ func (l *limiter) startWait(ctx context.Context) (func(), error) {
 		}
 	}, nil
 }
+
+// CheckSessions refuses a new session of the caller in ctx at its
+// identity's session cap (call it on the leader, before proposing), and
+// returns the cap CreateSession carries for Apply (0: none).
+func (g *Guard) CheckSessions(ctx context.Context) (uint32, error) {
+	return g.limits.checkSessions(ctx)
+}
+
+// StartWait counts a queued Acquire call in flight of the caller's
+// identity, refusing one over its cap; the returned func ends it.
+func (g *Guard) StartWait(ctx context.Context) (func(), error) { return g.limits.startWait(ctx) }

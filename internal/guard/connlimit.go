@@ -1,12 +1,9 @@
-package server
+package guard
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,18 +19,15 @@ import (
 // capped: a follower forwards each call in flight to the leader on a
 // connection of its own (HTTP/1.1), so a busy follower may hold many.
 
-// defaultMaxConnsPerSource is MaxConnsPerSource's default. A Go client
+// DefaultMaxConnsPerSource is the default cap of Listener (and of
+// --max-conns-per-source). A Go client
 // holds one or two connections to a node with the session stream (HTTP/2),
 // and in unary mode (HTTP/1.1) about one per call in flight; 512 leaves
 // room for a few hundred client processes behind one NAT, or a unary
 // client with hundreds of calls in flight, while one address holds at
 // most 512 of the node's descriptors, a small share of any usual limit
 // (Go raises the soft limit to the hard one: 20 000 to 1 048 576).
-const defaultMaxConnsPerSource = 512
-
-// peerRefresh is how often the names of the other members are resolved
-// again.
-const peerRefresh = 5 * time.Second
+const DefaultMaxConnsPerSource = 512
 
 // connCap is the capping listener.
 type connCap struct {
@@ -51,13 +45,13 @@ func newConnCap(l net.Listener, max int, exempt func(netip.Addr) bool, onRefuse 
 	return &connCap{Listener: l, max: max, exempt: exempt, onRefuse: onRefuse, conns: map[netip.Addr]int{}}
 }
 
-// sourceOf returns the IP address a connection comes from (an IPv4-mapped
+// SourceOf returns the IP address a connection comes from (an IPv4-mapped
 // IPv6 address as IPv4) and its /64 key: the IPv4 address, or the IPv6
 // /64, what one host usually holds. The API's connection cap counts by
 // address (a cloud subnet is often one /64 shared by every client); the
 // Raft port's handshake cap counts by /64 key (no client handshakes there,
 // and members are spared by address).
-func sourceOf(a net.Addr) (ip, key netip.Addr, ok bool) {
+func SourceOf(a net.Addr) (ip, key netip.Addr, ok bool) {
 	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {
 		return netip.Addr{}, netip.Addr{}, false
@@ -79,7 +73,7 @@ func (l *connCap) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip, _, ok := sourceOf(c.RemoteAddr())
+		ip, _, ok := SourceOf(c.RemoteAddr())
 		if !ok {
 			return c, nil // not TCP/IP: nothing to count by
 		}
@@ -127,112 +121,6 @@ func (c *cappedConn) Close() error {
 		c.l.mu.Unlock()
 	}
 	return c.Conn.Close()
-}
-
-// peerAddrs holds the other members' addresses given as names, resolved
-// every peerRefresh, so that a peer's connections are never capped. The
-// ones given as IP literals (the usual case) are read at each check, so a
-// member that has just joined is spared at once.
-type peerAddrs struct {
-	resolved atomic.Pointer[map[netip.Addr]bool]
-}
-
-// raftMember reports whether ip is another member's address, once Raft
-// runs: the Raft port's handshake caps spare it.
-func (s *Server) raftMember(ip netip.Addr) bool { return s.raftUp.Load() && s.isPeer(ip) }
-
-// isPeer reports whether ip is the address of another member: a host in
-// the Raft configuration or a member's API URL. It runs only for a
-// connection over its cap (the Raft configuration is read without
-// waiting on Raft).
-func (s *Server) isPeer(ip netip.Addr) bool {
-	if m := s.peerAddrs.resolved.Load(); m != nil && (*m)[ip] {
-		return true
-	}
-	for _, h := range s.peerHosts() {
-		if a, err := netip.ParseAddr(h); err == nil && a.Unmap().WithZone("") == ip {
-			return true
-		}
-	}
-	return false
-}
-
-// peerHosts lists the hosts of the other members' Raft and API addresses.
-func (s *Server) peerHosts() []string {
-	f := s.raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var hosts []string
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) == s.nodeID {
-			continue
-		}
-		if h, _, err := net.SplitHostPort(string(srv.Address)); err == nil {
-			hosts = append(hosts, h)
-		}
-		if m, ok := s.fsm.Member(string(srv.ID)); ok {
-			if u, err := url.Parse(m.API); err == nil && u.Hostname() != "" {
-				hosts = append(hosts, u.Hostname())
-			}
-		}
-	}
-	return hosts
-}
-
-// resolvePeers keeps the resolved addresses of the members given by name
-// current until the node closes.
-func (s *Server) resolvePeers() {
-	defer s.wg.Done()
-	t := time.NewTicker(peerRefresh)
-	defer t.Stop()
-	for {
-		set := map[netip.Addr]bool{}
-		for _, h := range s.peerHosts() {
-			if _, err := netip.ParseAddr(h); err == nil {
-				continue // read at each check
-			}
-			// Bounded: Close waits for this goroutine.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
-			cancel()
-			if err != nil {
-				s.log.Debug("member address not resolved: its connections are capped like a client's", "host", h, "err", err)
-				continue
-			}
-			for _, ip := range ips {
-				set[ip.Unmap().WithZone("")] = true
-			}
-		}
-		s.peerAddrs.resolved.Store(&set)
-		select {
-		case <-t.C:
-		case <-s.done:
-			return
-		}
-	}
-}
-
-// capConns wraps the API listener in the per-source cap, unless it is off.
-func (s *Server) capConns(l net.Listener) net.Listener {
-	limit := s.cfg.MaxConnsPerSource
-	if limit < 0 {
-		return l
-	}
-	if limit == 0 {
-		limit = defaultMaxConnsPerSource
-	}
-	hits := s.metrics.limitHits.WithLabelValues("conns")
-	logs := &sparseLog{log: s.log.With("component", "http")}
-	s.wg.Add(1)
-	go s.resolvePeers()
-	s.conns = newConnCap(l, limit, s.isPeer, func(c net.Conn, open int) {
-		hits.Inc()
-		msg := fmt.Sprintf("connection from %s closed: its address has %d connections open, its cap (--max-conns-per-source)", c.RemoteAddr(), open)
-		s.audit.netRefused(c.RemoteAddr().String(), "Connection", "resource_exhausted", msg)
-		logs.warn("connection refused: its source address is at its cap (--max-conns-per-source)", "peer", c.RemoteAddr().String(), "open", open)
-	})
-	return s.conns
 }
 
 // sparseLog writes a warning at most once per refusalLogEvery: the first at
