@@ -297,7 +297,9 @@ class Transport:
             body = "keep_alive"
         if body is not None and self.stream_on:
             try:
-                st = await open_stream(ep, self.metadata, t)
+                st = ep.stream
+                if st is None:  # an open stream is used as is: no coroutine for the lookup
+                    st = await open_stream(ep, self.metadata, t)
                 ctx = st.acquires if method == "Acquire" else None
                 if ctx is not None:
                     async with ctx:
