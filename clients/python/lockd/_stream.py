@@ -21,6 +21,7 @@ batch's send time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import time
 from dataclasses import dataclass
@@ -40,6 +41,47 @@ BODY = {"CreateSession": "create_session", "Acquire": "acquire", "Release": "rel
         "Complete": "complete", "CloseSession": "close_session"}
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class Gate:
+    """At most n holders at once, FIFO: asyncio.Semaphore without a
+    coroutine per pass when it is free (the common case on a stream)."""
+
+    def __init__(self, n: int):
+        self.free = n
+        self.waiters: collections.deque = collections.deque()
+
+    def try_enter(self) -> bool:
+        """Takes a place if one is free and nobody waits (no await)."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def enter(self):
+        if self.try_enter():
+            return
+        f = asyncio.get_running_loop().create_future()
+        self.waiters.append(f)
+        try:
+            await f  # leave() passed its place to us
+        except asyncio.CancelledError:
+            if f.done() and not f.cancelled():
+                self.leave()  # handed a place as it was cancelled: pass it on
+            else:
+                try:
+                    self.waiters.remove(f)
+                except ValueError:
+                    pass
+            raise
+
+    def leave(self):
+        while self.waiters:
+            f = self.waiters.popleft()
+            if not f.done():
+                f.set_result(None)
+                return
+        self.free += 1
 
 
 class NoStream(Exception):
@@ -86,8 +128,8 @@ class Stream:
         self.ep, self.call = ep, call
         self.ids = itertools.count(1)
         self.pending: dict[int, tuple] = {}  # call_id -> (future, deadline, timeout)
-        self.write_lock = asyncio.Lock()
-        self.acquires = asyncio.Semaphore(MAX_STREAM_ACQUIRES)
+        self.writing = Gate(1)  # grpc takes one write at a time
+        self.acquires = Gate(MAX_STREAM_ACQUIRES)
         self.broken: Optional[str] = None
         self.loop = asyncio.get_running_loop()
         self.timer: Optional[asyncio.TimerHandle] = None
@@ -165,8 +207,13 @@ class Stream:
         if self.timer is None or at < self.timer_at:
             self._arm(at)
         try:
-            async with self.write_lock:
+            w = self.writing
+            if not w.try_enter():
+                await w.enter()
+            try:
                 await self.call.write(req)
+            finally:
+                w.leave()
             return await f
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self.fail(str(e))
