@@ -289,6 +289,10 @@ async def test_stream_calls_time_out_each_at_its_own_deadline(fresh_server):
                                                               seq=s.seqs.begin(), ack=s.seqs.ack()))
         os.kill(fresh_server.proc.pid, signal.SIGSTOP)
         try:
+            end = time.monotonic() + 10
+            while _state(fresh_server.proc.pid) != "T" and time.monotonic() < end:
+                await asyncio.sleep(0.01)  # polling a real process until it is stopped
+            assert _state(fresh_server.proc.pid) == "T", "the server stopped"
             t0 = time.monotonic()
             long = asyncio.ensure_future(st.send(req(), 8.0))
             await asyncio.sleep(0)
@@ -304,3 +308,8 @@ async def test_stream_calls_time_out_each_at_its_own_deadline(fresh_server):
             os.kill(fresh_server.proc.pid, signal.SIGCONT)
         assert ended[0] >= 0.4 and ended[1] >= 0.6, "no call fails before its timeout"
         assert ended[1] < 8.0, "the shorter calls did not wait for the longer one's deadline"
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
