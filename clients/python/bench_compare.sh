@@ -33,6 +33,6 @@ for stream in on off; do
 	echo "  server CPU over the whole run (warm-up included): $(echo "$(scpu) $a" | awk '{print $1-$2}') s"
 	echo "--- python (bench.py --clients 16 --duration $secs)"
 	a=$(scpu)
-	LOCKD_STREAM=$stream /usr/bin/python3 "$here/bench.py" --endpoints "$url" --clients 16 --duration "$secs" | tail -n +2
+	LOCKD_STREAM=$stream /usr/bin/python3 "$here/bench.py" --endpoints "$url" --clients 16 --duration "$secs" --server-pid "$pid" | tail -n +2
 	echo "  server CPU over the whole run (warm-up included): $(echo "$(scpu) $a" | awk '{print $1-$2}') s"
 done

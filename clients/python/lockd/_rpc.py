@@ -297,11 +297,17 @@ class Transport:
             body = "keep_alive"
         if body is not None and self.stream_on:
             try:
-                st = await open_stream(ep, self.metadata, t)
-                ctx = st.acquires if method == "Acquire" else None
-                if ctx is not None:
-                    async with ctx:
-                        r = await st.send(pb.StreamRequest(**{body: req}), t)
+                st = ep.stream
+                if st is None:  # an open stream is used as is: no coroutine for the lookup
+                    st = await open_stream(ep, self.metadata, t)
+                if method == "Acquire":
+                    gate = st.acquires
+                    if not gate.try_enter():
+                        await gate.enter()
+                    try:
+                        r = await st.send(pb.StreamRequest(acquire=req), t)
+                    finally:
+                        gate.leave()
                 else:
                     r = await st.send(pb.StreamRequest(**{body: req}), t)
                 if r.WhichOneof("body") == "error":

@@ -21,6 +21,7 @@ batch's send time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import time
 from dataclasses import dataclass
@@ -40,6 +41,47 @@ BODY = {"CreateSession": "create_session", "Acquire": "acquire", "Release": "rel
         "Complete": "complete", "CloseSession": "close_session"}
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class Gate:
+    """At most n holders at once, FIFO: asyncio.Semaphore without a
+    coroutine per pass when it is free (the common case on a stream)."""
+
+    def __init__(self, n: int):
+        self.free = n
+        self.waiters: collections.deque = collections.deque()
+
+    def try_enter(self) -> bool:
+        """Takes a place if one is free and nobody waits (no await)."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def enter(self):
+        if self.try_enter():
+            return
+        f = asyncio.get_running_loop().create_future()
+        self.waiters.append(f)
+        try:
+            await f  # leave() passed its place to us
+        except asyncio.CancelledError:
+            if f.done() and not f.cancelled():
+                self.leave()  # handed a place as it was cancelled: pass it on
+            else:
+                try:
+                    self.waiters.remove(f)
+                except ValueError:
+                    pass
+            raise
+
+    def leave(self):
+        while self.waiters:
+            f = self.waiters.popleft()
+            if not f.done():
+                f.set_result(None)
+                return
+        self.free += 1
 
 
 class NoStream(Exception):
@@ -71,27 +113,40 @@ class StreamCallError(grpc.RpcError):
 
 
 class Stream:
-    """One open session stream to an endpoint."""
+    """One open session stream to an endpoint.
+
+    Per call: one future (what the caller awaits) and one write; no timer
+    per call. Each call's deadline is kept beside its future, and one
+    timer per stream fires at the earliest deadline, fails every call
+    past its own, and is set again for the next (a call whose deadline is
+    earlier than the armed one re-arms it). That keeps the per-call rule
+    (no answer within the timeout: DEADLINE_EXCEEDED) without a timer
+    handle per frame.
+    """
 
     def __init__(self, ep, call):
         self.ep, self.call = ep, call
         self.ids = itertools.count(1)
-        self.pending: dict[int, asyncio.Future] = {}
-        self.write_lock = asyncio.Lock()
-        self.acquires = asyncio.Semaphore(MAX_STREAM_ACQUIRES)
+        self.pending: dict[int, tuple] = {}  # call_id -> (future, deadline, timeout)
+        self.writing = Gate(1)  # grpc takes one write at a time
+        self.acquires = Gate(MAX_STREAM_ACQUIRES)
         self.broken: Optional[str] = None
-        self.reader = asyncio.get_running_loop().create_task(self._read())
+        self.loop = asyncio.get_running_loop()
+        self.timer: Optional[asyncio.TimerHandle] = None
+        self.timer_at = 0.0
+        self.reader = self.loop.create_task(self._read())
 
     async def _read(self):
         why = "stream ended"
+        pending, read = self.pending, self.call.read
         try:
             while True:
-                r = await self.call.read()
+                r = await read()
                 if r is grpc.aio.EOF:
                     break
-                f = self.pending.pop(r.call_id, None)
-                if f is not None and not f.done():
-                    f.set_result(r)
+                p = pending.pop(r.call_id, None)
+                if p is not None and not p[0].done():
+                    p[0].set_result(r)
         except grpc.aio.AioRpcError as e:
             why = f"{e.code().name}: {e.details()}"
         except asyncio.CancelledError:
@@ -106,38 +161,65 @@ class Stream:
         if self.ep.stream is self:
             self.ep.stream = None
         self.call.cancel()
-        for f in self.pending.values():
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        for f, _, _ in self.pending.values():
             if not f.done():
                 f.set_exception(StreamCallError(grpc.StatusCode.UNAVAILABLE,
                                                 f"session stream to {self.ep.url} broke; outcome unknown: {why}"))
         self.pending.clear()
+
+    def _expire(self):
+        """The timer: fails each call past its deadline, re-arms for the next."""
+        self.timer = None
+        now = self.loop.time()
+        first = None
+        for cid, (f, at, timeout) in list(self.pending.items()):
+            if at <= now:
+                del self.pending[cid]
+                if not f.done():
+                    f.set_exception(StreamCallError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"no answer on the session stream to {self.ep.url} within {timeout:.3f}s"))
+            elif first is None or at < first:
+                first = at
+        if first is not None:
+            self._arm(first)
+
+    def _arm(self, at: float):
+        if self.timer is not None:
+            if self.timer_at <= at:
+                return
+            self.timer.cancel()
+        self.timer_at = at
+        self.timer = self.loop.call_at(at, self._expire)
 
     async def send(self, req: pb.StreamRequest, timeout: float) -> pb.StreamResponse:
         if self.broken is not None:
             raise StreamCallError(grpc.StatusCode.UNAVAILABLE, f"session stream to {self.ep.url} broke: {self.broken}")
         cid = next(self.ids)
         req.call_id = cid
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         f = loop.create_future()
-        self.pending[cid] = f
-        # A timer, not asyncio.wait_for: no extra task per call.
-        timer = loop.call_later(timeout, _time_out, f, self.ep.url, timeout)
+        at = loop.time() + timeout
+        self.pending[cid] = (f, at, timeout)
+        if self.timer is None or at < self.timer_at:
+            self._arm(at)
         try:
-            async with self.write_lock:
+            w = self.writing
+            if not w.try_enter():
+                await w.enter()
+            try:
                 await self.call.write(req)
+            finally:
+                w.leave()
             return await f
         except (grpc.aio.AioRpcError, grpc.aio.UsageError) as e:
             self.fail(str(e))
             raise StreamCallError(grpc.StatusCode.UNAVAILABLE, f"session stream to {self.ep.url} broke: {e}") from None
         finally:
-            timer.cancel()
             self.pending.pop(cid, None)
-
-
-def _time_out(f: asyncio.Future, url: str, timeout: float):
-    if not f.done():
-        f.set_exception(StreamCallError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                        f"no answer on the session stream to {url} within {timeout:.3f}s"))
 
 
 async def open_stream(ep, metadata, timeout: float) -> Stream:

@@ -19,6 +19,7 @@ import time
 from typing import Callable, Optional
 
 import grpc
+from google.protobuf import duration_pb2
 
 from . import errors as E
 from ._pb import lockd_pb2 as pb
@@ -47,11 +48,9 @@ def default_owner() -> str:
 
 
 def _dur(seconds: float):
-    from google.protobuf import duration_pb2
-
-    d = duration_pb2.Duration()
-    d.FromNanoseconds(int(round(seconds * 1e9)))
-    return d
+    ns = int(round(seconds * 1e9))
+    # Set directly: Duration.FromNanoseconds is Python code, dear per call.
+    return duration_pb2.Duration(seconds=ns // 1_000_000_000, nanos=ns % 1_000_000_000)
 
 
 class Seqs:

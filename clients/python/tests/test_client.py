@@ -271,3 +271,45 @@ async def test_broken_stream_is_reopened_and_calls_go_on(server):
         await m.unlock()
         assert ep.stream is not None and ep.stream.broken is None
         assert await m.try_lock() > 0
+
+
+async def test_stream_calls_time_out_each_at_its_own_deadline(fresh_server):
+    """One timer per stream serves every call's deadline: a call sent after
+    a longer one, with a shorter timeout, still fails at its own. SIGSTOP
+    holds the answers back."""
+    from lockd._stream import StreamCallError
+    import grpc
+    async with lockd.Client(fresh_server.url, stream=True) as c:
+        s = await c.session(ttl=30)
+        st = c._t.eps[0].stream
+        assert st is not None and st.broken is None
+
+        def req():
+            return pb.StreamRequest(acquire=pb.AcquireRequest(name=uniq("t"), session_id=s.id, secret=s._secret,
+                                                              seq=s.seqs.begin(), ack=s.seqs.ack()))
+        os.kill(fresh_server.proc.pid, signal.SIGSTOP)
+        try:
+            end = time.monotonic() + 10
+            while _state(fresh_server.proc.pid) != "T" and time.monotonic() < end:
+                await asyncio.sleep(0.01)  # polling a real process until it is stopped
+            assert _state(fresh_server.proc.pid) == "T", "the server stopped"
+            t0 = time.monotonic()
+            long = asyncio.ensure_future(st.send(req(), 8.0))
+            await asyncio.sleep(0)
+            ended = []
+            for t in (0.4, 0.2):
+                with pytest.raises(StreamCallError) as ei:
+                    await st.send(req(), t)
+                assert ei.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                ended.append(time.monotonic() - t0)
+            assert not long.done(), "the longer call waits for its own deadline"
+            long.cancel()
+        finally:
+            os.kill(fresh_server.proc.pid, signal.SIGCONT)
+        assert ended[0] >= 0.4 and ended[1] >= 0.6, "no call fails before its timeout"
+        assert ended[1] < 8.0, "the shorter calls did not wait for the longer one's deadline"
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
