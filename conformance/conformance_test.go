@@ -35,7 +35,9 @@ func TestConformance(t *testing.T) {
 	needBinaries(t)
 	start := time.Now()
 	e := &env{one: startCluster(t, 1), driver: driverCmd}
-	t.Logf("driver: %s", strings.Join(driverCmd, " "))
+	// Read here, not only by the drivers, so that go test's cache keys on
+	// it: CI's second pass (LOCKD_STREAM=off) must run the suite again.
+	t.Logf("driver: %s (LOCKD_STREAM=%q)", strings.Join(driverCmd, " "), os.Getenv("LOCKD_STREAM"))
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ck := &checker{t: t}

@@ -39,7 +39,14 @@ func main() {
 	fromAnswer := flag.Bool("broken-deadline-from-answer", false, "report a lease deadline counted from when each confirmation arrived instead of when its request was sent (a deliberately broken client, for the suite's self-test)")
 	flag.Parse()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opts := []lockd.Option{lockd.WithLogger(logger)}
+	// LOCKD_STREAM=off (or 0, false): every call unary, as the lockd
+	// command does; CI runs the suite once each way.
+	stream := true
+	switch strings.TrimSpace(os.Getenv("LOCKD_STREAM")) {
+	case "off", "0", "false":
+		stream = false
+	}
+	opts := []lockd.Option{lockd.WithLogger(logger), lockd.WithStream(stream)}
 	if eps := os.Getenv("LOCKD_ENDPOINTS"); eps != "" {
 		opts = append(opts, lockd.WithEndpoints(strings.Split(eps, ",")...))
 	}
