@@ -126,12 +126,7 @@ func TestInstallWalkthrough(t *testing.T) {
 	}
 
 	stopped, leaderBefore := "", ""
-	type check struct {
-		match string
-		retry bool
-		pre   func()
-		ok    func(step, out, errOut string, code int) string // "" when fine
-	}
+	type check = docCheck
 	fine := func(step, out, errOut string, code int) string {
 		if code != 0 {
 			return fmt.Sprintf("exit %d", code)
@@ -246,42 +241,6 @@ func TestInstallWalkthrough(t *testing.T) {
 			return ""
 		}},
 	}
-	used := make([]bool, len(checks))
-	sh := startDocShell(t, dir)
-	for _, step := range steps {
-		i := -1
-		for j, c := range checks {
-			if strings.Contains(step, c.match) {
-				i = j
-				break
-			}
-		}
-		if i < 0 {
-			t.Fatalf("step %q has no check in the test: add one", step)
-		}
-		used[i] = true
-		c := checks[i]
-		if c.pre != nil {
-			c.pre()
-		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			out, errOut, code := sh.run(step, 60*time.Second)
-			why := c.ok(step, out, errOut, code)
-			if why == "" {
-				t.Logf("ok: %s", step)
-				break
-			}
-			if !c.retry || time.Now().After(deadline) {
-				t.Fatalf("step %q: %s\nstdout:\n%s\nstderr:\n%s\nn1 log:\n%s", step, why, out, errOut, nodeLog("n1"))
-			}
-			time.Sleep(200 * time.Millisecond) // between two runs of a read-only step
-		}
-	}
-	for i, c := range checks {
-		if !used[i] {
-			t.Errorf("%s has no step matching %q: the walkthrough changed, update the test", installDoc, c.match)
-		}
-	}
+	runDocSteps(t, installDoc, startDocShell(t, dir), steps, checks, 30*time.Second, func() string { return nodeLog("n1") })
 	t.Logf("leader before the stop: %s", leaderBefore)
 }

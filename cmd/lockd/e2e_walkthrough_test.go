@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -261,22 +262,15 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 
 	var before *x509.Certificate
 	killed, leaderBefore := "", ""
-	// check is what a step must show; retry: the step only reads, and
-	// may be run again until it shows it (a node still joining).
-	type check struct {
-		match string
-		retry bool
-		pre   func()
-		ok    func(out, errOut string, code int) string // "" when fine
-	}
-	fine := func(out, errOut string, code int) string {
+	type check = docCheck
+	fine := func(_, out, errOut string, code int) string {
 		if code != 0 {
 			return fmt.Sprintf("exit %d", code)
 		}
 		return ""
 	}
-	refused := func(want string) func(string, string, int) string {
-		return func(out, errOut string, code int) string {
+	refused := func(want string) func(string, string, string, int) string {
+		return func(_, out, errOut string, code int) string {
 			if code == 0 || !strings.Contains(errOut, want) {
 				return fmt.Sprintf("exit %d, want a refusal with %q", code, want)
 			}
@@ -284,7 +278,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 		}
 	}
 	serve := func(id string) check {
-		return check{match: "lockd serve --node-id " + id, ok: func(out, errOut string, code int) string {
+		return check{match: "lockd serve --node-id " + id, ok: func(_, out, errOut string, code int) string {
 			if code != 0 {
 				return fmt.Sprintf("exit %d", code)
 			}
@@ -313,7 +307,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 			if leaderBefore = leaderOf(ms); !ok || leaderBefore == "" {
 				t.Fatalf("no leader before the kill: %+v", ms)
 			}
-		}, ok: func(out, errOut string, code int) string {
+		}, ok: func(_, out, errOut string, code int) string {
 			if code != 0 {
 				return fmt.Sprintf("exit %d", code)
 			}
@@ -330,9 +324,9 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 			return ""
 		}},
 		{match: "lockd cert ca ", ok: fine},
-		{match: "lockd cert node n2 --dir renew", ok: func(out, errOut string, code int) string {
+		{match: "lockd cert node n2 --dir renew", ok: func(_, out, errOut string, code int) string {
 			before = served("n2")
-			return fine(out, errOut, code)
+			return fine("", out, errOut, code)
 		}},
 		{match: "lockd cert node ", ok: fine},
 		{match: "lockd cert client ", ok: fine},
@@ -340,7 +334,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 		{match: "SECURE=", ok: fine},
 		serve("n1"), serve("n2"), serve("n3"),
 		{match: "export LOCKD_", ok: fine},
-		{match: "lockd members", retry: true, ok: func(out, errOut string, code int) string {
+		{match: "lockd members", retry: true, ok: func(_, out, errOut string, code int) string {
 			if code != 0 {
 				return fmt.Sprintf("exit %d", code)
 			}
@@ -368,13 +362,13 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 			}
 			return ""
 		}},
-		{match: "billing.token billing/invoices -- echo invoices sent again", ok: func(out, errOut string, code int) string {
+		{match: "billing.token billing/invoices -- echo invoices sent again", ok: func(_, out, errOut string, code int) string {
 			if code != 0 || out != "invoices sent again\n" {
 				return fmt.Sprintf("exit %d, want the job run again after the failover", code)
 			}
 			return ""
 		}},
-		{match: "billing.token billing/invoices -- echo invoices sent", ok: func(out, errOut string, code int) string {
+		{match: "billing.token billing/invoices -- echo invoices sent", ok: func(_, out, errOut string, code int) string {
 			if code != 0 || out != "invoices sent\n" {
 				return fmt.Sprintf("exit %d, want the job run under the lock", code)
 			}
@@ -383,7 +377,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 		{match: "billing.token payments/", ok: refused("permission denied: identity billing-app may not Acquire")},
 		{match: "lockd describe --token-file reader.token billing/", ok: fine},
 		{match: "lockd run --token-file reader.token", ok: refused("permission denied: identity viewer may not CreateSession")},
-		{match: "lockd snapshot save --token-file admin.token", ok: func(out, errOut string, code int) string {
+		{match: "lockd snapshot save --token-file admin.token", ok: func(_, out, errOut string, code int) string {
 			if code != 0 || !strings.HasPrefix(out, "saved ") {
 				return fmt.Sprintf("exit %d", code)
 			}
@@ -396,14 +390,14 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 			}
 			return ""
 		}},
-		{match: "LOCKD_CERT= LOCKD_KEY= lockd status", ok: func(out, errOut string, code int) string {
+		{match: "LOCKD_CERT= LOCKD_KEY= lockd status", ok: func(_, out, errOut string, code int) string {
 			if code != exitUnavailable || !strings.Contains(errOut, "certificate required") {
 				return fmt.Sprintf("exit %d, want %d and the TLS cause", code, exitUnavailable)
 			}
 			return ""
 		}},
 		{match: "mv renew/", ok: fine},
-		{match: "kill -HUP", ok: func(out, errOut string, code int) string {
+		{match: "kill -HUP", ok: func(_, out, errOut string, code int) string {
 			if code != 0 {
 				return fmt.Sprintf("exit %d", code)
 			}
@@ -413,43 +407,7 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 			return ""
 		}},
 	}
-	used := make([]bool, len(checks))
-	sh := startDocShell(t, dir)
-	for _, step := range steps {
-		i := -1
-		for j, c := range checks {
-			if strings.Contains(step, c.match) {
-				i = j
-				break
-			}
-		}
-		if i < 0 {
-			t.Fatalf("step %q has no check in the test: add one", step)
-		}
-		used[i] = true
-		c := checks[i]
-		if c.pre != nil {
-			c.pre()
-		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			out, errOut, code := sh.run(step, 60*time.Second)
-			why := c.ok(out, errOut, code)
-			if why == "" {
-				t.Logf("ok: %s", strings.ReplaceAll(step, "\n", " "))
-				break
-			}
-			if !c.retry || time.Now().After(deadline) {
-				t.Fatalf("step %q: %s\nstdout:\n%s\nstderr:\n%s\nn1 log:\n%s", step, why, out, errOut, nodeLog("n1"))
-			}
-			time.Sleep(200 * time.Millisecond) // between two runs of a read-only step
-		}
-	}
-	for i, c := range checks {
-		if !used[i] {
-			t.Errorf("%s has no step matching %q: the walkthrough changed, update the test", walkthroughDoc, c.match)
-		}
-	}
+	runDocSteps(t, walkthroughDoc, startDocShell(t, dir), steps, checks, 20*time.Second, func() string { return nodeLog("n1") })
 
 	// Beyond the doc: the audit logs have the refusal, and no token.
 	var audit string
@@ -480,5 +438,54 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 	// grant: only Status-level calls pass.
 	if _, errOut, code := tlsCLI(t, dir, []string{"LOCKD_CA=pki/ca.crt", "LOCKD_CERT=pki/app.crt", "LOCKD_KEY=pki/app.key"}, "ls", "--endpoints", api(alive[0])); code == 0 || !strings.Contains(errOut, "permission denied") {
 		t.Errorf("ls with the certificate and no token: exit %d: %s", code, errOut)
+	}
+}
+
+// docCheck is what one step of a documented walkthrough must show: the
+// step is the one whose text contains match; pre runs before it; ok says
+// what is wrong ("" when fine); retry: the step only reads, and may be run
+// again until it shows it (a node still joining).
+type docCheck struct {
+	match string
+	retry bool
+	pre   func()
+	ok    func(step, out, errOut string, code int) string
+}
+
+// runDocSteps runs a walkthrough's shell steps in order in sh, each against
+// its check (a retried step for at most retryFor), and fails the test when
+// a step has no check or a check no step: doc and test cannot drift.
+// logs is shown with a failing step.
+func runDocSteps(t *testing.T, doc string, sh *docShell, steps []string, checks []docCheck, retryFor time.Duration, logs func() string) {
+	t.Helper()
+	used := make([]bool, len(checks))
+	for _, step := range steps {
+		i := slices.IndexFunc(checks, func(c docCheck) bool { return strings.Contains(step, c.match) })
+		if i < 0 {
+			t.Fatalf("step %q has no check in the test: add one", step)
+		}
+		used[i] = true
+		c := checks[i]
+		if c.pre != nil {
+			c.pre()
+		}
+		deadline := time.Now().Add(retryFor)
+		for {
+			out, errOut, code := sh.run(step, 60*time.Second)
+			why := c.ok(step, out, errOut, code)
+			if why == "" {
+				t.Logf("ok: %s", strings.ReplaceAll(step, "\n", " "))
+				break
+			}
+			if !c.retry || time.Now().After(deadline) {
+				t.Fatalf("step %q: %s\nstdout:\n%s\nstderr:\n%s\nlog:\n%s", step, why, out, errOut, logs())
+			}
+			time.Sleep(200 * time.Millisecond) // between two runs of a read-only step
+		}
+	}
+	for i, c := range checks {
+		if !used[i] {
+			t.Errorf("%s has no step matching %q: the walkthrough changed, update the test", doc, c.match)
+		}
 	}
 }
