@@ -1,40 +1,12 @@
 package guard
 
 import (
-	"errors"
-	"fmt"
 	"net"
 	"net/netip"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/lockd-dev/lockd/internal/sockettest"
 )
-
-// closedAtOnce dials addr from the local address ip and reports an error
-// unless the other side closes the connection at once (the reset may even
-// reach the dial).
-func closedAtOnce(ip, addr string) error {
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNRESET) {
-			return nil
-		}
-		return err
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, err := c.Read(make([]byte, 1))
-	if n != 0 || err == nil || isTimeout(err) {
-		return fmt.Errorf("read %d, %v: want it closed at once", n, err)
-	}
-	return nil
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
 
 // TestConnCapExempt: a source the exempt func names (another member) is
 // never capped, and the counting stays right for it.
@@ -75,7 +47,7 @@ func TestConnCapExempt(t *testing.T) {
 	}
 	clients = append(clients, dial("127.0.0.4"))
 	c := <-accepted
-	if err := closedAtOnce("127.0.0.4", ln.Addr().String()); err != nil { // refused in Accept: never handed out
+	if err := sockettest.ClosedAtOnce("127.0.0.4", ln.Addr().String()); err != nil { // refused in Accept: never handed out
 		t.Errorf("over the cap: %v", err)
 	}
 	c.Close()

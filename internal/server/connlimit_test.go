@@ -2,14 +2,13 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/sockettest"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -61,7 +60,7 @@ func TestConnCapPerSource(t *testing.T) {
 			}
 			time.Sleep(5 * time.Millisecond) // real sockets: polled with a deadline
 		}
-		if err := closedAtOnce("127.0.0.1", s.Addr().String()); err != nil {
+		if err := sockettest.ClosedAtOnce("127.0.0.1", s.Addr().String()); err != nil {
 			t.Errorf("round %d: a connection over the cap: %v", round, err)
 		}
 		if err := listFrom(ctx, s, "127.0.0.2"); err != nil {
@@ -91,30 +90,4 @@ func waitFreed(t *testing.T, s *Server, ip netip.Addr) {
 		}
 		time.Sleep(5 * time.Millisecond) // real sockets: polled with a deadline
 	}
-}
-
-// closedAtOnce dials addr from the local address ip and reports an error
-// unless the other side closes the connection at once (the reset may even
-// reach the dial).
-func closedAtOnce(ip, addr string) error {
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		if errors.Is(err, syscall.ECONNRESET) {
-			return nil
-		}
-		return err
-	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	n, err := c.Read(make([]byte, 1))
-	if n != 0 || err == nil || isTimeout(err) {
-		return fmt.Errorf("read %d, %v: want it closed at once", n, err)
-	}
-	return nil
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -27,6 +27,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/sockettest"
+
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -340,7 +342,7 @@ func TestRaftPortAcceptsOnlyMembers(t *testing.T) {
 	// The members' connections are still open.
 	for _, c := range members {
 		c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
-		if _, err := c.Read(make([]byte, 1)); !isTimeout(err) {
+		if _, err := c.Read(make([]byte, 1)); !sockettest.IsTimeout(err) {
 			t.Fatalf("a member's connection: %v, want still open", err)
 		}
 	}
@@ -352,7 +354,7 @@ func TestRaftPortAcceptsOnlyMembers(t *testing.T) {
 	}
 	for _, c := range members {
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := c.Read(make([]byte, 1)); isTimeout(err) {
+		if _, err := c.Read(make([]byte, 1)); sockettest.IsTimeout(err) {
 			t.Fatal("a member's connection outlived Close")
 		}
 	}
@@ -435,7 +437,7 @@ func TestRaftPortIdleFlood(t *testing.T) {
 	for _, c := range conns {
 		wg.Go(func() {
 			c.SetReadDeadline(deadline)
-			if _, err := io.ReadAll(c); isTimeout(err) {
+			if _, err := io.ReadAll(c); sockettest.IsTimeout(err) {
 				open.Add(1)
 			}
 		})
