@@ -3,17 +3,16 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/proctest"
 
 	"connectrpc.com/connect"
 
@@ -69,28 +68,9 @@ const (
 	testGrace    = 100 * time.Millisecond
 )
 
-var portsGiven sync.Map
-
-// freePort returns a 127.0.0.1 address free now, below the kernel's
-// ephemeral range and never the same twice in a process (as cmd/lockd's
-// e2e tests do).
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 200 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, taken := portsGiven.LoadOrStore(addr, true); taken {
-			continue
-		}
-		return addr
-	}
-	t.Fatal("no free port in 20000-31999")
-	return ""
-}
+// freePort returns a 127.0.0.1 address free now, for a server started
+// later (proctest.FreePort).
+func freePort(t *testing.T) string { return proctest.FreePort(t) }
 
 // server is one `lockd serve` process.
 type server struct {
@@ -307,16 +287,7 @@ func contains(list []*server, s *server) bool {
 
 // pollUntil calls cond every interval until it holds or timeout passes.
 func pollUntil(timeout, every time.Duration, cond func() bool) bool {
-	end := time.Now().Add(timeout)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(end) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
+	return proctest.Poll(timeout, every, cond)
 }
 
 func tail(b []byte, n int) string {

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockd-dev/lockd/internal/proctest"
+
 	"connectrpc.com/connect"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -187,16 +189,7 @@ func (c *testCluster) waitStable(t *testing.T, live []*clusterNode, timeout time
 // pollEvery is poll with a given interval, for conditions that cost a
 // process or a network call.
 func pollEvery(timeout, every time.Duration, cond func() bool) bool {
-	end := time.Now().Add(timeout)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(end) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
+	return proctest.Poll(timeout, every, cond)
 }
 
 // lockdCLI runs `lockd ARGS...` with LOCKD_ENDPOINTS=endpoints, bounded in

@@ -12,8 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/proctest"
 
 	"github.com/lockd-dev/lockd/internal/sectionlog"
 	"golang.org/x/sys/unix"
@@ -82,32 +82,8 @@ type lockdServer struct {
 }
 
 // freePort returns a 127.0.0.1 address free now, for a server started
-// later. It is chosen below the kernel's ephemeral range (32768 and up on
-// Linux), so that between this check and the server's bind no outgoing
-// connection of another process can be given the port (the way
-// 127.0.0.1:0 was seen to collide when tests ran in parallel).
-// portsGiven holds every port freePort returned in this process.
-var portsGiven sync.Map
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 200 {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// A port is free until its user binds it: a cluster takes all its
-		// ports before it starts a node, so never hand one out twice.
-		if _, taken := portsGiven.LoadOrStore(addr, true); taken {
-			continue
-		}
-		return addr
-	}
-	t.Fatal("no free port in 20000-31999")
-	return ""
-}
+// later (proctest.FreePort).
+func freePort(t *testing.T) string { return proctest.FreePort(t) }
 
 // startServer starts `lockd serve` on a fresh data dir and free ports and
 // waits until it is ready.

@@ -9,7 +9,6 @@ package fleettest
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockd-dev/lockd/internal/proctest"
 )
 
 // fleetDuration is how long the fleet runs.
@@ -48,15 +49,8 @@ func needBinary(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// freePort returns a 127.0.0.1 address free now (proctest.FreePort).
+func freePort(t *testing.T) string { return proctest.FreePort(t) }
 
 // proc is a process the test started; it is killed at cleanup.
 type proc struct {
