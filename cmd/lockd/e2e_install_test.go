@@ -6,10 +6,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,21 +92,8 @@ func TestInstallWalkthrough(t *testing.T) {
 	api := func(id string) string { return ports["127.0.0.1:700"+id[1:]] }
 	hc := &http.Client{Timeout: time.Second}
 	t.Cleanup(hc.CloseIdleConnections)
-	pidOf := func(id string) int {
-		b, err := os.ReadFile(filepath.Join(dir, id+".pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
-	nodeLog := func(id string) string {
-		b, _ := os.ReadFile(filepath.Join(dir, id+".log"))
-		return string(b)
-	}
+	pidOf := func(id string) int { return docPID(t, dir, id) }
+	nodeLog := func(id string) string { return docLog(dir, id) }
 	// leader asks the cluster itself (not a doc step) who leads.
 	leader := func() string {
 		cmd := exec.Command(lockdBin, "members", "--json", "--endpoints", "http://"+api("n2")+",http://"+api("n3"))

@@ -222,21 +222,8 @@ func TestSecureClusterWalkthrough(t *testing.T) {
 		defer c.Close()
 		return c.ConnectionState().PeerCertificates[0]
 	}
-	pidOf := func(id string) int {
-		b, err := os.ReadFile(filepath.Join(dir, id+".pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
-	nodeLog := func(id string) string {
-		b, _ := os.ReadFile(filepath.Join(dir, id+".log"))
-		return string(b)
-	}
+	pidOf := func(id string) int { return docPID(t, dir, id) }
+	nodeLog := func(id string) string { return docLog(dir, id) }
 	type member struct {
 		ID, API, Role string
 		Voter         bool
@@ -488,4 +475,24 @@ func runDocSteps(t *testing.T, doc string, sh *docShell, steps []string, checks 
 			t.Errorf("%s has no step matching %q: the walkthrough changed, update the test", doc, c.match)
 		}
 	}
+}
+
+// docPID is the pid a walkthrough's shell wrote to dir/ID.pid.
+func docPID(t *testing.T, dir, id string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, id+".pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// docLog is what node ID logged to dir/ID.log in a walkthrough.
+func docLog(dir, id string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, id+".log"))
+	return string(b)
 }
