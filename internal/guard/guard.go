@@ -93,14 +93,40 @@ type Guard struct {
 }
 
 // New opens the guard: reads the auth file and the peer token, opens the
-// audit log. Close closes the audit log.
+// audit log. Close closes the audit log. Every field of d but NodeID, TLS
+// and TLSIdentity is required: a missing one is an error here rather
+// than a panic at the guard's first refusal.
 func New(c Config, d Deps) (*Guard, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
 	g := &Guard{d: d}
 	g.openHostPolicy(c)
 	if err := g.openSecurity(c.Security); err != nil {
 		return nil, err
 	}
 	return g, nil
+}
+
+// check reports the first required field of d that is missing.
+func (d *Deps) check() error {
+	for _, f := range []struct {
+		name    string
+		missing bool
+	}{
+		{"Log", d.Log == nil},
+		{"State", d.State == nil},
+		{"APIError", d.APIError == nil},
+		{"StreamError", d.StreamError == nil},
+		{"LimitHits", d.LimitHits == nil},
+		{"AuthReloads", d.AuthReloads == nil},
+		{"Registerer", d.Registerer == nil},
+	} {
+		if f.missing {
+			return fmt.Errorf("guard: Deps.%s is required", f.name)
+		}
+	}
+	return nil
 }
 
 // Close writes the audit lines still counted and closes the audit log.
