@@ -8,7 +8,7 @@ import (
 	"github.com/lockd-dev/lockd"
 )
 
-// TestCheckTokenAcrossFailover (issue 11, acceptance 5): Client.CheckToken
+// TestCheckTokenAcrossFailover: Client.CheckToken
 // tells a current token from a stale one right after a failover.
 //
 //  1. The leader crashes while A holds: as soon as a new leader is

@@ -282,8 +282,7 @@ func TestLeaderKilledWhileClientsHoldAndWait(t *testing.T) {
 	}
 }
 
-// TestMinorityPartitionedClientLosesLockOnlyAfterLease (issue 3, acceptance
-// 3): client A holds a lock, B waits for it; then A can reach only a
+// TestMinorityPartitionedClientLosesLockOnlyAfterLease: client A holds a lock, B waits for it; then A can reach only a
 // minority of the nodes (with the old leader in it, or only followers). A
 // cannot acquire anything; its lock goes to B only after A's TTL + grace has
 // run out on the majority, and A's Session.Done fires before B's grant.

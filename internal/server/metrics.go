@@ -30,7 +30,6 @@ type metrics struct {
 	watchResets     prometheus.Counter
 	lock            *lockMetrics // metrics_lock.go
 	limitHits       *prometheus.CounterVec
-	rateHits        prometheus.Counter // limitHits{reason="rate"}, resolved once
 	authReloads     *prometheus.CounterVec
 }
 
@@ -78,7 +77,6 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits, streams; conns: connections over --max-conns-per-source).",
 	}, []string{"reason"})
-	m.rateHits = m.limitHits.WithLabelValues("rate")
 	for _, r := range []string{"sessions", "waits", "streams", "conns"} {
 		m.limitHits.WithLabelValues(r)
 	}

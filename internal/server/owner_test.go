@@ -11,7 +11,7 @@ import (
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
-// TestCreateSessionRefusesControlCharactersInOwner (issue 17, item 8): an
+// TestCreateSessionRefusesControlCharactersInOwner: an
 // owner label is printed in admins' terminals, so CreateSession refuses
 // one with control characters (C0, DEL, C1: the lock names' rule) with
 // InvalidArgument, before proposing anything; a printable UTF-8 owner is

@@ -158,7 +158,7 @@ func replicates(t *testing.T, p *testPKI, name string, nodes ...*Server) {
 	}
 }
 
-// TestRaftPortMembersOnly (issue 17, item 1): on a node's Raft port, the
+// TestRaftPortMembersOnly: on a node's Raft port, the
 // TLS handshake itself fails for a client certificate of the cluster CA
 // (`lockd cert client`) and for one without extended key usages, so
 // hashicorp/raft's own transport presenting one cannot append entries or
@@ -224,7 +224,7 @@ func TestRaftPortMembersOnly(t *testing.T) {
 	replicates(t, p, "b", n1, n2)
 }
 
-// TestRaftPortAcceptsOnlyMembers (issue 17, items 1 and 2): the stream
+// TestRaftPortAcceptsOnlyMembers: the stream
 // layer's Accept returns only connections whose handshake completed with a
 // member: a client certificate's never reaches Raft (not one byte read by
 // it), a member's does. Idle connections beyond the per-source cap are
@@ -393,7 +393,7 @@ func (h countingHandler) Handle(_ context.Context, r slog.Record) error {
 func (h countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h countingHandler) WithGroup(string) slog.Handler      { return h }
 
-// TestRaftPortIdleFlood (issue 17, item 2): 300 idle TCP connections from
+// TestRaftPortIdleFlood: 300 idle TCP connections from
 // 127.0.0.1 to a TLS node's Raft port (no certificate, no byte sent) are
 // all closed within the handshake deadline; meanwhile the node replicates,
 // its heap stays bounded (today's main gave each a 256 KiB buffer and kept
@@ -489,7 +489,7 @@ func TestRaftRefusalLogAggregates(t *testing.T) {
 	})
 }
 
-// TestTLSPeerCallsNeedMember (issue 17, item 1): on the API, a join or a
+// TestTLSPeerCallsNeedMember: on the API, a join or a
 // forwarded call is refused for a client certificate of the cluster CA and
 // for one without extended key usages (today's main took the latter for a
 // member's), and served for a node certificate.
@@ -535,7 +535,7 @@ func TestTLSPeerCallsNeedMember(t *testing.T) {
 	}
 }
 
-// TestRaftPortCapsSpareMembers (review of issue 17, item 2): a flood that
+// TestRaftPortCapsSpareMembers: a flood that
 // holds every handshake slot — maxRaftHandshakes idle connections from
 // several sources, none over its own cap — must not keep out a member,
 // recognised by its address (the Raft configuration's, here the member

@@ -49,7 +49,7 @@ const waiterSecret = "waiter-secret-0123456789abcdef"
 // backup written before session secrets.
 var testSecretHash = hashSecret(waiterSecret)
 
-// TestRestoreRevokesSecretlessSession (issue 17, item 4): a backup written
+// TestRestoreRevokesSecretlessSession: a backup written
 // before session secrets restores a session without a secret hash, which
 // Apply lets anyone use with any secret. The restored cluster's leader
 // revokes it: KeepAlive and Release on its id are refused with any secret,
@@ -146,7 +146,7 @@ func TestRestoreRevokesSecretlessSession(t *testing.T) {
 	}
 }
 
-// TestSecretlessSessionRefusedByHandlers (issue 17, item 4): until the
+// TestSecretlessSessionRefusedByHandlers: until the
 // leader's expiry of a secretless session commits, the handlers refuse
 // every session-scoped call on it with any secret, before proposing:
 // KeepAlive (unary and on the session stream's batch), Acquire, Release,

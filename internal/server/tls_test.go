@@ -150,7 +150,7 @@ func waitVoters(t *testing.T, s *Server, n int) {
 	}
 }
 
-// TestTLSClusterFormsForwardsFailsOver (issue 10, acceptance 3): three
+// TestTLSClusterFormsForwardsFailsOver: three
 // nodes with peer mutual TLS form a cluster by joining over TLS; a client
 // that only knows a follower is served through forwarding over TLS (and
 // the session stream, HTTP/2 over TLS); when the leader stops, the other
@@ -235,7 +235,7 @@ func TestTLSClusterFormsForwardsFailsOver(t *testing.T) {
 	t.Error("no new leader among the survivors")
 }
 
-// TestTLSForeignNodeRefused (issue 10, acceptance 3): a node whose
+// TestTLSForeignNodeRefused: a node whose
 // certificate another CA issued cannot join (even trusting the cluster's
 // CA), cannot send a vote request to a member, and cannot forward; a
 // client certificate of the cluster CA is not a member's either. A member's
@@ -351,7 +351,7 @@ func TestTLSForeignNodeRefused(t *testing.T) {
 	})
 }
 
-// TestTLSClientAuth (issue 10, acceptance 3): with client auth required, a
+// TestTLSClientAuth: with client auth required, a
 // client certificate of an unknown CA, or none, is refused and ours is
 // served; verify-if-given serves clients without one but refuses an
 // unknown CA's; none serves everybody.
@@ -443,7 +443,7 @@ func TestTLSGoClient(t *testing.T) {
 	}
 }
 
-// TestTLSCertSwappedOnDisk (issue 10, acceptance 3): a node certificate
+// TestTLSCertSwappedOnDisk: a node certificate
 // replaced on disk is presented by the next new API and Raft connection,
 // with no restart and no signal.
 func TestTLSCertSwappedOnDisk(t *testing.T) {
@@ -514,7 +514,7 @@ func TestTLSIdentity(t *testing.T) {
 	}
 }
 
-// TestPlaintextNonLoopbackRefused (issue 10): a node refuses to listen
+// TestPlaintextNonLoopbackRefused: a node refuses to listen
 // without TLS on an address other machines can reach, unless Insecure;
 // loopback with no TLS settings stays valid, as the quick start needs.
 func TestPlaintextNonLoopbackRefused(t *testing.T) {

@@ -143,7 +143,7 @@ func (b *sseBrowser) settle() {
 // A browser whose SSE watch with state=1 breaks in the middle of the state
 // dump — the first one, or the one after a reset — and reconnects as
 // EventSource does (Last-Event-ID: the last id it got) ends up with the
-// whole state, never a part of it (issue 17, item 5).
+// whole state, never a part of it.
 func TestWatchSSEReconnectMidDump(t *testing.T) {
 	old := watchKeepalive
 	watchKeepalive = 100 * time.Millisecond
@@ -242,8 +242,7 @@ func tagged(s *Server, p string) string { return p + "@" + clusterTag(s.fsm.Clus
 // A position saved from cluster A and resumed against cluster B, restored
 // from A's backup (a new cluster id, a log as long as A's and longer), gets
 // a reset (and, with WatchState, the state), not the events after that
-// index in B's log with the ones before it silently skipped (issue 17,
-// item 11).
+// index in B's log with the ones before it silently skipped.
 func TestWatchForeignPositionResets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
