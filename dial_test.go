@@ -52,7 +52,7 @@ func listLocks(ctx context.Context, c *lockd.Client) error {
 	return err
 }
 
-// Issue 17, item 13: with nothing listening, a client with a connect
+// With nothing listening, a client with a connect
 // timeout (the CLI's 5 s) answers within about a second, with an error that
 // matches ErrUnavailable and wraps the refusal (errors.Is ECONNREFUSED), for
 // a call and for a new session.
@@ -109,7 +109,7 @@ func TestRefusedEndpointFailsOver(t *testing.T) {
 	}
 }
 
-// Issue 17, item 13: a client pointed at a Raft port (hashicorp/raft's
+// A client pointed at a Raft port (hashicorp/raft's
 // transport, which hangs up on anything else) says so within about a
 // second, for a call and for a new session (over the session stream), and
 // does not retry it; beside a live endpoint, the Raft port is passed over.

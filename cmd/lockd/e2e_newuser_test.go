@@ -1,6 +1,6 @@
 package main
 
-// Issue 17, item 13: surprises a new user met, tried with real processes
+// Surprises a new user met, tried with real processes
 // as the README's quick start has them.
 
 import (

@@ -644,7 +644,7 @@ func childrenOf(pid int) []int {
 	return out
 }
 
-// Issue 7, fault 1: kill -9 of the supervisor alone (not of lockd run, not
+// Kill -9 of the supervisor alone (not of lockd run, not
 // of the command's group). lockd run inherits the command's dead processes
 // as their subreaper; it must reap them, not wait on their zombies forever:
 // the group is dead and reaped, lockd run exits 71 within a second or two,

@@ -303,7 +303,7 @@ func TestRunStop(t *testing.T) {
 	})
 }
 
-// Issue 17, item 13: a server that starts inside a period catches it up
+// A server that starts inside a period catches it up
 // only when History finds a record of an earlier run (a first deploy does
 // not run the period it did not see begin); History is asked only for
 // that period, and an error is retried like a failed attempt. Periods

@@ -25,7 +25,7 @@ import (
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
-// Issue 3, acceptance 1: clients run random operations against a 3- or
+// Clients run random operations against a 3- or
 // 5-node cluster while a nemesis partitions nodes, isolates the leader,
 // crashes, stops and restarts members on their data, and cuts clients off
 // (so that their sessions expire). Then:
