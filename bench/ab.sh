@@ -63,7 +63,11 @@ EOF
 for workload in own one; do
   : >"$work/old-$workload"; : >"$work/new-$workload"
   for i in $(seq "$rounds"); do
-    for b in old new; do
+    # Odd rounds old first, even rounds new first: neither is always the
+    # one that runs on a warmer or cooler machine.
+    order="old new"
+    [ $((i % 2)) -eq 0 ] && order="new old"
+    for b in $order; do
       line="$(run "$work/$b" "$workload")"
       echo "$workload $b round $i: $line"
       echo "$line" >>"$work/$b-$workload"
@@ -74,8 +78,8 @@ for workload in own one; do
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda k: statistics.median([r[k] for r in rows if r.get(k) is not None] or [0])
-print(f"median {sys.argv[3]} {sys.argv[2]}: rate {med('rate'):.0f}/s p50 {med('p50')} p99 {med('p99')} "
-      f"client {med('client_us_op')} us/op server {med('server_us_op')} us/op")
+print(f"median {sys.argv[3]} {sys.argv[2]}: rate {med('rate'):.0f}/s p50 {med('p50'):.2f} p99 {med('p99'):.2f} "
+      f"client {med('client_us_op'):.1f} us/op server {med('server_us_op'):.1f} us/op")
 EOF
   done
 done
