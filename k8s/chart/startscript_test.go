@@ -180,7 +180,10 @@ func (ps *podSet) waitVoters() membersOut {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		m, err := ps.members()
-		ok := err == nil && len(m.Members) == len(ps.pods)
+		// The cluster id too: a node that has just restarted lists the
+		// Raft configuration before it has replayed the entry that holds
+		// the id.
+		ok := err == nil && len(m.Members) == len(ps.pods) && m.ClusterID != ""
 		for _, mb := range m.Members {
 			ok = ok && mb.Voter && strings.HasPrefix(mb.ID, "lockd-")
 		}
