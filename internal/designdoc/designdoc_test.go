@@ -40,3 +40,23 @@ func TestProblems(t *testing.T) {
 		t.Error("a package without DESIGN.md: no error")
 	}
 }
+
+// TestMethodCounts: methods on T, *T and a generic type are counted per
+// type; functions and test files are not.
+func TestMethodCounts(t *testing.T) {
+	dir := t.TempDir()
+	src := "package p\n\ntype T struct{}\ntype G[K any] struct{}\n\nfunc (T) a()  {}\nfunc (*T) b() {}\nfunc (g *G[K]) c() {}\nfunc f()      {}\n"
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "p_test.go"), []byte("package p\n\nfunc (T) d() {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := MethodCounts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["T"] != 2 || got["G"] != 1 {
+		t.Fatalf("counts: %v, want T 2, G 1", got)
+	}
+}

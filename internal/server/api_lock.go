@@ -8,6 +8,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
+	"github.com/lockd-dev/lockd/internal/node"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -86,7 +87,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		queuedAt = proposed
 	}
 	// Queued (now or by the first attempt of this request).
-	if err := a.await(ctx, waitKey{m.SessionId, m.Name, m.Seq}, poll, changed, resp); err != nil {
+	if err := a.await(ctx, node.WaitKey{Session: m.SessionId, Name: m.Name, Seq: m.Seq}, poll, changed, resp); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(resp), nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/node"
 	"github.com/lockd-dev/lockd/internal/retry"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
@@ -232,12 +233,12 @@ func (s *Server) promoteTimers(term uint64) {
 	}
 	s.fsm.WithMarks(func(ms map[string]fsm.Mark) {
 		promote(s.marks, term, len(ms), maps.All(ms), func(name string, m fsm.Mark) lease.Entry {
-			return lease.Entry{ID: markKey(name, m.Token), TTL: m.Retention}
+			return lease.Entry{ID: node.MarkKey(name, m.Token), TTL: m.Retention}
 		})
 	})
 	s.fsm.WithDelays(func(ds map[string]fsm.Delay) {
 		promote(s.delays, term, len(ds), maps.All(ds), func(name string, d fsm.Delay) lease.Entry {
-			return lease.Entry{ID: markKey(name, d.Token), TTL: d.Delay}
+			return lease.Entry{ID: node.MarkKey(name, d.Token), TTL: d.Delay}
 		})
 	})
 }
@@ -311,7 +312,7 @@ func (s *Server) proposeTimed(m *lease.Manager, key string, term uint64, t fsm.C
 // clearMark is the marks manager's callback for a completion mark whose
 // retention passed.
 func (s *Server) clearMark(key string, term uint64) {
-	name, token, ok := parseMarkKey(key)
+	name, token, ok := node.ParseMarkKey(key)
 	if ok && s.proposeTimed(s.marks, key, term, fsm.CmdClearMark, &fsmv1.ClearMark{Name: name, Token: token, Term: term}) != nil {
 		s.metrics.lock.marksExpired.Inc()
 		s.log.Info("completion mark expired", "lock", name, "token", token)
@@ -322,7 +323,7 @@ func (s *Server) clearMark(key string, term uint64) {
 // expired hold (key: lock and that hold's token) has run in full on this
 // leader; grant again.
 func (s *Server) undelay(key string, term uint64) {
-	if name, token, ok := parseMarkKey(key); ok {
+	if name, token, ok := node.ParseMarkKey(key); ok {
 		s.proposeTimed(s.delays, key, term, fsm.CmdUndelay, &fsmv1.Undelay{Name: name, Token: token, Term: term, TimeUnixNano: wallclock.Now().UnixNano()})
 	}
 }
@@ -348,7 +349,7 @@ func (s *Server) linearizable() error {
 	// One VerifyLeader serves every request that arrived before it started
 	// (verify.go): under load, one round of heartbeats per batch of
 	// requests instead of one per request.
-	err := s.verify.do(func() error {
+	err := s.verify.Do(func() error {
 		checkTerm := s.raft.CurrentTerm()
 		since := time.Now()
 		end := s.watch.begin() // VerifyLeader runs on the leader loop a hung disk blocks

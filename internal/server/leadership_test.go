@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/node"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -21,7 +22,7 @@ func TestDelayTimerEntries(t *testing.T) {
 	propose(t, s, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "a", TtlMs: 60000})
 	g := propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: 1, Name: "x", Mode: fsm.ModeExclusive, LockDelayMs: 3600 * 1000})
 	propose(t, s, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: "a"})
-	key := markKey("x", g.Token)
+	key := node.MarkKey("x", g.Token)
 	if _, ok := s.delays.Deadline(key); !ok {
 		t.Fatal("no lock-delay timer after the holder expired")
 	}

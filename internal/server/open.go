@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/node"
 )
 
 // This file opens what a node keeps on disk and talks to Raft through: the
@@ -128,7 +129,7 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	}
 	// A test-only slow or hung disk (diskhook_fault.go); nothing is
 	// wrapped in a release build.
-	ls, stable := testDisk(s.wal, s.wal)
+	ls, stable := node.WrapDisk(s.wal, s.wal)
 	if o.logStore != nil {
 		ls = o.logStore(ls)
 	}

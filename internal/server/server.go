@@ -26,6 +26,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/node"
 )
 
 // Option changes how New builds a server.
@@ -95,10 +96,10 @@ type Server struct {
 	lease     *lease.Manager
 	marks     *lease.Manager
 	delays    *lease.Manager
-	waiters   *waiters
+	waiters   *node.Waiters
 	metrics   *metrics
 	fwd       *forwarder
-	hub       *hub          // the watch history (watch_hub.go)
+	hub       *node.Hub     // the watch history (internal/node)
 	keepalive time.Duration // watchKeepalive; shorter in tests
 
 	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
@@ -122,8 +123,8 @@ type Server struct {
 	promotedTerm  atomic.Uint64
 
 	watch   *watchdog
-	verify  verifier // shares VerifyLeader among concurrent requests
-	logSize *logSize // log bytes since the last snapshot (snapshots.go)
+	verify  node.Verifier // shares VerifyLeader among concurrent requests
+	logSize *logSize      // log bytes since the last snapshot (snapshots.go)
 	fatal   func(error)
 
 	acks ackTracker // replies to this node's AppendEntries, for leadership checks (acks.go)
@@ -209,14 +210,14 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	if s.fatal == nil {
 		s.fatal = s.exit
 	}
-	s.waiters = newWaiters(s.metrics.waitersWoken.Inc)
+	s.waiters = node.NewWaiters(s.metrics.waitersWoken.Inc)
 	s.lease = lease.New(cfg.Grace, s.expire)
 	// Completion marks end by the same kind of leader timer, without grace:
 	// a new leader restarts each retention in full (late, never early).
 	s.marks = lease.New(0, s.clearMark)
 	s.delays = lease.New(0, s.undelay)
-	s.hub, s.keepalive = newHub(cfg.WatchHistory), watchKeepalive
-	s.fsm = fsm.New(&fanout{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters, hub: s.hub})
+	s.hub, s.keepalive = node.NewHub(cfg.WatchHistory), watchKeepalive
+	s.fsm = fsm.New(&node.Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Waiters: s.waiters, Hub: s.hub})
 	// The guard after the FSM (it reads the cluster id and session counts).
 	if err := s.openGuard(cfg, reg); err != nil {
 		return nil, err
@@ -225,7 +226,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	s.fwd = newForwarder(o.fwdClient, s.tls, s.guard.PeerToken())
 	s.metrics.registerState(reg, s)
 
-	hl := newHclog(s.log, "raft")
+	hl := node.NewHclog(s.log, "raft")
 	stores, err := s.openStores(cfg, &o, hl, reg, &closers)
 	if err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ func benchLinearizable(b *testing.B, parallel int) {
 		b.Fatal(err)
 	}
 	s := c.server(i)
-	before, waits := s.verify.checks.Load(), s.acks.waits.Load()
+	before, waits := s.verify.Checks(), s.acks.waits.Load()
 	b.ReportAllocs()
 	b.SetParallelism(parallel)
 	b.ResetTimer()
@@ -32,7 +32,7 @@ func benchLinearizable(b *testing.B, parallel int) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(s.verify.checks.Load()-before)/float64(b.N), "checks/op")
+	b.ReportMetric(float64(s.verify.Checks()-before)/float64(b.N), "checks/op")
 	b.ReportMetric(float64(s.acks.waits.Load()-waits)/float64(b.N), "waits/op")
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/lockd-dev/lockd/internal/node"
 )
 
 // fakeCheck stands in for VerifyLeader where a test must hold a check in
@@ -37,15 +38,15 @@ func (f *fakeCheck) run() error {
 // check would let a deposed leader extend a lease a newer leader expired.
 func TestVerifierNeverReusesOlderCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var v verifier
+		var v node.Verifier
 		f := &fakeCheck{gate: make(chan struct{})}
 		f.leader.Store(true)
 		var errA, errB error
 		var wg sync.WaitGroup
-		wg.Go(func() { errA = v.do(f.run) }) // received while leader
+		wg.Go(func() { errA = v.Do(f.run) }) // received while leader
 		synctest.Wait()                      // A's check is in flight
 		f.leader.Store(false)                // a newer leader is elected
-		wg.Go(func() { errB = v.do(f.run) }) // received after the loss
+		wg.Go(func() { errB = v.Do(f.run) }) // received after the loss
 		synctest.Wait()
 		close(f.gate)
 		wg.Wait()
@@ -65,13 +66,13 @@ func TestVerifierNeverReusesOlderCheck(t *testing.T) {
 // in flight shares the one next check.
 func TestVerifierSharesNextCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var v verifier
+		var v node.Verifier
 		f := &fakeCheck{gate: make(chan struct{})}
 		f.leader.Store(true)
 		var wg sync.WaitGroup
 		var failed atomic.Int64
 		call := func() {
-			if v.do(f.run) != nil {
+			if v.Do(f.run) != nil {
 				failed.Add(1)
 			}
 		}
@@ -90,7 +91,7 @@ func TestVerifierSharesNextCheck(t *testing.T) {
 			t.Fatalf("%d requests failed", failed.Load())
 		}
 		// Idle again: the next request starts its own check at once.
-		if err := v.do(f.run); err != nil || f.calls.Load() != 3 {
+		if err := v.Do(f.run); err != nil || f.calls.Load() != 3 {
 			t.Fatalf("after idle: err %v, checks %d, want nil, 3", err, f.calls.Load())
 		}
 	})
@@ -101,20 +102,20 @@ func TestVerifierSharesNextCheck(t *testing.T) {
 // they make calls.
 func TestVerifierUnderLoad(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var v verifier
+		var v node.Verifier
 		var wg sync.WaitGroup
 		const workers, each = 64, 50
 		for range workers {
 			wg.Go(func() {
 				for range each {
-					if err := v.do(func() error { time.Sleep(time.Millisecond); return nil }); err != nil {
+					if err := v.Do(func() error { time.Sleep(time.Millisecond); return nil }); err != nil {
 						t.Error(err)
 					}
 				}
 			})
 		}
 		wg.Wait()
-		if got := v.checks.Load(); got > workers*each/16 {
+		if got := v.Checks(); got > workers*each/16 {
 			t.Fatalf("checks: %d for %d calls, want at most %d", got, workers*each, workers*each/16)
 		}
 	})
@@ -131,7 +132,7 @@ func TestLinearizableCoalescesVerifyLeader(t *testing.T) {
 	}
 	s := c.server(i)
 	const workers, each = 64, 50
-	before := s.verify.checks.Load()
+	before := s.verify.Checks()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -144,7 +145,7 @@ func TestLinearizableCoalescesVerifyLeader(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	got := s.verify.checks.Load() - before
+	got := s.verify.Checks() - before
 	t.Logf("%d linearizable calls, %d VerifyLeader calls", workers*each, got)
 	// How many checks overlap depends on scheduling (a VerifyLeader on the
 	// in-memory transport takes microseconds); TestVerifierUnderLoad

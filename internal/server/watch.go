@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -38,8 +39,8 @@ var errNoClusterYet = errors.New("node has no cluster id yet; it cannot check th
 // wirePos is p as clients see it: "INDEX.N@TAG", TAG the start of the
 // cluster id, so a position is never resumed against another cluster's
 // log (see parseFrom). Before the node knows its cluster id it has no tag.
-func (s *Server) wirePos(p pos) string {
-	if tag := clusterTag(s.fsm.ClusterID()); tag != "" {
+func (s *Server) wirePos(p node.Pos) string {
+	if tag := node.ClusterTag(s.fsm.ClusterID()); tag != "" {
 		return p.String() + "@" + tag
 	}
 	return p.String()
@@ -49,26 +50,26 @@ func (s *Server) wirePos(p pos) string {
 // start with a reset because the position does not belong to this
 // cluster's log: another cluster's tag (a saved position resumed against a
 // cluster restored from backup, or a wrong endpoint), no tag (a position
-// from a server before the tag, or written by hand), or resetFrom. A
+// from a server before the tag, or written by hand), or node.ResetFrom. A
 // position at index 0 ("from the start") means the same in every cluster
 // and is taken with or without a tag.
-func (s *Server) parseFrom(from string) (cursor pos, reset bool, err error) {
-	if from == resetFrom {
-		return s.hub.now(), true, nil
+func (s *Server) parseFrom(from string) (cursor node.Pos, reset bool, err error) {
+	if from == node.ResetFrom {
+		return s.hub.Now(), true, nil
 	}
-	p, tag, err := parseTaggedPos(from)
+	p, tag, err := node.ParseTaggedPos(from)
 	if err != nil {
-		return pos{}, false, err
+		return node.Pos{}, false, err
 	}
-	if p.index == 0 {
+	if p.Index == 0 {
 		return p, false, nil
 	}
-	own := clusterTag(s.fsm.ClusterID())
+	own := node.ClusterTag(s.fsm.ClusterID())
 	switch {
 	case tag == "":
 		return p, true, nil
 	case own == "":
-		return pos{}, false, errNoClusterYet
+		return node.Pos{}, false, errNoClusterYet
 	case tag != own:
 		return p, true, nil
 	}
@@ -80,7 +81,7 @@ func (s *Server) parseFrom(from string) (cursor pos, reset bool, err error) {
 // and idle with the cursor at the start and then every s.keepalive while
 // nothing is sent. After a reset it goes on from the reset's position.
 func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor string) error) error {
-	cursor := s.hub.now()
+	cursor := s.hub.Now()
 	foreign := false // from is not a position of this log: reset first
 	if from != "" {
 		p, reset, err := s.parseFrom(from)
@@ -120,21 +121,21 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 		if err := aw.Check(ctx); err != nil {
 			return err
 		}
-		var r readResult
+		var r node.ReadResult
 		if foreign {
 			foreign = false
-			r = readResult{reset: true, next: s.hub.now()}
+			r = node.ReadResult{Reset: true, Next: s.hub.Now()}
 		} else {
-			r = s.hub.read(cursor, prefix, buf)
+			r = s.hub.Read(cursor, prefix, buf)
 		}
-		if r.reset {
+		if r.Reset {
 			s.metrics.watchResets.Inc()
-			reset := &lockdv1.WatchResponse{Position: s.wirePos(r.next), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
+			reset := &lockdv1.WatchResponse{Position: s.wirePos(r.Next), Kind: lockdv1.EventKind_EVENT_KIND_RESET}
 			if !state {
 				if err := send(reset); err != nil {
 					return err
 				}
-				cursor = r.next
+				cursor = r.Next
 				continue
 			}
 			at, err := s.sendState(prefix, reset, send)
@@ -144,21 +145,21 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 			cursor = at
 			continue
 		}
-		for i := range r.events {
-			m := eventPB(&r.events[i])
-			m.Position = s.wirePos(eventPos(&r.events[i]))
-			m.EntryEnd = i == len(r.events)-1 || r.events[i+1].Index != r.events[i].Index
+		for i := range r.Events {
+			m := eventPB(&r.Events[i])
+			m.Position = s.wirePos(node.EventPos(&r.Events[i]))
+			m.EntryEnd = i == len(r.Events)-1 || r.Events[i+1].Index != r.Events[i].Index
 			if err := send(m); err != nil {
 				return err
 			}
 		}
-		clear(r.events) // drop the values' references
-		cursor = r.next
-		if r.wait == nil {
+		clear(r.Events) // drop the values' references
+		cursor = r.Next
+		if r.Wait == nil {
 			continue
 		}
 		select {
-		case <-r.wait:
+		case <-r.Wait:
 		case <-tick.C:
 			if err := idle(s.wirePos(cursor)); err != nil {
 				return err
@@ -175,13 +176,13 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 // sendState sends the holds under prefix as they are, at a position read
 // with them: first (when not nil) the reset, moved to that position, then
 // one HELD event per hold and a SYNCED event. It returns the position.
-func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (pos, error) {
+func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (node.Pos, error) {
 	var evs []fsm.Event
-	var at pos
+	var at node.Pos
 	s.fsm.Holding(prefix, func(held []fsm.Event) {
 		// Apply publishes events with the FSM's lock held, so none can
 		// come between these holds and this position.
-		evs, at = held, s.hub.now()
+		evs, at = held, s.hub.Now()
 	})
 	p := s.wirePos(at)
 	if reset != nil {
@@ -230,7 +231,7 @@ func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.Watch
 		})
 	})
 	switch {
-	case errors.Is(err, errBadPosition):
+	case errors.Is(err, node.ErrBadPosition):
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.Is(err, errServerClosing), errors.Is(err, errNoClusterYet):
 		return connect.NewError(connect.CodeUnavailable, err)
@@ -251,7 +252,7 @@ var sseJSON = protojson.MarshalOptions{EmitUnpopulated: true}
 // synced, and on a reset without state. The held events of a state dump
 // have none, so a browser that reconnects during the first dump sends no
 // Last-Event-ID (or the one before it) and gets the dump again; a reset
-// that a dump follows has the id resetFrom, so a reconnect during that dump
+// that a dump follows has the id node.ResetFrom, so a reconnect during that dump
 // gets the reset and the dump again. Never a part of a state.
 func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
@@ -293,7 +294,7 @@ func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 			case lockdv1.EventKind_EVENT_KIND_RESET:
 				id := ev.Position
 				if state {
-					id = resetFrom // a dump follows: exact only after its synced
+					id = node.ResetFrom // a dump follows: exact only after its synced
 				}
 				_, err = fmt.Fprintf(w, "id: %s\nevent: reset\ndata: {\"position\":%q}\n\n", id, ev.Position)
 			case lockdv1.EventKind_EVENT_KIND_SYNCED:

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -237,7 +238,7 @@ func TestWatchSSEReconnectMidDump(t *testing.T) {
 }
 
 // tagged is the position p ("INDEX.N") in s's cluster, as s gives it.
-func tagged(s *Server, p string) string { return p + "@" + clusterTag(s.fsm.ClusterID()) }
+func tagged(s *Server, p string) string { return p + "@" + node.ClusterTag(s.fsm.ClusterID()) }
 
 // A position saved from cluster A and resumed against cluster B, restored
 // from A's backup (a new cluster id, a log as long as A's and longer), gets
@@ -256,7 +257,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 	churn(t, ctx, ca, "f/a", 5)
 	evs := collect(t, ctx, ca, "f/", 10, lockd.WatchFrom("0.0"))
 	saved := evs[len(evs)-1].Position
-	if !strings.HasSuffix(saved, "@"+clusterTag(a.fsm.ClusterID())) {
+	if !strings.HasSuffix(saved, "@"+node.ClusterTag(a.fsm.ClusterID())) {
 		t.Fatalf("position %q does not carry cluster %s", saved, a.fsm.ClusterID())
 	}
 
@@ -280,7 +281,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 	}
 	// B's log passes the saved index, with events under f/ before and
 	// after it: the ones a resume from it would skip and deliver.
-	for b.hub.now().index <= mustPos(t, saved).index+4 {
+	for b.hub.Now().Index <= mustPos(t, saved).Index+4 {
 		churn(t, ctx, cb, "f/b", 2)
 	}
 
@@ -308,7 +309,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 				t.Fatalf("state: held %s token %d, want f/held token %d", ev.Name, ev.Token, held.Token())
 			}
 		}
-		if !strings.HasSuffix(first.Position, "@"+clusterTag(b.fsm.ClusterID())) {
+		if !strings.HasSuffix(first.Position, "@"+node.ClusterTag(b.fsm.ClusterID())) {
 			t.Fatalf("reset position %q is not of cluster %s", first.Position, b.fsm.ClusterID())
 		}
 		if want := []lockd.EventKind{lockd.EventReset, lockd.EventHeld, lockd.EventSynced}; state && !slices.Equal(kinds, want) {
@@ -321,7 +322,7 @@ func TestWatchForeignPositionResets(t *testing.T) {
 func TestWatchPositionCluster(t *testing.T) {
 	s := startServer(t, testConfig(t.TempDir()))
 	defer s.Close()
-	own := clusterTag(s.fsm.ClusterID())
+	own := node.ClusterTag(s.fsm.ClusterID())
 	for _, tc := range []struct {
 		from  string
 		reset bool
@@ -338,7 +339,7 @@ func TestWatchPositionCluster(t *testing.T) {
 		{from: "5", bad: true},
 	} {
 		_, reset, err := s.parseFrom(tc.from)
-		if bad := errors.Is(err, errBadPosition); bad != tc.bad || err != nil && !bad || reset != tc.reset {
+		if bad := errors.Is(err, node.ErrBadPosition); bad != tc.bad || err != nil && !bad || reset != tc.reset {
 			t.Errorf("from %q: reset %v, err %v; want reset %v, bad %v", tc.from, reset, err, tc.reset, tc.bad)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -65,7 +66,7 @@ func checkChurn(t *testing.T, evs []lockd.Event, tokens []uint64) {
 	if len(evs) != 2*len(tokens) {
 		t.Fatalf("got %d events, want %d", len(evs), 2*len(tokens))
 	}
-	var last pos
+	var last node.Pos
 	for i, ev := range evs {
 		want := lockd.EventGranted
 		if i%2 == 1 {
@@ -74,11 +75,11 @@ func checkChurn(t *testing.T, evs []lockd.Event, tokens []uint64) {
 		if ev.Kind != want || ev.Token != tokens[i/2] {
 			t.Fatalf("event %d: %v token %d, want %v token %d", i, ev.Kind, ev.Token, want, tokens[i/2])
 		}
-		p, err := parsePos(ev.Position)
+		p, err := node.ParsePos(ev.Position)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !last.less(p) {
+		if !last.Less(p) {
 			t.Fatalf("event %d: position %v not after %v", i, p, last)
 		}
 		last = p
@@ -203,14 +204,14 @@ func TestWatchResetFromCompacted(t *testing.T) {
 		t.Fatalf("first event %v, %v; want a reset", evs[0].Kind, errs[0])
 	}
 	checkChurn(t, evs[1:], <-next)
-	if p, _ := parsePos(evs[0].Position); !p.less(mustPos(t, evs[1].Position)) {
+	if p, _ := node.ParsePos(evs[0].Position); !p.Less(mustPos(t, evs[1].Position)) {
 		t.Fatalf("reset position %s not before the next event's %s", evs[0].Position, evs[1].Position)
 	}
 }
 
-func mustPos(t *testing.T, s string) pos {
+func mustPos(t *testing.T, s string) node.Pos {
 	t.Helper()
-	p, err := parsePos(s)
+	p, err := node.ParsePos(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestWatchStalledConsumer(t *testing.T) {
 		}, func(string) error { return nil })
 	}()
 	churn(t, ctx, cl, "s/a", 200) // 400 events, 12 histories' worth
-	if n := s.hub.stored(); n > opts.history {
+	if n := s.hub.Stored(); n > opts.history {
 		t.Fatalf("history holds %d events, more than its size %d", n, opts.history)
 	}
 	close(stall)

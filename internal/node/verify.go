@@ -1,11 +1,11 @@
-package server
+package node
 
 import (
 	"sync"
 	"sync/atomic"
 )
 
-// verifier shares leadership checks (VerifyLeader) among concurrent
+// Verifier shares leadership checks (VerifyLeader) among concurrent
 // requests. The lease and read rules need a check that STARTED after the
 // request was received: a check that started before could have been
 // answered by followers that had not yet elected a newer leader, and a
@@ -16,7 +16,7 @@ import (
 // joins the same next check. Under any load at most one check runs and one
 // waits, and a request waits for at most two of them. The zero value is
 // ready to use.
-type verifier struct {
+type Verifier struct {
 	mu      sync.Mutex
 	running bool   // a check is in flight
 	next    *check // the check that starts when the one in flight ends
@@ -32,10 +32,10 @@ type check struct {
 	err   error
 }
 
-// do returns the result of a check that starts after do was called. run is
+// Do returns the result of a check that starts after do was called. run is
 // the check itself; the caller that runs a check uses its own run (every
 // caller passes the same check).
-func (v *verifier) do(run func() error) error {
+func (v *Verifier) Do(run func() error) error {
 	v.mu.Lock()
 	if !v.running {
 		v.running = true
@@ -62,7 +62,7 @@ func (v *verifier) do(run func() error) error {
 }
 
 // run runs check c, then hands over to the next check if one has callers.
-func (v *verifier) run(c *check, run func() error) {
+func (v *Verifier) run(c *check, run func() error) {
 	v.checks.Add(1)
 	c.err = run()
 	v.mu.Lock()
@@ -77,3 +77,6 @@ func (v *verifier) run(c *check, run func() error) {
 		close(next.start) // running stays true: next is in flight now
 	}
 }
+
+// Checks returns how many checks have started, for tests and metrics.
+func (v *Verifier) Checks() uint64 { return v.checks.Load() }

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"fmt"
@@ -29,19 +29,19 @@ func mustApply(t *testing.T, f *fsm.FSM, ct fsm.CmdType, m proto.Message) *fsm.R
 // counter (lockd_lock_waiters_woken_total) moves by exactly one.
 func TestReleaseWakesExactlyOne(t *testing.T) {
 	woken := 0
-	w := newWaiters(func() { woken++ })
+	w := NewWaiters(func() { woken++ })
 	idle := func() *lease.Manager { return lease.New(time.Second, func(string, uint64) {}) }
-	f := fsm.New(&fanout{lease: idle(), marks: idle(), delays: idle(), waiters: w, hub: newHub(64)})
+	f := fsm.New(&Fanout{Lease: idle(), Marks: idle(), Delays: idle(), Waiters: w, Hub: NewHub(64)})
 	mustApply(t, f, fsm.CmdInit, &fsmv1.Init{ClusterId: "c", Epoch: 100})
 	const n = 10
-	chans := make([]<-chan waitOutcome, n+1)
+	chans := make([]<-chan WaitOutcome, n+1)
 	for i := 0; i <= n; i++ {
 		id := fmt.Sprint("s", i)
 		mustApply(t, f, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 1000})
 		r := mustApply(t, f, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: 1, Name: "m", Mode: fsm.ModeExclusive, Wait: true})
 		if i > 0 {
 			var stop func()
-			chans[i], stop = w.watch(waitKey{id, "m", 1})
+			chans[i], stop = w.Watch(WaitKey{id, "m", 1})
 			defer stop()
 			if r.Status != fsm.StatusQueued {
 				t.Fatalf("s%d: status %d, want queued", i, r.Status)
@@ -57,7 +57,7 @@ func TestReleaseWakesExactlyOne(t *testing.T) {
 		}
 		select {
 		case o := <-chans[i+1]:
-			if o.dropped || o.token != token+1 {
+			if o.Dropped || o.Token != token+1 {
 				t.Fatalf("s%d: got %+v, want grant with token %d", i+1, o, token+1)
 			}
 		default:

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"errors"
@@ -17,11 +17,11 @@ import (
 // consumer on the node: the session leases (created, removed, revoked), the
 // completion-mark and lock-delay timers (started, ended), the blocked
 // Acquire calls (granted, dropped) and the watch history (lock events
-// only). A kind the fanout stopped handing on fails here.
+// only). A kind the Fanout stopped handing on fails here.
 func TestFanoutFeedsEveryConsumer(t *testing.T) {
 	never := func(string, uint64) {}
-	o := &fanout{lease: lease.New(time.Hour, never), marks: lease.New(0, never), delays: lease.New(0, never), waiters: newWaiters(nil), hub: newHub(64)}
-	for _, m := range []*lease.Manager{o.lease, o.marks, o.delays} {
+	o := &Fanout{Lease: lease.New(time.Hour, never), Marks: lease.New(0, never), Delays: lease.New(0, never), Waiters: NewWaiters(nil), Hub: NewHub(64)}
+	for _, m := range []*lease.Manager{o.Lease, o.Marks, o.Delays} {
 		m.Promote(1, nil) // active, as on the leader; no timer fires within the test (TTLs of a minute)
 		defer m.Demote()
 	}
@@ -42,61 +42,61 @@ func TestFanoutFeedsEveryConsumer(t *testing.T) {
 	for _, id := range []string{"a", "b", "c"} {
 		apply(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 60_000})
 	}
-	if got := o.lease.Len(); got != 3 {
+	if got := o.Lease.Len(); got != 3 {
 		t.Fatalf("leases after three creations: %d, want 3", got)
 	}
 	apply(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: 1, Name: "x", Mode: fsm.ModeExclusive, LockDelayMs: 60_000})
 	apply(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "b", Seq: 1, Name: "x", Mode: fsm.ModeExclusive, Wait: true})
-	granted, stopB := o.waiters.watch(waitKey{"b", "x", 1})
+	granted, stopB := o.Waiters.Watch(WaitKey{"b", "x", 1})
 	defer stopB()
 	apply(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "c", Seq: 1, Name: "x", Mode: fsm.ModeExclusive, Wait: true})
-	dropped, stopC := o.waiters.watch(waitKey{"c", "x", 1})
+	dropped, stopC := o.Waiters.Watch(WaitKey{"c", "x", 1})
 	defer stopC()
 
 	apply(fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: "a", Term: 1})
-	if _, ok := o.lease.Deadline("a"); ok || o.lease.Len() != 2 {
-		t.Fatalf("lease of the expired session still kept (%d leases)", o.lease.Len())
+	if _, ok := o.Lease.Deadline("a"); ok || o.Lease.Len() != 2 {
+		t.Fatalf("lease of the expired session still kept (%d leases)", o.Lease.Len())
 	}
-	if got := o.delays.Len(); got != 1 {
+	if got := o.Delays.Len(); got != 1 {
 		t.Fatalf("lock-delay timers after the holder expired: %d, want 1", got)
 	}
 	apply(fsm.CmdUndelay, &fsmv1.Undelay{Name: "x", Token: 101, Term: 1})
-	if got := o.delays.Len(); got != 0 {
+	if got := o.Delays.Len(); got != 0 {
 		t.Fatalf("lock-delay timers after the delay ended: %d, want 0", got)
 	}
 	select {
 	case w := <-granted:
-		if w.dropped || w.token != 102 {
+		if w.Dropped || w.Token != 102 {
 			t.Fatalf("b's wait: got %+v, want granted with token 102", w)
 		}
 	default:
 		t.Fatal("b's blocked call was not woken by its grant")
 	}
 	apply(fsm.CmdComplete, &fsmv1.Complete{SessionId: "b", Seq: 2, Name: "x", Token: 102, RetentionMs: 60_000})
-	if got := o.marks.Len(); got != 1 {
+	if got := o.Marks.Len(); got != 1 {
 		t.Fatalf("mark timers after Complete: %d, want 1", got)
 	}
 	select {
 	case w := <-dropped:
-		if !w.dropped {
+		if !w.Dropped {
 			t.Fatalf("c's wait: got %+v, want dropped", w)
 		}
 	default:
 		t.Fatal("c's blocked call was not woken when its wait was dropped")
 	}
 	apply(fsm.CmdClearMark, &fsmv1.ClearMark{Name: "x", Token: 102, Term: 1})
-	if got := o.marks.Len(); got != 0 {
+	if got := o.Marks.Len(); got != 0 {
 		t.Fatalf("mark timers after the mark was cleared: %d, want 0", got)
 	}
 	apply(fsm.CmdRevokeSession, &fsmv1.RevokeSession{SessionIds: []string{"c"}})
-	if _, err := o.lease.KeepAlive("c", time.Now()); !errors.Is(err, lease.ErrRevoked) {
+	if _, err := o.Lease.KeepAlive("c", time.Now()); !errors.Is(err, lease.ErrRevoked) {
 		t.Fatalf("keepalive of the revoked session: %v, want %v", err, lease.ErrRevoked)
 	}
 	// Lock events only: a granted, b and c queued, a expired and its delay
 	// started, the delay ended and b granted, b completed and c dequeued,
 	// the mark cleared. The session events (three created, one removed,
 	// one revoked) pass the history by.
-	if got := o.hub.stored(); got != 10 {
+	if got := o.Hub.Stored(); got != 10 {
 		t.Fatalf("watch history holds %d events, want the 10 lock events", got)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -16,7 +16,8 @@ type hclogAdapter struct {
 	args []any
 }
 
-func newHclog(l *slog.Logger, name string) hclog.Logger {
+// NewHclog returns an hclog.Logger (what hashicorp/raft logs to) that writes to l, named name.
+func NewHclog(l *slog.Logger, name string) hclog.Logger {
 	return &hclogAdapter{l: l.With("component", name), name: name}
 }
 

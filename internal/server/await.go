@@ -4,80 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/raft"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
-
-// This file holds blocked Acquire calls: the registry the FSM's events
-// wake (waiters) and the wait of one queued Acquire.
-
-type waitKey struct {
-	session, name string
-	seq           uint64
-}
-
-// waitOutcome is what a blocked Acquire call learns.
-type waitOutcome struct {
-	token   uint64 // granted with this token
-	dropped bool   // left the queue without a grant
-}
-
-// waiters wakes blocked Acquire calls. The FSM tells it of grants and drops
-// from Apply; it wakes exactly the calls waiting on that request, never
-// every waiter of the lock.
-type waiters struct {
-	mu    sync.Mutex
-	m     map[waitKey][]chan waitOutcome
-	woken func() // counts wake-ups (metric)
-}
-
-func newWaiters(woken func()) *waiters {
-	return &waiters{m: map[waitKey][]chan waitOutcome{}, woken: woken}
-}
-
-// watch registers interest in a queued request. The returned cancel must be
-// called when the caller stops waiting.
-func (w *waiters) watch(k waitKey) (<-chan waitOutcome, func()) {
-	ch := make(chan waitOutcome, 1)
-	w.mu.Lock()
-	w.m[k] = append(w.m[k], ch)
-	w.mu.Unlock()
-	return ch, func() {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		list := w.m[k]
-		for i, c := range list {
-			if c == ch {
-				list = append(list[:i], list[i+1:]...)
-				break
-			}
-		}
-		if len(list) == 0 {
-			delete(w.m, k)
-		} else {
-			w.m[k] = list
-		}
-	}
-}
-
-func (w *waiters) notify(k waitKey, o waitOutcome) {
-	w.mu.Lock()
-	list := w.m[k]
-	delete(w.m, k)
-	w.mu.Unlock()
-	for _, ch := range list {
-		ch <- o // buffered, one send per channel
-		if w.woken != nil {
-			w.woken()
-		}
-	}
-}
 
 // await blocks a queued Acquire until its grant, its drop, the poll
 // timeout, the caller's end or a leadership change of this node, whichever
@@ -88,25 +23,25 @@ func (w *waiters) notify(k waitKey, o waitOutcome) {
 // the new leader makes (this node may never apply it): the wait ends on any
 // leadership change (changed, taken before the proposal), and the client
 // repeats the same request on the new leader, which answers from its state.
-func (a *api) await(ctx context.Context, key waitKey, poll time.Duration, changed <-chan struct{}, resp *lockdv1.AcquireResponse) error {
-	ch, stop := a.s.waiters.watch(key)
+func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, changed <-chan struct{}, resp *lockdv1.AcquireResponse) error {
+	ch, stop := a.s.waiters.Watch(key)
 	defer stop()
-	status, token, _ := a.s.fsm.WaitState(key.session, key.name, key.seq)
+	status, token, _ := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
 	switch status {
 	case fsm.StatusGranted:
 		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
 		return nil
 	case 0:
-		return a.dropped(key.session, key.name)
+		return a.dropped(key.Session, key.Name)
 	}
 	timer := time.NewTimer(poll)
 	defer timer.Stop()
 	select {
 	case o := <-ch:
-		if o.dropped {
-			return a.dropped(key.session, key.name)
+		if o.Dropped {
+			return a.dropped(key.Session, key.Name)
 		}
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.token
+		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.Token
 		return nil
 	case <-timer.C:
 	case <-ctx.Done():
@@ -120,14 +55,14 @@ func (a *api) await(ctx context.Context, key waitKey, poll time.Duration, change
 	case <-changed:
 		return a.s.raftError(raft.ErrLeadershipLost)
 	}
-	status, token, pos := a.s.fsm.WaitState(key.session, key.name, key.seq)
+	status, token, pos := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
 	switch status {
 	case fsm.StatusGranted:
 		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
 	case fsm.StatusQueued:
 		resp.Status, resp.Position = lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED, pos
 	default:
-		return a.dropped(key.session, key.name)
+		return a.dropped(key.Session, key.Name)
 	}
 	return nil
 }
