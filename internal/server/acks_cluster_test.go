@@ -402,7 +402,7 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 	if old.raft.State() != raft.Leader || old.raft.CurrentTerm() != term {
 		t.Fatalf("precondition: the old leader stepped down (%v, term %d, was %d) before the check; late replies did not keep its Raft lease", old.raft.State(), old.raft.CurrentTerm(), term)
 	}
-	staleBefore := old.acks.stale.Load()
+	staleBefore := func() uint64 { _, n := old.node.Hooks().AckCounts(); return n }()
 	ka, kaErr := api(li).KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: sess.Msg.SessionId, Secret: sess.Msg.Secret}))
 	d, rdErr := api(li).DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "fresh/lock"}))
 	if kaErr == nil {
@@ -414,7 +414,7 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 	if connect.CodeOf(kaErr) != connect.CodeUnavailable || connect.CodeOf(rdErr) != connect.CodeUnavailable {
 		t.Errorf("refusals: keepalive %v, read %v; want UNAVAILABLE (the client retries elsewhere)", kaErr, rdErr)
 	}
-	if old.acks.stale.Load() == staleBefore {
+	if func() uint64 { _, n := old.node.Hooks().AckCounts(); return n }() == staleBefore {
 		t.Errorf("precondition: no check of the old leader had VerifyLeader answered by a late reply (keepalive: %v, read: %v)", kaErr, rdErr)
 	}
 }
@@ -422,7 +422,7 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 // TestExpiryRetriedAfterStaleCheck: a session's lease runs out on a leader
 // whose followers' replies arrive late (replyGate, no partition: the
 // followers still follow it). The expiry's leadership check is answered by
-// VerifyLeader but no fresh quorum (errNoFreshQuorum) while the node still
+// VerifyLeader but no fresh quorum (node.ErrNoFreshQuorum) while the node still
 // leads; the decision must be retried, as after a failed proposal, and the
 // session expire once replies are timely again — not stay held for the
 // rest of the term.
@@ -485,7 +485,7 @@ func TestExpiryRetriedAfterStaleCheck(t *testing.T) {
 	}()
 	// The lease runs out (TTL + grace); its check finds no fresh quorum.
 	deadline := time.Now().Add(15 * time.Second)
-	for s.acks.stale.Load() == 0 {
+	for func() uint64 { _, n := s.node.Hooks().AckCounts(); return n }() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no leadership check failed for want of fresh replies")
 		}

@@ -25,7 +25,7 @@ func (a *api) clusterID() string { return a.s.fsm.ClusterID() }
 // result is returned with an FSM refusal too (what Apply knew), nil only
 // when the command was not applied.
 func (a *api) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
-	r, err := a.s.propose(t, m)
+	r, err := a.s.node.Propose(t, m)
 	if err != nil {
 		return nil, a.s.raftError(err)
 	}
@@ -39,7 +39,7 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 	if c == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
 		return nil
 	}
-	if err := a.s.linearizable(); err != nil {
+	if err := a.s.node.Linearizable(); err != nil {
 		return a.s.raftError(err)
 	}
 	return nil

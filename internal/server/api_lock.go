@@ -25,7 +25,7 @@ func (a *api) Acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireRequest]) (res *connect.Response[lockdv1.AcquireResponse], err error) {
 	start := time.Now()
 	var queuedAt time.Time // set when the request waits in the queue
-	defer func() { a.s.metrics.lock.acquired(start, queuedAt, res, err) }()
+	defer func() { a.s.metrics.lock.Acquired(start, queuedAt, res, err) }()
 	m := req.Msg
 	if err := a.checkRequest(m.SessionId, m.Seq); err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	// Taken before the proposal: a leadership change after it ends the
 	// wait (see await).
-	changed := a.s.leadershipChanges()
+	changed := a.s.node.LeadershipChanges()
 	proposed := wallclock.Now() // recorded in the lock table (queued or granted at): wall time
 	cmd.TimeUnixNano = proposed.UnixNano()
 	r, err := a.propose(fsm.CmdAcquire, cmd)
@@ -74,7 +74,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		return connect.NewResponse(resp), nil
 	}
 	if r != nil && r.Delayed {
-		a.s.metrics.lock.delayHits.Inc()
+		a.s.metrics.lock.DelayHits.Inc()
 	}
 	if err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, err
 	}
 	if !r.GrantedAt.IsZero() { // not a repeat of a release already applied
-		a.s.metrics.lock.holdEnded(endReleased, r.GrantedAt)
+		a.s.metrics.lock.HoldEnded(node.EndReleased, r.GrantedAt)
 	}
 	return connect.NewResponse(&lockdv1.ReleaseResponse{}), nil
 }
@@ -166,8 +166,8 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 		return nil, err
 	}
 	if !r.GrantedAt.IsZero() { // not a retry of a Complete already applied
-		a.s.metrics.lock.holdEnded(endCompleted, r.GrantedAt)
-		a.s.metrics.lock.marksSet.Inc()
+		a.s.metrics.lock.HoldEnded(node.EndCompleted, r.GrantedAt)
+		a.s.metrics.lock.MarksSet.Inc()
 	}
 	return connect.NewResponse(&lockdv1.CompleteResponse{}), nil
 }

@@ -98,6 +98,6 @@ func (a *api) Status(ctx context.Context, req *connect.Request[lockdv1.StatusReq
 		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
 		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
 	}
-	resp.Members = s.members()
+	resp.Members = s.node.Membership().Members()
 	return connect.NewResponse(resp), nil
 }

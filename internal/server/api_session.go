@@ -11,6 +11,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
 	"github.com/lockd-dev/lockd/internal/label"
+	"github.com/lockd-dev/lockd/internal/node"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -51,7 +52,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 		return nil, a.s.invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
 	}
 	cmd := &fsmv1.CreateSession{
-		RequestId: m.RequestId, SessionId: randomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
+		RequestId: m.RequestId, SessionId: node.RandomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
 		SecretHash: hashSecret(secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateCreateSession(cmd); err != nil {
@@ -93,7 +94,7 @@ func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 	if err := a.s.checkSession(ctx, req.Msg.SessionId, req.Msg.Secret); err != nil {
 		return nil, err
 	}
-	if err := a.s.linearizable(); err != nil {
+	if err := a.s.node.Linearizable(); err != nil {
 		return nil, a.s.raftError(err)
 	}
 	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
@@ -121,7 +122,7 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 	if err := a.s.checkSession(ctx, req.Msg.SessionId, req.Msg.Secret); err != nil {
 		return nil, err
 	}
-	if _, known := a.s.fsm.Session(req.Msg.SessionId); !known && a.s.promotedTerm.Load() != 0 {
+	if _, known := a.s.fsm.Session(req.Msg.SessionId); !known && a.s.node.PromotedTerm() != 0 {
 		return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 	}
 	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,

@@ -522,7 +522,7 @@ func TestNewLeaderPromotesPendingMember(t *testing.T) {
 	// What Join leaves behind when its leader is deposed before promoting:
 	// the member recorded (as a voter-to-be) and a non-voter in the Raft
 	// configuration.
-	if _, err := ldr.propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: pending.id, ApiUrl: pending.url, RaftAddress: pending.id}); err != nil {
+	if _, err := ldr.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: pending.id, ApiUrl: pending.url, RaftAddress: pending.id}); err != nil {
 		t.Fatal(err)
 	}
 	if err := ldr.raft.DemoteVoter(raft.ServerID(pending.id), 0, time.Second).Error(); err != nil {

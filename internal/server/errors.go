@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -38,7 +39,7 @@ func (s *Server) unavailable(reason lockdv1.ErrorReason, msg string) *connect.Er
 // leaderHint returns the API URL of the leader when another node leads and
 // its URL is known, else "".
 func (s *Server) leaderHint() string {
-	id := s.heardLeader()
+	id := s.node.HeardLeader()
 	if id == "" || string(id) == s.nodeID {
 		return ""
 	}
@@ -57,11 +58,11 @@ func (s *Server) invalid(format string, args ...any) *connect.Error {
 // with the same request id.
 func (s *Server) raftError(err error) *connect.Error {
 	switch {
-	case errors.Is(err, errNoFreshQuorum):
+	case errors.Is(err, node.ErrNoFreshQuorum):
 		// Raft still names this node the leader; it could not show it.
 		return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s could not confirm it still leads (no quorum answered a heartbeat sent after the request arrived); retry", s.nodeID))
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		id := s.heardLeader()
+		id := s.node.HeardLeader()
 		if id == "" {
 			return s.unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
 		}

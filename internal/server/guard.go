@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/url"
 
@@ -66,3 +67,13 @@ func (s *Server) GuardHost(h http.Handler) http.Handler { return s.guard.HostChe
 // A file that does not parse is an error and the previous rules stay in
 // force. Without --auth-file it does nothing.
 func (s *Server) ReloadAuth() error { return s.guard.ReloadAuth() }
+
+// capConns wraps the API listener in the guard's per-source cap, unless
+// it is off, and keeps the members' names resolved for its exemption.
+func (s *Server) capConns(l net.Listener) net.Listener {
+	if s.cfg.MaxConnsPerSource < 0 {
+		return l
+	}
+	s.node.Peers().ResolvePeers()
+	return s.guard.Listener(l, s.cfg.MaxConnsPerSource, s.node.Peers().IsPeer)
+}

@@ -205,7 +205,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		http.Redirect(w, r, url+r.URL.Path, http.StatusTemporaryRedirect)
 		return nil
 	}
-	if err := s.linearizable(); err != nil {
+	if err := s.node.Linearizable(); err != nil {
 		http.Error(w, s.raftError(err).Error(), http.StatusServiceUnavailable)
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+	"github.com/lockd-dev/lockd/internal/node"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -16,47 +17,31 @@ import (
 // metrics are the node's Prometheus metrics. No label is unbounded: lock
 // names never become labels.
 type metrics struct {
-	applyDuration   prometheus.Histogram
-	requests        *prometheus.CounterVec
-	keepAlives      prometheus.Counter
-	sessionsExpired prometheus.Counter
-	waitersWoken    prometheus.Counter
-	forwarded       prometheus.Counter
-	watchdogTrips   prometheus.Counter
-	streamsOpen     prometheus.Gauge
-	streamFrames    *prometheus.CounterVec
-	streamFrameOf   []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
-	watchStreams    prometheus.Gauge
-	watchResets     prometheus.Counter
-	lock            *lockMetrics // metrics_lock.go
-	limitHits       *prometheus.CounterVec
-	authReloads     *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	keepAlives    prometheus.Counter
+	forwarded     prometheus.Counter
+	streamsOpen   prometheus.Gauge
+	streamFrames  *prometheus.CounterVec
+	streamFrameOf []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
+	watchStreams  prometheus.Gauge
+	watchResets   prometheus.Counter
+	lock          *node.LockMetrics // internal/node, metrics_lock.go
+	limitHits     *prometheus.CounterVec
+	authReloads   *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
+func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer, lock *node.LockMetrics) *metrics {
 	m := &metrics{
-		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "lockd_raft_apply_duration_seconds", Help: "Time from proposing a command to its result on this node.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
-		}),
+		lock: lock,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lockd_api_requests_total", Help: "API requests by method and Connect code.",
 		}, []string{"method", "code"}),
 		keepAlives: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_session_keepalives_total", Help: "KeepAlives confirmed by this node as leader.",
 		}),
-		sessionsExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lockd_session_expired_total", Help: "Sessions this node expired as leader.",
-		}),
-		waitersWoken: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "lockd_lock_waiters_woken_total", Help: "Blocked Acquire calls woken by a grant or a drop of their own request.",
-		}),
 	}
 	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_api_forwarded_total", Help: "Requests this node forwarded to the leader.",
-	})
-	m.watchdogTrips = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "lockd_raft_watchdog_trips_total", Help: "Times the leader watchdog found a stalled proposal.",
 	})
 	m.streamsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_api_streams_open", Help: "Session streams open on this node.",
@@ -73,7 +58,6 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	m.watchResets = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_watch_resets_total", Help: "Resets sent to watch streams (position older than the history, restore, or a consumer too slow).",
 	})
-	m.lock = newLockMetrics(reg)
 	m.limitHits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lockd_limit_hits_total", Help: "Calls refused by a per-identity limit, by reason (rate, sessions, waits, streams; conns: connections over --max-conns-per-source).",
 	}, []string{"reason"})
@@ -86,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer) *metrics {
 	for _, o := range []string{"ok", "error"} {
 		m.authReloads.WithLabelValues(o)
 	}
-	reg.MustRegister(m.applyDuration, m.requests, m.keepAlives, m.sessionsExpired, m.waitersWoken, m.forwarded, m.watchdogTrips, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits, m.authReloads)
+	reg.MustRegister(m.requests, m.keepAlives, m.forwarded, m.streamsOpen, m.streamFrames, m.watchStreams, m.watchResets, m.limitHits, m.authReloads)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

@@ -18,14 +18,15 @@ func TestSnapshotMetrics(t *testing.T) {
 	if err := s.raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
+	snapshotSeconds, snapshotBytes := s.node.Parts().LockMetrics.SnapshotMetrics()
 	var m dto.Metric
-	if err := s.metrics.lock.snapshotSeconds.Write(&m); err != nil {
+	if err := snapshotSeconds.Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.GetHistogram().GetSampleCount(); got < 1 {
 		t.Fatalf("snapshot duration samples = %d, want at least 1", got)
 	}
-	if got := testutil.ToFloat64(s.metrics.lock.snapshotBytes); got <= 0 {
+	if got := testutil.ToFloat64(snapshotBytes); got <= 0 {
 		t.Fatalf("snapshot size = %v, want > 0", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/auth"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -30,7 +31,7 @@ func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamReque
 		tb.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &Server{metrics: newMetrics(reg, reg), fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
+	s := &Server{metrics: newMetrics(reg, reg, node.NewLockMetrics(reg)), fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
 	cfg := DefaultConfig()
 	cfg.AuthFile, cfg.AuditLog = path, filepath.Join(tb.TempDir(), "audit.log")
 	if err := s.openGuard(cfg, reg); err != nil {

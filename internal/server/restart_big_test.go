@@ -58,13 +58,13 @@ func TestBigRestart(t *testing.T) {
 	for w := range sessions {
 		wg.Go(func() {
 			id := fmt.Sprint("s", w)
-			if _, err := s.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 3600_000, SecretHash: testSecretHash}); err != nil {
+			if _, err := s.node.Propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: id, TtlMs: 3600_000, SecretHash: testSecretHash}); err != nil {
 				t.Error(err)
 				return
 			}
 			for i := w; i < n; i += sessions {
 				seq := uint64(i/sessions + 1)
-				r, err := s.propose(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: seq, Ack: seq - 1, Name: fmt.Sprintf("lock/%07d", i), Mode: fsm.ModeExclusive, SecretHash: testSecretHash})
+				r, err := s.node.Propose(fsm.CmdAcquire, &fsmv1.Acquire{SessionId: id, Seq: seq, Ack: seq - 1, Name: fmt.Sprintf("lock/%07d", i), Mode: fsm.ModeExclusive, SecretHash: testSecretHash})
 				if err != nil || r.Code != fsm.OK {
 					t.Errorf("acquire %d: %v %v", i, err, r)
 					return

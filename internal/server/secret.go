@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/guard"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -33,7 +34,7 @@ func hashSecret(secret string) []byte {
 
 // newSessionSecret makes a secret for a client that sent none (curl):
 // 128 random bits, hex.
-func newSessionSecret() string { return randomID(16) }
+func newSessionSecret() string { return node.RandomID(16) }
 
 // checkSession refuses a call on session id that does not present its
 // secret or does not come from the identity that created it. An unknown

@@ -1,6 +1,6 @@
-// Package server runs one lockd node: it owns the *raft.Raft, the FSM, the
-// leader's lease timers, the API handlers and the HTTP listener. See
-// DESIGN.md in this folder.
+// Package server runs one lockd node: it assembles the Raft side
+// (internal/node), the guard (internal/guard) and the API handlers, and
+// serves them over HTTP. See DESIGN.md in this folder.
 package server
 
 import (
@@ -11,15 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
-	wal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd-dev/lockd/internal/certs"
@@ -79,7 +75,8 @@ func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.r
 // WithVersion sets the version string reported by Status.
 func WithVersion(v string) Option { return func(o *options) { o.version = v } }
 
-// Server is one running lockd node.
+// Server is one running lockd node: the Raft side (internal/node), the
+// guard (internal/guard), and the API served over HTTP.
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
@@ -87,19 +84,20 @@ type Server struct {
 	nodeID  string
 	apiURL  string
 
-	dirLock   *os.File
-	fsm       *fsm.FSM
-	wal       *wal.WAL
-	meta      *metadb.BoltMetaDB
-	trans     raft.Transport
-	raft      *raft.Raft
-	lease     *lease.Manager
-	marks     *lease.Manager
-	delays    *lease.Manager
-	waiters   *node.Waiters
+	node *node.Node // Raft, stores, leadership, membership (internal/node)
+
+	// What the API reads of the node, set once by New.
+	fsm        *fsm.FSM
+	raft       *raft.Raft
+	lease      *lease.Manager
+	waiters    *node.Waiters
+	hub        *node.Hub // the watch history
+	tls        *certs.Store
+	clientAuth certs.ClientAuth
+	done       <-chan struct{} // closed when Close begins
+	fwd        *node.Forwarder // clients to other members' APIs
+
 	metrics   *metrics
-	fwd       *forwarder
-	hub       *node.Hub     // the watch history (internal/node)
 	keepalive time.Duration // watchKeepalive; shorter in tests
 
 	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
@@ -107,40 +105,6 @@ type Server struct {
 	lis     net.Listener
 	httpSrv *http.Server
 
-	peerAddrs peerAddrs   // the other members' addresses given as names, resolved
-	raftUp    atomic.Bool // s.raft is set (the Raft port may ask raftMember before)
-
-	tls        *certs.Store // nil: plaintext
-	clientAuth certs.ClientAuth
-	peers      peerCache // verifyPeer's answers
-
-	// leaderMu orders leadership changes: gen counts them, promotedTerm is
-	// the term whose Barrier finished and whose lease timers run (0: none).
-	leaderMu      sync.Mutex
-	leaderGen     uint64
-	leaderChanged chan struct{} // closed and replaced on every leadership change
-	closing       bool          // Close has begun: start no background task
-	promotedTerm  atomic.Uint64
-
-	watch   *watchdog
-	verify  node.Verifier // shares VerifyLeader among concurrent requests
-	logSize *logSize      // log bytes since the last snapshot (snapshots.go)
-	fatal   func(error)
-
-	acks ackTracker // replies to this node's AppendEntries, for leadership checks (acks.go)
-
-	membershipMu sync.Mutex // one membership change at a time
-	restore      []byte     // backup to start a new cluster from (--restore)
-
-	firstReady     chan struct{} // closed when this node first becomes the established leader
-	firstReadyOnce sync.Once
-
-	// raftMu lets Close wait for the calls waiting on a Raft future
-	// (raftCall) before it shuts Raft down; raftClosed refuses new ones.
-	raftMu     sync.RWMutex
-	raftClosed bool
-
-	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
@@ -159,12 +123,6 @@ func (o *options) registries() (prometheus.Registerer, prometheus.Gatherer) {
 	return o.registry, nil
 }
 
-// exit is the default of WithFatal: log and end the process.
-func (s *Server) exit(err error) {
-	s.log.Error("fatal: exiting", "err", err)
-	os.Exit(1)
-}
-
 // New opens the data dir, starts Raft and serves the API on cfg.Listen. A
 // node whose data dir is empty bootstraps a one-node cluster.
 func New(cfg Config, opts ...Option) (_ *Server, err error) {
@@ -176,7 +134,15 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		opt(&o)
 	}
 	reg, gatherer := o.registries()
-	s := &Server{cfg: cfg, log: o.logger, version: o.version, done: make(chan struct{}), firstReady: make(chan struct{}), leaderChanged: make(chan struct{})}
+	s := &Server{cfg: cfg, log: o.logger, version: o.version}
+	n, err := node.Open(cfg, node.Options{Logger: o.logger, Registry: reg, Transport: o.transport, ForwardClient: o.fwdClient,
+		Bootstrap: o.bootstrap, LogStore: o.logStore, Fatal: o.fatal})
+	if err != nil {
+		return nil, err
+	}
+	p := n.Parts()
+	s.node, s.nodeID, s.fsm, s.lease, s.waiters, s.hub = n, n.ID(), p.FSM, p.Lease, p.Waiters, p.Hub
+	s.tls, s.clientAuth, s.done = p.TLS, p.ClientAuth, p.Done
 	var closers []io.Closer
 	defer func() {
 		if err != nil {
@@ -185,115 +151,45 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 			}
 		}
 	}()
-
-	if err := s.openDataDir(cfg); err != nil {
-		return nil, err
-	}
-	closers = append(closers, s.dirLock)
-	if err := s.openTLS(cfg); err != nil {
-		return nil, err
-	}
 	if s.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+		n.Abort()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	closers = append(closers, s.lis)
 	s.apiURL = cfg.Advertise
 	if s.apiURL == "" {
-		s.apiURL = s.scheme() + "://" + s.lis.Addr().String()
+		s.apiURL = n.Peers().Scheme() + "://" + s.lis.Addr().String()
 	} else if !strings.Contains(s.apiURL, "://") {
-		s.apiURL = s.scheme() + "://" + s.apiURL
+		s.apiURL = n.Peers().Scheme() + "://" + s.apiURL
 	}
 
-	s.metrics = newMetrics(reg, gatherer)
-	s.watch = newWatchdog(cfg.WatchdogTimeout)
-	s.fatal = o.fatal
-	if s.fatal == nil {
-		s.fatal = s.exit
-	}
-	s.waiters = node.NewWaiters(s.metrics.waitersWoken.Inc)
-	s.lease = lease.New(cfg.Grace, s.expire)
-	// Completion marks end by the same kind of leader timer, without grace:
-	// a new leader restarts each retention in full (late, never early).
-	s.marks = lease.New(0, s.clearMark)
-	s.delays = lease.New(0, s.undelay)
-	s.hub, s.keepalive = node.NewHub(cfg.WatchHistory), watchKeepalive
-	s.fsm = fsm.New(&node.Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Waiters: s.waiters, Hub: s.hub})
+	s.metrics = newMetrics(reg, gatherer, p.LockMetrics)
+	s.keepalive = watchKeepalive
 	// The guard after the FSM (it reads the cluster id and session counts).
 	if err := s.openGuard(cfg, reg); err != nil {
+		n.Abort()
 		return nil, err
 	}
 	closers = append(closers, s.guard)
-	s.fwd = newForwarder(o.fwdClient, s.tls, s.guard.PeerToken())
 	s.metrics.registerState(reg, s)
 
-	hl := node.NewHclog(s.log, "raft")
-	stores, err := s.openStores(cfg, &o, hl, reg, &closers)
-	if err != nil {
+	if err := n.Start(s.apiURL, s.guard.PeerToken()); err != nil {
 		return nil, err
 	}
-	notify := make(chan bool, 16)
-	rc := s.raftConfig(cfg, hl, notify)
-	has, err := raft.HasExistingState(stores.logs, s.wal, stores.snaps)
-	if err != nil {
-		return nil, fmt.Errorf("read raft state: %w", err)
-	}
-	if cfg.Restore != "" {
-		if has {
-			return nil, fmt.Errorf("--restore needs an empty data dir; %s has Raft state", cfg.DataDir)
-		}
-		b, err := os.ReadFile(cfg.Restore)
-		if err != nil {
-			return nil, fmt.Errorf("read backup: %w", err)
-		}
-		if err := fsm.CheckBackup(b); err != nil {
-			return nil, fmt.Errorf("backup %s: %w", cfg.Restore, err)
-		}
-		s.restore = b
-	}
-	if !has && len(cfg.Join) > 0 {
-		// Join before opening the Raft port: the leader first removes any
-		// stale member with this id or address, so this empty node never
-		// takes part in Raft under an old identity.
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.JoinTimeout)
-		err := s.joinCluster(ctx, cfg.Join, raftAdvertise(cfg))
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("join cluster: %w", err)
-		}
-	} else if has && len(cfg.Join) > 0 {
-		s.log.Info("data dir has state: resuming, --join ignored")
-	}
-	if s.trans, err = openTransport(cfg, &o, s.tls, hl, s.raftMember); err != nil {
-		return nil, err
-	}
-	s.trans = trackAcks(s.trans, &s.acks)
-	if c, ok := s.trans.(io.Closer); ok {
-		closers = append(closers, c)
-	}
-	if !has && len(cfg.Join) == 0 {
-		s.log.Info("bootstrapping a new cluster", "node_id", s.nodeID)
-		conf := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: s.trans.LocalAddr()}}}
-		if len(o.bootstrap) > 0 {
-			conf.Servers = o.bootstrap
-		}
-		if err := raft.BootstrapCluster(rc, stores.logs, stores.stable, stores.snaps, s.trans, conf); err != nil {
-			return nil, fmt.Errorf("bootstrap: %w", err)
-		}
-	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, stores.stable, stores.snaps, s.trans); err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
-	}
-	s.raftUp.Store(true)
-
-	s.wg.Add(4)
-	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done, s.fwd.leaderChanged) }()
-	go s.watchLeadership(notify)
-	go s.runWatchdog()
-	go s.snapshotByLogSize(s.logSize)
+	p = n.Parts()
+	s.raft, s.fwd = p.Raft, p.Forwarder
 	s.serveHTTP(gatherer)
-	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", string(s.trans.LocalAddr()), "data_dir", cfg.DataDir)
+	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", n.RaftAddr(), "data_dir", cfg.DataDir)
 	return s, nil
 }
+
+// Ready reports whether this node is the established leader: the leader of
+// an initialized cluster with its lease timers running.
+func (s *Server) Ready() bool { return s.node.Ready() }
+
+// ReloadTLS reads the node's certificate, key and CA files again (SIGHUP);
+// see node.Node.ReloadTLS.
+func (s *Server) ReloadTLS() error { return s.node.Peers().ReloadTLS() }
 
 // NodeID returns this node's id.
 func (s *Server) NodeID() string { return s.nodeID }
@@ -305,54 +201,23 @@ func (s *Server) URL() string { return s.apiURL }
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
 // RaftAddr returns the Raft transport's address.
-func (s *Server) RaftAddr() string { return string(s.trans.LocalAddr()) }
+func (s *Server) RaftAddr() string { return s.node.RaftAddr() }
 
 // WaitLeader blocks until this node has become the established leader once
 // (Barrier done, lease timers running), or ctx ends.
-func (s *Server) WaitLeader(ctx context.Context) error {
-	select {
-	case <-s.firstReady:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.done:
-		return errors.New("server closed")
-	}
-}
+func (s *Server) WaitLeader(ctx context.Context) error { return s.node.WaitLeader(ctx) }
 
 // Close stops serving and shuts Raft down. Blocked calls end with an
 // unavailable error; clients retry elsewhere.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		s.transferOnShutdown()
-		s.leaderMu.Lock()
-		s.closing = true // no background task starts after this
-		s.leaderMu.Unlock()
-		close(s.done)
+		s.node.Stopping()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		s.httpSrv.Shutdown(ctx)
 		s.httpSrv.Close()
-		s.fwd.close()
-		s.raftMu.Lock()
-		s.raftClosed = true
-		s.raftMu.Unlock()
-		var errs []error
-		if err := s.raft.Shutdown().Error(); err != nil {
-			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
-		}
-		s.demoteTimers()
 		s.wg.Wait()
-		if c, ok := s.trans.(interface{ CloseStreams() }); ok {
-			// Hang up the pooled connections to peers: NetworkTransport's
-			// Close leaves them open, and the peers' goroutines reading.
-			c.CloseStreams()
-		}
-		if c, ok := s.trans.(io.Closer); ok {
-			errs = append(errs, c.Close())
-		}
-		errs = append(errs, s.wal.Close(), s.meta.Close(), s.dirLock.Close(), s.guard.Close())
-		s.closeErr = errors.Join(errs...)
+		s.closeErr = errors.Join(s.node.Close(), s.guard.Close())
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})
 	return s.closeErr

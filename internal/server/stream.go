@@ -361,7 +361,7 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 		return nil, s.detailError(connect.CodeUnavailable, "not the leader; send keepalives to "+url,
 			&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, LeaderApi: url})
 	}
-	if err := s.linearizable(); err != nil {
+	if err := s.node.Linearizable(); err != nil {
 		return nil, s.raftError(err)
 	}
 	resp := &lockdv1.KeepAliveBatchResponse{Results: make([]*lockdv1.KeepAliveResult, len(b.Sessions)), ClusterId: h.a.clusterID()}

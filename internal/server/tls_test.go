@@ -20,6 +20,7 @@ import (
 
 	"github.com/lockd-dev/lockd"
 	"github.com/lockd-dev/lockd/internal/certs"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -281,7 +282,7 @@ func TestTLSForeignNodeRefused(t *testing.T) {
 			}
 			cfg := DefaultConfig()
 			cfg.RaftListen = "127.0.0.1:0"
-			tr, err := openTLSTransport(cfg, st, nil, hclog.NewNullLogger(), nil)
+			tr, err := node.OpenTLSTransport(cfg, st, nil, hclog.NewNullLogger(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

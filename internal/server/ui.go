@@ -54,7 +54,7 @@ const healthProbeTimeout = time.Second
 // serveMemberHealth probes every member's /readyz at once and answers with
 // their readiness (the dashboard and lockd members read it).
 func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
-	out := s.probeMembers(r.Context(), s.members())
+	out := s.probeMembers(r.Context(), s.node.Membership().Members())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(out)
@@ -79,7 +79,7 @@ func (s *Server) probeMembers(ctx context.Context, members []*lockdv1.Member) []
 				out[i].Error = err.Error()
 				return
 			}
-			resp, err := s.fwd.hc.Do(req)
+			resp, err := s.fwd.HTTPClient().Do(req)
 			reachable := err == nil
 			out[i].Reachable = &reachable
 			if err != nil {

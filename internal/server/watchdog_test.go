@@ -52,7 +52,7 @@ func TestWatchdogTripsOnHungDisk(t *testing.T) {
 	store.hang = true
 	store.mu.Unlock()
 	start := time.Now()
-	go s.propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "b", TtlMs: 60000})
+	go s.node.Propose(fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "b", TtlMs: 60000})
 	select {
 	case err := <-fatal:
 		t.Logf("watchdog fired after %v: %v", time.Since(start), err)
@@ -65,7 +65,7 @@ func TestWatchdogTripsOnHungDisk(t *testing.T) {
 	if el := time.Since(start); el < cfg.WatchdogTimeout {
 		t.Fatalf("watchdog fired after %v, before its limit %v", el, cfg.WatchdogTimeout)
 	}
-	if got := counterValue(t, s.metrics.watchdogTrips); got < 1 {
+	if got := counterValue(t, s.node.Hooks().WatchdogTrips()); got < 1 {
 		t.Fatalf("watchdog trips metric %v, want ≥ 1", got)
 	}
 	close(store.release) // let Close finish

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -8,6 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 )
+
+// Peers is what the node knows of the other members' addresses and
+// certificates: TLS, the peer check, the members spared by the caps.
+type Peers struct{ *Node }
 
 // The other members' addresses, which the guard's per-source connection
 // cap (internal/guard, Listener) and the Raft port's handshake caps spare:
@@ -28,13 +32,13 @@ type peerAddrs struct {
 
 // raftMember reports whether ip is another member's address, once Raft
 // runs: the Raft port's handshake caps spare it.
-func (s *Server) raftMember(ip netip.Addr) bool { return s.raftUp.Load() && s.isPeer(ip) }
+func (s Peers) raftMember(ip netip.Addr) bool { return s.raftUp.Load() && s.IsPeer(ip) }
 
-// isPeer reports whether ip is the address of another member: a host in
+// IsPeer reports whether ip is the address of another member: a host in
 // the Raft configuration or a member's API URL. It runs only for a
 // connection over its cap (the Raft configuration is read without
 // waiting on Raft).
-func (s *Server) isPeer(ip netip.Addr) bool {
+func (s Peers) IsPeer(ip netip.Addr) bool {
 	if m := s.peerAddrs.resolved.Load(); m != nil && (*m)[ip] {
 		return true
 	}
@@ -47,7 +51,7 @@ func (s *Server) isPeer(ip netip.Addr) bool {
 }
 
 // peerHosts lists the hosts of the other members' Raft and API addresses.
-func (s *Server) peerHosts() []string {
+func (s Peers) peerHosts() []string {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
@@ -71,7 +75,7 @@ func (s *Server) peerHosts() []string {
 
 // resolvePeers keeps the resolved addresses of the members given by name
 // current until the node closes.
-func (s *Server) resolvePeers() {
+func (s Peers) resolvePeers() {
 	defer s.wg.Done()
 	t := time.NewTicker(peerRefresh)
 	defer t.Stop()
@@ -102,13 +106,9 @@ func (s *Server) resolvePeers() {
 	}
 }
 
-// capConns wraps the API listener in the guard's per-source cap, unless
-// it is off, and keeps the members' names resolved for its exemption.
-func (s *Server) capConns(l net.Listener) net.Listener {
-	if s.cfg.MaxConnsPerSource < 0 {
-		return l
-	}
+// ResolvePeers keeps the resolved addresses of the members given by name
+// current until the node closes (IsPeer reads them), in the background.
+func (s Peers) ResolvePeers() {
 	s.wg.Add(1)
 	go s.resolvePeers()
-	return s.guard.Listener(l, s.cfg.MaxConnsPerSource, s.isPeer)
 }

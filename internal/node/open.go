@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"crypto/rand"
@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/lockd-dev/lockd/internal/certs"
-	"github.com/lockd-dev/lockd/internal/node"
 )
 
 // This file opens what a node keeps on disk and talks to Raft through: the
@@ -29,7 +28,7 @@ import (
 // stores, Raft's configuration and its transport.
 
 // openDataDir creates and flocks the data dir and loads the node id.
-func (s *Server) openDataDir(cfg Config) error {
+func (s *Node) openDataDir(cfg Config) error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
@@ -80,7 +79,7 @@ func loadNodeID(dir, want string) (string, error) {
 	}
 	id := want
 	if id == "" {
-		id = randomID(8)
+		id = RandomID(8)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o600); err != nil {
@@ -92,7 +91,8 @@ func loadNodeID(dir, want string) (string, error) {
 	return id, nil
 }
 
-func randomID(n int) string {
+// RandomID returns n random bytes in hex (ids, secrets).
+func RandomID(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
@@ -108,7 +108,7 @@ type raftStores struct {
 // openStores opens the Raft log (raft-wal, with a metadata store the server
 // owns) and the snapshot store under the data dir; every store it opened is
 // appended to closers.
-func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometheus.Registerer, closers *[]io.Closer) (raftStores, error) {
+func (s *Node) openStores(cfg Config, o *Options, hl hclog.Logger, reg prometheus.Registerer, closers *[]io.Closer) (raftStores, error) {
 	raftDir := filepath.Join(cfg.DataDir, "raft")
 	walDir := filepath.Join(raftDir, "wal")
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
@@ -129,9 +129,9 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 	}
 	// A test-only slow or hung disk (diskhook_fault.go); nothing is
 	// wrapped in a release build.
-	ls, stable := node.WrapDisk(s.wal, s.wal)
-	if o.logStore != nil {
-		ls = o.logStore(ls)
+	ls, stable := WrapDisk(s.wal, s.wal)
+	if o.LogStore != nil {
+		ls = o.LogStore(ls)
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
 	s.logSize = size
@@ -140,7 +140,7 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 
 // raftConfig is Raft's configuration for this node; leadership changes are
 // reported on notify.
-func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft.Config {
+func (s *Node) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(s.nodeID)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -165,9 +165,9 @@ func (s *Server) raftConfig(cfg Config, hl hclog.Logger, notify chan bool) *raft
 // WithRaftTransport, else TCP on RaftListen, over mutual TLS when store is
 // not nil; member reports another member's address (the TLS Raft port's
 // handshake caps spare it).
-func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
-	if o.transport != nil {
-		return o.transport, nil
+func openTransport(cfg Config, o *Options, store *certs.Store, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
+	if o.Transport != nil {
+		return o.Transport, nil
 	}
 	var adv net.Addr
 	if cfg.RaftAdvertise != "" {
@@ -177,7 +177,7 @@ func openTransport(cfg Config, o *options, store *certs.Store, hl hclog.Logger, 
 		}
 	}
 	if store != nil {
-		return openTLSTransport(cfg, store, adv, hl, member)
+		return OpenTLSTransport(cfg, store, adv, hl, member)
 	}
 	nt, err := raft.NewTCPTransportWithLogger(cfg.RaftListen, adv, 3, 10*time.Second, hl)
 	if err != nil {

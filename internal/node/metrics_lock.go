@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"errors"
@@ -34,20 +34,20 @@ var acquireOutcomes = []string{outcomeGranted, outcomeBusy, outcomeTimeout, outc
 
 // Ends of a hold: the values of the end label.
 const (
-	endReleased  = "released"
-	endCompleted = "completed"
+	EndReleased  = "released"
+	EndCompleted = "completed"
 	endExpired   = "expired"
 )
 
-// lockMetrics are the lock and Raft metrics of this file.
-type lockMetrics struct {
+// LockMetrics are the lock and Raft metrics of this file.
+type LockMetrics struct {
 	acquire         *prometheus.HistogramVec
 	wait            *prometheus.HistogramVec
 	hold            *prometheus.HistogramVec
 	expiredHolding  prometheus.Counter
 	holdsExpired    prometheus.Counter
-	delayHits       prometheus.Counter
-	marksSet        prometheus.Counter
+	DelayHits       prometheus.Counter
+	MarksSet        prometheus.Counter
 	marksExpired    prometheus.Counter
 	leaderChanges   prometheus.Counter
 	snapshotSeconds prometheus.Histogram
@@ -61,8 +61,9 @@ var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 15)
 // holdBuckets span 1 ms to about 2.6 h.
 var holdBuckets = prometheus.ExponentialBuckets(0.001, 3, 16)
 
-func newLockMetrics(reg prometheus.Registerer) *lockMetrics {
-	m := &lockMetrics{
+// NewLockMetrics registers the lock and Raft metrics in reg.
+func NewLockMetrics(reg prometheus.Registerer) *LockMetrics {
+	m := &LockMetrics{
 		acquire: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "lockd_lock_acquire_duration_seconds", Help: "Time an Acquire call took on the leader, by outcome (granted, busy, timeout: still queued at the call's poll timeout or deadline, cancelled, already_done, error).",
 			Buckets: latencyBuckets,
@@ -81,10 +82,10 @@ func newLockMetrics(reg prometheus.Registerer) *lockMetrics {
 		holdsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_lock_holds_expired_total", Help: "Holds ended by the expiry of their session.",
 		}),
-		delayHits: prometheus.NewCounter(prometheus.CounterOpts{
+		DelayHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_lock_delay_hits_total", Help: "Acquire calls refused or queued while the lock's lock-delay ran.",
 		}),
-		marksSet: prometheus.NewCounter(prometheus.CounterOpts{
+		MarksSet: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_lock_marks_set_total", Help: "Completion marks set (Complete calls served).",
 		}),
 		marksExpired: prometheus.NewCounter(prometheus.CounterOpts{
@@ -109,16 +110,16 @@ func newLockMetrics(reg prometheus.Registerer) *lockMetrics {
 			m.wait.WithLabelValues(o)
 		}
 	}
-	for _, e := range []string{endReleased, endCompleted, endExpired} {
+	for _, e := range []string{EndReleased, EndCompleted, endExpired} {
 		m.hold.WithLabelValues(e)
 	}
-	reg.MustRegister(m.acquire, m.wait, m.hold, m.expiredHolding, m.holdsExpired, m.delayHits, m.marksSet, m.marksExpired, m.leaderChanges, m.snapshotSeconds, m.snapshotBytes)
+	reg.MustRegister(m.acquire, m.wait, m.hold, m.expiredHolding, m.holdsExpired, m.DelayHits, m.MarksSet, m.marksExpired, m.leaderChanges, m.snapshotSeconds, m.snapshotBytes)
 	return m
 }
 
-// acquired observes one Acquire call served here: its latency, and its
+// Acquired observes one Acquire call served here: its latency, and its
 // wait when the request was queued (queuedAt not zero).
-func (m *lockMetrics) acquired(start, queuedAt time.Time, resp *connect.Response[lockdv1.AcquireResponse], err error) {
+func (m *LockMetrics) Acquired(start, queuedAt time.Time, resp *connect.Response[lockdv1.AcquireResponse], err error) {
 	o := acquireOutcome(resp, err)
 	end := time.Now()
 	m.acquire.WithLabelValues(o).Observe(end.Sub(start).Seconds())
@@ -165,14 +166,14 @@ func acquireOutcome(resp *connect.Response[lockdv1.AcquireResponse], err error) 
 	return outcomeError
 }
 
-// holdEnded observes a hold granted at granted that ended now.
-func (m *lockMetrics) holdEnded(end string, granted time.Time) {
+// HoldEnded observes a hold granted at granted that ended now.
+func (m *LockMetrics) HoldEnded(end string, granted time.Time) {
 	m.hold.WithLabelValues(end).Observe(max(0, wallclock.Now().Sub(granted).Seconds()))
 }
 
 // countLeaderChanges counts the leader changes Raft reports until done
 // closes, and calls changed on each.
-func (m *lockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}, changed func()) {
+func (m *LockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}, changed func()) {
 	ch := make(chan raft.Observation, 16)
 	obs := raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
@@ -194,7 +195,7 @@ func (m *lockMetrics) countLeaderChanges(r *raft.Raft, done <-chan struct{}, cha
 // timedSink measures one snapshot: its duration and its size.
 type timedSink struct {
 	raft.SnapshotSink
-	m     *lockMetrics
+	m     *LockMetrics
 	start time.Time
 	n     int64
 }

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"errors"
@@ -27,10 +27,10 @@ import (
 // (this node counts) has answered a request of this term sent at or after
 // the check began (docs/design.md, "Fresh replies only").
 
-// errNoFreshQuorum: VerifyLeader succeeded, but no quorum of voters answered
+// ErrNoFreshQuorum: VerifyLeader succeeded, but no quorum of voters answered
 // a request sent after the check began, within a heartbeat timeout. The
 // node cannot show it still leads; clients try another node.
-var errNoFreshQuorum = fmt.Errorf("no quorum of voters answered a heartbeat sent after the leadership check began: %w", raft.ErrNotLeader)
+var ErrNoFreshQuorum = fmt.Errorf("no quorum of voters answered a heartbeat sent after the leadership check began: %w", raft.ErrNotLeader)
 
 // ack is the newest AppendEntries request a peer answered with success.
 type ack struct {
@@ -47,7 +47,7 @@ type ackTracker struct {
 
 	// waits counts checks VerifyLeader confirmed before a fresh quorum had
 	// answered (they waited for it); stale those where none did in time
-	// (errNoFreshQuorum). For tests and benchmarks.
+	// (ErrNoFreshQuorum). For tests and benchmarks.
 	waits, stale atomic.Uint64
 }
 
@@ -122,7 +122,7 @@ func (t *ackTracker) await(self raft.ServerID, servers []raft.Server, term uint6
 		case <-changed:
 		case <-timer.C:
 			t.stale.Add(1)
-			return errNoFreshQuorum
+			return ErrNoFreshQuorum
 		case <-leadership:
 			return raft.ErrLeadershipLost
 		case <-stop:
@@ -219,13 +219,13 @@ func (t *ackPreVoteTransport) RequestPreVote(id raft.ServerID, target raft.Serve
 // freshQuorum is the second half of a leadership check that began at since
 // in term (after VerifyLeader succeeded): a quorum of voters must have
 // answered requests of term sent at or after since.
-func (s *Server) freshQuorum(term uint64, since time.Time) error {
+func (s *Node) freshQuorum(term uint64, since time.Time) error {
 	f := s.raft.GetConfiguration() // a copy Raft keeps; no round trip to its loop
 	if err := f.Error(); err != nil {
 		return err
 	}
-	err := s.acks.await(raft.ServerID(s.nodeID), f.Configuration().Servers, term, since, s.cfg.HeartbeatTimeout, s.done, s.leadershipChanges)
-	if errors.Is(err, errNoFreshQuorum) {
+	err := s.acks.await(raft.ServerID(s.nodeID), f.Configuration().Servers, term, since, s.cfg.HeartbeatTimeout, s.done, s.LeadershipChanges)
+	if errors.Is(err, ErrNoFreshQuorum) {
 		s.log.Warn("leadership check: VerifyLeader was answered, but not by replies to heartbeats sent after it began", "term", term, "waited", s.cfg.HeartbeatTimeout)
 	}
 	return err

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // returns only connections whose TLS handshake has completed and whose
 // peer's certificate is a member's (certs.Material.VerifyMember, checked
 // inside the handshake). Handshakes run in goroutines of their own, each
-// within raftHandshakeTimeout, and at most maxRaftHandshakesPerSource of
+// within RaftHandshakeTimeout, and at most maxRaftHandshakesPerSource of
 // them per source address (maxRaftHandshakes in all) at once: a connection
 // beyond a cap is closed at once, unless it comes from another member's
 // address (the Raft configuration), so that a flood cannot keep a member
@@ -38,11 +38,11 @@ import (
 // would protect nothing.
 
 const (
-	// raftHandshakeTimeout bounds a TLS handshake on the Raft port, from
+	// RaftHandshakeTimeout bounds a TLS handshake on the Raft port, from
 	// accept to the member check: a peer on any working network completes
 	// one in milliseconds, and one that stays idle or trickles bytes holds
 	// its slot at most this long.
-	raftHandshakeTimeout = 5 * time.Second
+	RaftHandshakeTimeout = 5 * time.Second
 	// maxRaftHandshakesPerSource caps the handshakes in progress at once
 	// from one source: an IPv4 address, or an IPv6 /64 (what one host
 	// usually has). A member makes a handful at a time (a pool of 3 and a
@@ -173,12 +173,12 @@ func (t *tlsStream) acceptLoop() {
 }
 
 // serveHandshake completes the TLS handshake of c (the member check is
-// part of it) within raftHandshakeTimeout and hands the connection to
+// part of it) within RaftHandshakeTimeout and hands the connection to
 // Accept, or closes it.
 func (t *tlsStream) serveHandshake(c net.Conn, src netip.Addr) {
 	defer t.wg.Done()
 	tc := tls.Server(c, t.cfg)
-	c.SetDeadline(time.Now().Add(raftHandshakeTimeout))
+	c.SetDeadline(time.Now().Add(RaftHandshakeTimeout))
 	err := tc.Handshake()
 	if err == nil {
 		err = c.SetDeadline(time.Time{})
@@ -279,8 +279,8 @@ func (t *tlsStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Co
 	return t.store.DialPeer(ctx, "tcp", string(addr), []string{certs.PeerProto})
 }
 
-// openTLSTransport is openTransport's TLS branch.
-func openTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
+// OpenTLSTransport is openTransport's TLS branch.
+func OpenTLSTransport(cfg Config, store *certs.Store, adv net.Addr, hl hclog.Logger, member func(netip.Addr) bool) (raft.Transport, error) {
 	st, err := listenTLSStream(cfg, store, adv, hl, member)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"errors"
@@ -47,7 +47,7 @@ func (l *logSize) snapshotStarted() { l.atSnap.Store(l.total.Load()) }
 
 // snapshotByLogSize asks Raft for a snapshot whenever the log written since
 // the last one passes SnapshotLogBytes.
-func (s *Server) snapshotByLogSize(l *logSize) {
+func (s *Node) snapshotByLogSize(l *logSize) {
 	defer s.wg.Done()
 	for {
 		select {
@@ -80,7 +80,7 @@ func (s *Server) snapshotByLogSize(l *logSize) {
 type sizedSnapshotStore struct {
 	raft.SnapshotStore
 	size *logSize
-	m    *lockMetrics // snapshot duration and size
+	m    *LockMetrics // snapshot duration and size
 }
 
 // Create notes the snapshot's start, then creates it.

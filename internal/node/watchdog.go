@@ -1,4 +1,4 @@
-package server
+package node
 
 import (
 	"fmt"
@@ -59,7 +59,7 @@ func (w *watchdog) oldest() time.Duration {
 	return max
 }
 
-func (s *Server) runWatchdog() {
+func (s *Node) runWatchdog() {
 	defer s.wg.Done()
 	tick := time.NewTicker(s.cfg.ElectionTimeout)
 	defer tick.Stop()
