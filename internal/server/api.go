@@ -5,7 +5,6 @@ import (
 
 	"github.com/lockd-dev/lockd/internal/fsm"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
-	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
 // The LockService handlers live in api_session.go (sessions), api_lock.go
@@ -16,8 +15,6 @@ import (
 
 // api implements lockdv1connect.LockServiceHandler.
 type api struct{ s *Server }
-
-var _ lockdv1connect.LockServiceHandler = (*api)(nil)
 
 func (a *api) clusterID() string { return a.s.fsm.ClusterID() }
 

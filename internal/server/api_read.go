@@ -10,14 +10,20 @@ import (
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
+// lockService is the LockService handler: the RPCs of api, and the read
+// RPCs of this file.
+type lockService struct{ *api }
+
+var _ lockdv1connect.LockServiceHandler = lockService{}
+
 // Read RPCs: check a token, describe a lock, list locks, node status.
 
 // CheckToken tells whether a token is a current grant of a lock.
-func (a *api) CheckToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
-	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.CheckToken, func() (*connect.Response[lockdv1.CheckTokenResponse], error) { return a.checkToken(ctx, req) })
+func (a lockService) CheckToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
+	return viaLeader(ctx, a.api, req, lockdv1connect.LockServiceClient.CheckToken, func() (*connect.Response[lockdv1.CheckTokenResponse], error) { return a.checkToken(ctx, req) })
 }
 
-func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
+func (a lockService) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -33,14 +39,14 @@ func (a *api) checkToken(ctx context.Context, req *connect.Request[lockdv1.Check
 }
 
 // DescribeLock returns one lock's holders, waiters and mark.
-func (a *api) DescribeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
+func (a lockService) DescribeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
 	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
 		return a.describeLock(ctx, req)
 	}
-	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.DescribeLock, func() (*connect.Response[lockdv1.DescribeLockResponse], error) { return a.describeLock(ctx, req) })
+	return viaLeader(ctx, a.api, req, lockdv1connect.LockServiceClient.DescribeLock, func() (*connect.Response[lockdv1.DescribeLockResponse], error) { return a.describeLock(ctx, req) })
 }
 
-func (a *api) describeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
+func (a lockService) describeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -55,14 +61,14 @@ func (a *api) describeLock(ctx context.Context, req *connect.Request[lockdv1.Des
 }
 
 // ListLocks lists locks by name, a page at a time.
-func (a *api) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
+func (a lockService) ListLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
 	if req.Msg.Consistency == lockdv1.ReadConsistency_READ_CONSISTENCY_STALE {
 		return a.listLocks(ctx, req)
 	}
-	return viaLeader(ctx, a, req, lockdv1connect.LockServiceClient.ListLocks, func() (*connect.Response[lockdv1.ListLocksResponse], error) { return a.listLocks(ctx, req) })
+	return viaLeader(ctx, a.api, req, lockdv1connect.LockServiceClient.ListLocks, func() (*connect.Response[lockdv1.ListLocksResponse], error) { return a.listLocks(ctx, req) })
 }
 
-func (a *api) listLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
+func (a lockService) listLocks(ctx context.Context, req *connect.Request[lockdv1.ListLocksRequest]) (*connect.Response[lockdv1.ListLocksResponse], error) {
 	m := req.Msg
 	n := int(m.PageSize)
 	switch {
@@ -89,7 +95,7 @@ func (a *api) listLocks(ctx context.Context, req *connect.Request[lockdv1.ListLo
 }
 
 // Status reports this node's view of the cluster (served locally).
-func (a *api) Status(ctx context.Context, req *connect.Request[lockdv1.StatusRequest]) (*connect.Response[lockdv1.StatusResponse], error) {
+func (a lockService) Status(ctx context.Context, req *connect.Request[lockdv1.StatusRequest]) (*connect.Response[lockdv1.StatusResponse], error) {
 	s := a.s
 	info := s.fsm.Info()
 	_, leader := s.raft.LeaderWithID()

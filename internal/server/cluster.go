@@ -13,35 +13,35 @@ import (
 )
 
 // clusterAPI implements lockdv1connect.ClusterServiceHandler.
-type clusterAPI struct{ s *Server }
+type clusterAPI struct{ *Server }
 
-var _ lockdv1connect.ClusterServiceHandler = (*clusterAPI)(nil)
+var _ lockdv1connect.ClusterServiceHandler = clusterAPI{}
 
-func viaLeaderCluster[Req, Res any](ctx context.Context, c *clusterAPI, req *connect.Request[Req],
+func viaLeaderCluster[Req, Res any](ctx context.Context, c clusterAPI, req *connect.Request[Req],
 	call func(lockdv1connect.ClusterServiceClient, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 	local func() (*connect.Response[Res], error),
 ) (*connect.Response[Res], error) {
-	url, err := c.s.leaderURL(req.Header())
+	url, err := c.leaderURL(req.Header())
 	if err != nil {
 		return nil, err
 	}
 	if url == "" {
 		return local()
 	}
-	return forward(ctx, c.s, url, c.s.fwd.ClusterClient(url), req, call)
+	return forward(ctx, c.Server, url, c.fwd.ClusterClient(url), req, call)
 }
 
 // Join adds a node to the cluster (on the leader, forwarded from a follower).
-func (c *clusterAPI) Join(ctx context.Context, req *connect.Request[lockdv1.JoinRequest]) (*connect.Response[lockdv1.JoinResponse], error) {
+func (c clusterAPI) Join(ctx context.Context, req *connect.Request[lockdv1.JoinRequest]) (*connect.Response[lockdv1.JoinResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.Join, func() (*connect.Response[lockdv1.JoinResponse], error) {
-		return c.s.join(ctx, req.Msg)
+		return c.join(ctx, req.Msg)
 	})
 }
 
 // RemoveMember removes a member from the Raft configuration.
-func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockdv1.RemoveMemberRequest]) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
+func (c clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockdv1.RemoveMemberRequest]) (*connect.Response[lockdv1.RemoveMemberResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.RemoveMember, func() (*connect.Response[lockdv1.RemoveMemberResponse], error) {
-		if err := c.s.removeMember(req.Msg.NodeId); err != nil {
+		if err := c.removeMember(req.Msg.NodeId); err != nil {
 			return nil, err
 		}
 		return connect.NewResponse(&lockdv1.RemoveMemberResponse{}), nil
@@ -49,9 +49,9 @@ func (c *clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lock
 }
 
 // TransferLeadership hands leadership to a voter (one given, or any).
-func (c *clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
+func (c clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.TransferLeadership, func() (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
-		s := c.s
+		s := c
 		var f raft.Future
 		if id := req.Msg.NodeId; id != "" {
 			addr, ok := s.node.Membership().VoterAddress(id)
@@ -74,7 +74,7 @@ func (c *clusterAPI) TransferLeadership(ctx context.Context, req *connect.Reques
 // members with the same id or Raft address go first (a wiped node must never
 // vote with its old identity), then the node is added as a non-voter, and a
 // background task promotes it to voter once it has caught up.
-func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Response[lockdv1.JoinResponse], error) {
+func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Response[lockdv1.JoinResponse], error) {
 	if m.NodeId == "" || len(m.NodeId) > 64 || m.RaftAddress == "" || m.ApiUrl == "" {
 		return nil, s.invalid("join needs node_id (at most 64 bytes), raft_address and api_url")
 	}
@@ -120,7 +120,7 @@ func (s *Server) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Res
 	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.node.Membership().Members()}), nil
 }
 
-func (s *Server) removeMember(id string) error {
+func (s clusterAPI) removeMember(id string) error {
 	if id == "" {
 		return s.invalid("node_id is required")
 	}

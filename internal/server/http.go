@@ -41,7 +41,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	count := connect.WithInterceptors(s.metrics.interceptor(), s.guard.Interceptor())
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
-	handle(lockdv1connect.NewLockServiceHandler(&api{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
+	handle(lockdv1connect.NewLockServiceHandler(lockService{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
 	// Stream answers are never compressed: most frames are small, and the
 	// large ones, keepalive batch answers, cost more to gzip than all
 	// the rest of their serving (17 % of the server's CPU with 100 000
@@ -49,10 +49,10 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	// still send gzip.
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
 	handle(streamPath, streamHandler(stream))
-	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
-	watchPath, watch := lockdv1connect.NewWatchServiceHandler(&watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
+	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
+	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))
-	mux.HandleFunc("GET /v1/watch", s.serveWatchSSE)
+	mux.HandleFunc("GET /v1/watch", watchAPI{s}.serveWatchSSE)
 	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	reflector := grpcreflect.NewStaticReflector(lockdv1connect.LockServiceName, lockdv1connect.SessionServiceName, lockdv1connect.ClusterServiceName, lockdv1connect.WatchServiceName, grpchealth.HealthV1ServiceName)
 	handle(grpcreflect.NewHandlerV1(reflector, connect.WithReadMaxBytes(maxRequestBytes)))
@@ -60,8 +60,8 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	if g != nil {
 		mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	}
-	mux.HandleFunc("GET /v1/snapshot", s.serveSnapshot)
-	s.uiRoutes(mux)
+	mux.HandleFunc("GET /v1/snapshot", backupRoute{s}.serveSnapshot)
+	dashboard{s}.uiRoutes(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
@@ -167,10 +167,13 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 	}()
 }
 
+// backupRoute serves the backup download.
+type backupRoute struct{ *Server }
+
 // serveSnapshot writes a consistent backup of the state (the FSM snapshot
 // format) after a linearizable read on the leader; a follower redirects to
 // the leader.
-func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
+func (s backupRoute) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	called := false
 	err := s.guard.Run(r.Context(), guard.SnapshotRequest{}, "SnapshotSave", func(context.Context) error {
 		called = true
@@ -195,7 +198,7 @@ func connectHTTPStatus(c connect.Code) int {
 }
 
 // snapshot serves serveSnapshot once allowed.
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
+func (s backupRoute) snapshot(w http.ResponseWriter, r *http.Request) error {
 	url, err := s.leaderURL(r.Header)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -18,8 +18,11 @@ import (
 // the node because a browser may not reach the other members (nor read
 // their answers across origins).
 
+// dashboard serves the dashboard's routes.
+type dashboard struct{ *Server }
+
 // uiRoutes adds the dashboard's routes to mux.
-func (s *Server) uiRoutes(mux *http.ServeMux) {
+func (s dashboard) uiRoutes(mux *http.ServeMux) {
 	mux.Handle("/ui/", http.StripPrefix("/ui/", ui.Handler()))
 	mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	mux.HandleFunc("GET /ui/api/health", func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +56,7 @@ const healthProbeTimeout = time.Second
 
 // serveMemberHealth probes every member's /readyz at once and answers with
 // their readiness (the dashboard and lockd members read it).
-func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
+func (s dashboard) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 	out := s.probeMembers(r.Context(), s.node.Membership().Members())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
@@ -62,7 +65,7 @@ func (s *Server) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
 
 // probeMembers asks every member's /readyz at once, each within
 // healthProbeTimeout, and returns their answers in the members' order.
-func (s *Server) probeMembers(ctx context.Context, members []*lockdv1.Member) []memberHealth {
+func (s dashboard) probeMembers(ctx context.Context, members []*lockdv1.Member) []memberHealth {
 	out := make([]memberHealth, len(members))
 	var wg sync.WaitGroup
 	for i, m := range members {

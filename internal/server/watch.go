@@ -39,7 +39,7 @@ var errNoClusterYet = errors.New("node has no cluster id yet; it cannot check th
 // wirePos is p as clients see it: "INDEX.N@TAG", TAG the start of the
 // cluster id, so a position is never resumed against another cluster's
 // log (see parseFrom). Before the node knows its cluster id it has no tag.
-func (s *Server) wirePos(p node.Pos) string {
+func (s watchAPI) wirePos(p node.Pos) string {
 	if tag := node.ClusterTag(s.fsm.ClusterID()); tag != "" {
 		return p.String() + "@" + tag
 	}
@@ -53,7 +53,7 @@ func (s *Server) wirePos(p node.Pos) string {
 // from a server before the tag, or written by hand), or node.ResetFrom. A
 // position at index 0 ("from the start") means the same in every cluster
 // and is taken with or without a tag.
-func (s *Server) parseFrom(from string) (cursor node.Pos, reset bool, err error) {
+func (s watchAPI) parseFrom(from string) (cursor node.Pos, reset bool, err error) {
 	if from == node.ResetFrom {
 		return s.hub.Now(), true, nil
 	}
@@ -80,7 +80,7 @@ func (s *Server) parseFrom(from string) (cursor node.Pos, reset bool, err error)
 // prefix until ctx ends, calling send for each (it blocks on the consumer)
 // and idle with the cursor at the start and then every s.keepalive while
 // nothing is sent. After a reset it goes on from the reset's position.
-func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor string) error) error {
+func (s watchAPI) streamEvents(ctx context.Context, prefix, from string, state bool, send func(*lockdv1.WatchResponse) error, idle func(cursor string) error) error {
 	cursor := s.hub.Now()
 	foreign := false // from is not a position of this log: reset first
 	if from != "" {
@@ -176,7 +176,7 @@ func (s *Server) streamEvents(ctx context.Context, prefix, from string, state bo
 // sendState sends the holds under prefix as they are, at a position read
 // with them: first (when not nil) the reset, moved to that position, then
 // one HELD event per hold and a SYNCED event. It returns the position.
-func (s *Server) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (node.Pos, error) {
+func (s watchAPI) sendState(prefix string, reset *lockdv1.WatchResponse, send func(*lockdv1.WatchResponse) error) (node.Pos, error) {
 	var evs []fsm.Event
 	var at node.Pos
 	s.fsm.Holding(prefix, func(held []fsm.Event) {
@@ -216,17 +216,17 @@ func eventPB(e *fsm.Event) *lockdv1.WatchResponse {
 }
 
 // watchAPI implements lockdv1connect.WatchServiceHandler.
-type watchAPI struct{ s *Server }
+type watchAPI struct{ *Server }
 
-var _ lockdv1connect.WatchServiceHandler = (*watchAPI)(nil)
+var _ lockdv1connect.WatchServiceHandler = watchAPI{}
 
 // Watch implements lockdv1connect.WatchServiceHandler. An idle stream gets
 // an event without a kind whose position is the stream's cursor.
-func (w *watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
+func (w watchAPI) Watch(ctx context.Context, req *connect.Request[lockdv1.WatchRequest], stream *connect.ServerStream[lockdv1.WatchResponse]) error {
 	// A stream passes no unary interceptor: guard it here (read on the
 	// prefix).
-	err := w.s.guard.Run(ctx, req.Msg, "Watch", func(ctx context.Context) error {
-		return w.s.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor string) error {
+	err := w.guard.Run(ctx, req.Msg, "Watch", func(ctx context.Context) error {
+		return w.streamEvents(ctx, req.Msg.Prefix, req.Msg.From, req.Msg.State, stream.Send, func(cursor string) error {
 			return stream.Send(&lockdv1.WatchResponse{Position: cursor})
 		})
 	})
@@ -254,7 +254,7 @@ var sseJSON = protojson.MarshalOptions{EmitUnpopulated: true}
 // Last-Event-ID (or the one before it) and gets the dump again; a reset
 // that a dump follows has the id node.ResetFrom, so a reconnect during that dump
 // gets the reset and the dump again. Never a part of a state.
-func (s *Server) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
+func (s watchAPI) serveWatchSSE(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	// Last-Event-ID first: the browser sends it when its EventSource
 	// reconnects by itself, to the same URL, so it is later than the URL's

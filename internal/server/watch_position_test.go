@@ -338,7 +338,7 @@ func TestWatchPositionCluster(t *testing.T) {
 		{from: "5.1@XYZ", bad: true},
 		{from: "5", bad: true},
 	} {
-		_, reset, err := s.parseFrom(tc.from)
+		_, reset, err := watchAPI{s}.parseFrom(tc.from)
 		if bad := errors.Is(err, node.ErrBadPosition); bad != tc.bad || err != nil && !bad || reset != tc.reset {
 			t.Errorf("from %q: reset %v, err %v; want reset %v, bad %v", tc.from, reset, err, tc.reset, tc.bad)
 		}

@@ -237,7 +237,7 @@ func TestWatchStalledConsumer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		first := true
-		done <- s.streamEvents(ctx, "s/", "", false, func(ev *lockdv1.WatchResponse) error {
+		done <- watchAPI{s}.streamEvents(ctx, "s/", "", false, func(ev *lockdv1.WatchResponse) error {
 			sent <- ev
 			if first {
 				first = false
