@@ -38,15 +38,9 @@ func (s *Node) ID() string { return s.nodeID }
 // RaftAddr returns the Raft transport's address (set by Start).
 func (s *Node) RaftAddr() string { return string(s.trans.LocalAddr()) }
 
-// Abort closes what Open opened, for an assembly that fails before Start.
-func (s *Node) Abort() { s.closeOpened() }
-
 // PromotedTerm returns the term whose Barrier finished and whose lease
 // timers run on this node, 0 while it is not the established leader.
 func (s *Node) PromotedTerm() uint64 { return s.promotedTerm.Load() }
-
-// Membership returns the node's membership operations.
-func (s *Node) Membership() Membership { return Membership{s} }
 
 // Peers returns what the node knows of the other members (TLS, addresses).
 func (s *Node) Peers() Peers { return Peers{s} }

@@ -21,7 +21,7 @@ import (
 type Membership struct{ *Node }
 
 // VoterAddress returns the Raft address of voter id, false when id is not a voter.
-func (s Membership) VoterAddress(id string) (raft.ServerAddress, bool) {
+func (s *Node) VoterAddress(id string) (raft.ServerAddress, bool) {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return "", false
@@ -55,7 +55,7 @@ func (s Membership) promotePending() {
 // PromoteWhenCaughtUp polls the new member's Status until it has applied
 // the leader's commit index as of now, then makes it a voter. It gives up
 // after ten minutes, leaving the member a non-voter (logged).
-func (s Membership) PromoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, api string) {
+func (s *Node) PromoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddress, api string) {
 	target := s.raft.CommitIndex()
 	c := s.fwd.LockClient(api)
 	ctx, cancel := s.untilClosed()
@@ -73,7 +73,7 @@ func (s Membership) PromoteWhenCaughtUp(id raft.ServerID, addr raft.ServerAddres
 			r.Fail(err)
 			continue
 		}
-		done, err := s.promote(id, addr)
+		done, err := Membership{s}.promote(id, addr)
 		if done {
 			return
 		}
@@ -114,7 +114,7 @@ func (s Membership) promote(id raft.ServerID, addr raft.ServerAddress) (done boo
 
 // Members lists the Raft configuration with each member's recorded API URL
 // and its role as this node sees it.
-func (s Membership) Members() []*lockdv1.Member {
+func (s *Node) Members() []*lockdv1.Member {
 	f := s.raft.GetConfiguration()
 	if f.Error() != nil {
 		return nil
@@ -182,7 +182,7 @@ var promoteSchedule = retry.Backoff{Base: 100 * time.Millisecond, Cap: 2 * time.
 
 // LockMembership takes the lock that orders membership changes (one at a
 // time) and returns its release.
-func (s Membership) LockMembership() (unlock func()) {
+func (s *Node) LockMembership() (unlock func()) {
 	s.membershipMu.Lock()
 	return s.membershipMu.Unlock
 }

@@ -103,9 +103,11 @@ type Node struct {
 }
 
 // exit is the default of Options.Fatal: log and end the process.
-func (s *Node) exit(err error) {
-	s.log.Error("fatal: exiting", "err", err)
-	os.Exit(1)
+func exit(log *slog.Logger) func(error) {
+	return func(err error) {
+		log.Error("fatal: exiting", "err", err)
+		os.Exit(1)
+	}
 }
 
 // Open opens the data dir (locking it, reading or creating the node id)
@@ -116,7 +118,7 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s := &Node{cfg: cfg, log: o.Logger, o: o, done: make(chan struct{}), firstReady: make(chan struct{}), leaderChanged: make(chan struct{})}
 	defer func() {
 		if err != nil {
-			s.closeOpened()
+			s.Abort()
 		}
 	}()
 	if err := s.openDataDir(cfg); err != nil {
@@ -130,7 +132,7 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.watch = newWatchdog(cfg.WatchdogTimeout)
 	s.fatal = o.Fatal
 	if s.fatal == nil {
-		s.fatal = s.exit
+		s.fatal = exit(s.log)
 	}
 	s.waiters = NewWaiters(s.metrics.waitersWoken.Inc)
 	timers := leaderTimers{s}
@@ -144,8 +146,9 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	return s, nil
 }
 
-// closeOpened closes what Open and Start opened, last first (a failed start).
-func (s *Node) closeOpened() {
+// Abort closes what Open (and a failed Start) opened, last first: for an
+// assembly that fails before Start, and for a failed Start.
+func (s *Node) Abort() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		s.closers[i].Close()
 	}
@@ -159,7 +162,7 @@ func (s *Node) closeOpened() {
 func (s *Node) Start(apiURL, peerToken string) (err error) {
 	defer func() {
 		if err != nil {
-			s.closeOpened()
+			s.Abort()
 		}
 	}()
 	cfg, o := s.cfg, &s.o

@@ -108,7 +108,7 @@ func (s Peers) Scheme() string {
 // from the cluster CA naming both server and client authentication. A
 // client certificate from the same CA, issued for client authentication
 // only, is not a member's.
-func (s Peers) VerifyPeer(cs *tls.ConnectionState) (*x509.Certificate, error) {
+func (s *Node) VerifyPeer(cs *tls.ConnectionState) (*x509.Certificate, error) {
 	if cs == nil {
 		return nil, errors.New("not a tls connection")
 	}

@@ -402,7 +402,7 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 	if old.raft.State() != raft.Leader || old.raft.CurrentTerm() != term {
 		t.Fatalf("precondition: the old leader stepped down (%v, term %d, was %d) before the check; late replies did not keep its Raft lease", old.raft.State(), old.raft.CurrentTerm(), term)
 	}
-	staleBefore := func() uint64 { _, n := old.node.Hooks().AckCounts(); return n }()
+	staleBefore := func() uint64 { _, n := old.nd.Hooks().AckCounts(); return n }()
 	ka, kaErr := api(li).KeepAlive(ctx, connect.NewRequest(&lockdv1.KeepAliveRequest{SessionId: sess.Msg.SessionId, Secret: sess.Msg.Secret}))
 	d, rdErr := api(li).DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "fresh/lock"}))
 	if kaErr == nil {
@@ -414,7 +414,7 @@ func TestDeposedLeaderIgnoresLateReplies(t *testing.T) {
 	if connect.CodeOf(kaErr) != connect.CodeUnavailable || connect.CodeOf(rdErr) != connect.CodeUnavailable {
 		t.Errorf("refusals: keepalive %v, read %v; want UNAVAILABLE (the client retries elsewhere)", kaErr, rdErr)
 	}
-	if func() uint64 { _, n := old.node.Hooks().AckCounts(); return n }() == staleBefore {
+	if func() uint64 { _, n := old.nd.Hooks().AckCounts(); return n }() == staleBefore {
 		t.Errorf("precondition: no check of the old leader had VerifyLeader answered by a late reply (keepalive: %v, read: %v)", kaErr, rdErr)
 	}
 }
@@ -485,7 +485,7 @@ func TestExpiryRetriedAfterStaleCheck(t *testing.T) {
 	}()
 	// The lease runs out (TTL + grace); its check finds no fresh quorum.
 	deadline := time.Now().Add(15 * time.Second)
-	for func() uint64 { _, n := s.node.Hooks().AckCounts(); return n }() == 0 {
+	for func() uint64 { _, n := s.nd.Hooks().AckCounts(); return n }() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no leadership check failed for want of fresh replies")
 		}

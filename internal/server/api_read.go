@@ -104,6 +104,6 @@ func (a lockService) Status(ctx context.Context, req *connect.Request[lockdv1.St
 		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
 		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
 	}
-	resp.Members = s.node.Membership().Members()
+	resp.Members = s.node.Members()
 	return connect.NewResponse(resp), nil
 }

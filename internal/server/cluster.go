@@ -54,7 +54,7 @@ func (c clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request
 		s := c
 		var f raft.Future
 		if id := req.Msg.NodeId; id != "" {
-			addr, ok := s.node.Membership().VoterAddress(id)
+			addr, ok := s.node.VoterAddress(id)
 			if !ok {
 				return nil, s.invalid("node %q is not a voter of this cluster", id)
 			}
@@ -81,7 +81,7 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 	if s.node.PromotedTerm() == 0 {
 		return nil, s.raftError(raft.ErrNotLeader)
 	}
-	unlock := s.node.Membership().LockMembership()
+	unlock := s.node.LockMembership()
 	defer unlock()
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -115,9 +115,9 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 		return nil, s.raftError(err)
 	}
 	if !m.NonVoter {
-		s.node.Background(func() { s.node.Membership().PromoteWhenCaughtUp(id, addr, m.ApiUrl) })
+		s.node.Background(func() { s.node.PromoteWhenCaughtUp(id, addr, m.ApiUrl) })
 	}
-	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.node.Membership().Members()}), nil
+	return connect.NewResponse(&lockdv1.JoinResponse{ClusterId: s.fsm.ClusterID(), Members: s.node.Members()}), nil
 }
 
 func (s clusterAPI) removeMember(id string) error {
@@ -127,7 +127,7 @@ func (s clusterAPI) removeMember(id string) error {
 	if s.node.PromotedTerm() == 0 {
 		return s.raftError(raft.ErrNotLeader)
 	}
-	unlock := s.node.Membership().LockMembership()
+	unlock := s.node.LockMembership()
 	defer unlock()
 	if id == s.nodeID {
 		// Hand leadership over first; the new leader removes this node.

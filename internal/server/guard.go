@@ -74,6 +74,6 @@ func (s *Server) capConns(l net.Listener) net.Listener {
 	if s.cfg.MaxConnsPerSource < 0 {
 		return l
 	}
-	s.node.Peers().ResolvePeers()
-	return s.guard.Listener(l, s.cfg.MaxConnsPerSource, s.node.Peers().IsPeer)
+	s.nd.Peers().ResolvePeers()
+	return s.guard.Listener(l, s.cfg.MaxConnsPerSource, s.nd.Peers().IsPeer)
 }

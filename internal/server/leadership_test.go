@@ -23,7 +23,7 @@ func TestDelayTimerEntries(t *testing.T) {
 	g := propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: 1, Name: "x", Mode: fsm.ModeExclusive, LockDelayMs: 3600 * 1000})
 	propose(t, s, fsm.CmdExpireSession, &fsmv1.ExpireSession{SessionId: "a"})
 	key := node.MarkKey("x", g.Token)
-	if _, ok := s.node.Hooks().Delays().Deadline(key); !ok {
+	if _, ok := s.nd.Hooks().Delays().Deadline(key); !ok {
 		t.Fatal("no lock-delay timer after the holder expired")
 	}
 	propose(t, s, fsm.CmdUndelay, &fsmv1.Undelay{Name: "x", Token: g.Token + 1})
@@ -34,7 +34,7 @@ func TestDelayTimerEntries(t *testing.T) {
 	if _, ok := s.fsm.Describe("x"); ok {
 		t.Fatal("lock still there after its delay ended")
 	}
-	if _, ok := s.node.Hooks().Delays().Deadline(key); ok {
+	if _, ok := s.nd.Hooks().Delays().Deadline(key); ok {
 		t.Fatal("the ended delay's timer entry stays in the manager")
 	}
 }

@@ -975,7 +975,7 @@ func (r *linRun) checkLog() {
 			return
 		}
 	}
-	first, err := s.node.Hooks().WAL().FirstIndex()
+	first, err := s.nd.Hooks().WAL().FirstIndex()
 	if err != nil {
 		t.Errorf("first index: %v", err)
 		return
@@ -992,7 +992,7 @@ func (r *linRun) checkLog() {
 	entries, violations := 0, 0
 	for i := first; i <= last && violations < 10; i++ {
 		var e raft.Log
-		if err := s.node.Hooks().WAL().GetLog(i, &e); err != nil {
+		if err := s.nd.Hooks().WAL().GetLog(i, &e); err != nil {
 			t.Errorf("read log entry %d: %v", i, err)
 			return
 		}

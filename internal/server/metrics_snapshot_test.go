@@ -18,7 +18,7 @@ func TestSnapshotMetrics(t *testing.T) {
 	if err := s.raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	snapshotSeconds, snapshotBytes := s.node.Parts().LockMetrics.SnapshotMetrics()
+	snapshotSeconds, snapshotBytes := s.nd.Parts().LockMetrics.SnapshotMetrics()
 	var m dto.Metric
 	if err := snapshotSeconds.Write(&m); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
@@ -84,7 +85,8 @@ type Server struct {
 	nodeID  string
 	apiURL  string
 
-	node *node.Node // Raft, stores, leadership, membership (internal/node)
+	nd   *node.Node    // Raft, stores, leadership, membership (internal/node): the assembly's handle
+	node lockdapi.Node // the same node as the handlers see it (internal/api)
 
 	// What the API reads of the node, set once by New.
 	fsm        *fsm.FSM
@@ -141,7 +143,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		return nil, err
 	}
 	p := n.Parts()
-	s.node, s.nodeID, s.fsm, s.lease, s.waiters, s.hub = n, n.ID(), p.FSM, p.Lease, p.Waiters, p.Hub
+	s.nd, s.node, s.nodeID, s.fsm, s.lease, s.waiters, s.hub = n, n, n.ID(), p.FSM, p.Lease, p.Waiters, p.Hub
 	s.tls, s.clientAuth, s.done = p.TLS, p.ClientAuth, p.Done
 	var closers []io.Closer
 	defer func() {
@@ -189,7 +191,7 @@ func (s *Server) Ready() bool { return s.node.Ready() }
 
 // ReloadTLS reads the node's certificate, key and CA files again (SIGHUP);
 // see node.Node.ReloadTLS.
-func (s *Server) ReloadTLS() error { return s.node.Peers().ReloadTLS() }
+func (s *Server) ReloadTLS() error { return s.nd.Peers().ReloadTLS() }
 
 // NodeID returns this node's id.
 func (s *Server) NodeID() string { return s.nodeID }
@@ -201,23 +203,23 @@ func (s *Server) URL() string { return s.apiURL }
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
 // RaftAddr returns the Raft transport's address.
-func (s *Server) RaftAddr() string { return s.node.RaftAddr() }
+func (s *Server) RaftAddr() string { return s.nd.RaftAddr() }
 
 // WaitLeader blocks until this node has become the established leader once
 // (Barrier done, lease timers running), or ctx ends.
-func (s *Server) WaitLeader(ctx context.Context) error { return s.node.WaitLeader(ctx) }
+func (s *Server) WaitLeader(ctx context.Context) error { return s.nd.WaitLeader(ctx) }
 
 // Close stops serving and shuts Raft down. Blocked calls end with an
 // unavailable error; clients retry elsewhere.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		s.node.Stopping()
+		s.nd.Stopping()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		s.httpSrv.Shutdown(ctx)
 		s.httpSrv.Close()
 		s.wg.Wait()
-		s.closeErr = errors.Join(s.node.Close(), s.guard.Close())
+		s.closeErr = errors.Join(s.nd.Close(), s.guard.Close())
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)
 	})
 	return s.closeErr

@@ -277,7 +277,7 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 			}
 		}
 	}
-	first, _ := srv[l].node.Hooks().WAL().FirstIndex()
+	first, _ := srv[l].nd.Hooks().WAL().FirstIndex()
 	t.Logf("leader first log index after snapshot: %d, last %d", first, srv[l].raft.LastIndex())
 	start(f)
 	for i := range 20 {
@@ -286,8 +286,8 @@ func TestLaggingFollowerCatchesUpFromSnapshot(t *testing.T) {
 	l = leader()
 	target := srv[l].raft.AppliedIndex()
 	ok := caughtUp(f, target)
-	fi, _ := srv[f].node.Hooks().WAL().FirstIndex()
-	li, _ := srv[f].node.Hooks().WAL().LastIndex()
+	fi, _ := srv[f].nd.Hooks().WAL().FirstIndex()
+	li, _ := srv[f].nd.Hooks().WAL().LastIndex()
 	st := srv[f].raft.Stats()
 	t.Logf("follower wal [%d,%d] last_snapshot_index=%s last_log_index=%s", fi, li, st["last_snapshot_index"], st["last_log_index"])
 	t.Logf("follower applied %d, leader %d; follower sessions %d, leader %d", srv[f].raft.AppliedIndex(), target, srv[f].fsm.Info().Sessions, srv[l].fsm.Info().Sessions)
@@ -306,13 +306,13 @@ func TestSnapshotByLogSize(t *testing.T) {
 	s := startServer(t, cfg)
 	defer s.Close()
 	propose(t, s, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "a", TtlMs: 60000})
-	for i := 0; func() uint64 { n, _ := s.node.Hooks().LogBytes(); return n }() < 2*cfg.SnapshotLogBytes; i++ {
+	for i := 0; func() uint64 { n, _ := s.nd.Hooks().LogBytes(); return n }() < 2*cfg.SnapshotLogBytes; i++ {
 		propose(t, s, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "a", Seq: uint64(i + 1), Ack: uint64(i), Name: fmt.Sprint("lock/", i), Mode: fsm.ModeExclusive})
 	}
 	select {
-	case <-func() <-chan struct{} { _, c := s.node.Hooks().LogBytes(); return c }():
+	case <-func() <-chan struct{} { _, c := s.nd.Hooks().LogBytes(); return c }():
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no snapshot after %d log bytes (limit %d)", func() uint64 { n, _ := s.node.Hooks().LogBytes(); return n }(), cfg.SnapshotLogBytes)
+		t.Fatalf("no snapshot after %d log bytes (limit %d)", func() uint64 { n, _ := s.nd.Hooks().LogBytes(); return n }(), cfg.SnapshotLogBytes)
 	}
 	if idx, _ := strconv.ParseUint(s.raft.Stats()["last_snapshot_index"], 10, 64); idx == 0 {
 		t.Fatal("raft reports no snapshot")

@@ -31,7 +31,7 @@ func (s *Server) requirePeer(next http.Handler) http.Handler {
 	ew := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == lockdv1connect.ClusterServiceJoinProcedure || r.Header.Get(ForwardedHeader) != "" {
-			if _, err := s.node.Peers().VerifyPeer(r.TLS); err != nil {
+			if _, err := s.node.VerifyPeer(r.TLS); err != nil {
 				s.log.Warn("refused a join or forwarded call from a non-member", "remote", r.RemoteAddr, "path", r.URL.Path, "err", err)
 				ew.Write(w, r, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("only cluster members may join or forward: %w", err)))
 				return
@@ -62,7 +62,7 @@ func (s *Server) TLSIdentity(cs *tls.ConnectionState) (TLSIdentity, bool) {
 	if s.tls == nil || cs == nil || len(cs.PeerCertificates) == 0 {
 		return TLSIdentity{}, false
 	}
-	leaf, err := s.node.Peers().VerifyPeer(cs)
+	leaf, err := s.node.VerifyPeer(cs)
 	peer := err == nil
 	if !peer {
 		if leaf, err = s.tls.Current().VerifyClient(cs.PeerCertificates); err != nil {

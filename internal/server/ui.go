@@ -57,7 +57,7 @@ const healthProbeTimeout = time.Second
 // serveMemberHealth probes every member's /readyz at once and answers with
 // their readiness (the dashboard and lockd members read it).
 func (s dashboard) serveMemberHealth(w http.ResponseWriter, r *http.Request) {
-	out := s.probeMembers(r.Context(), s.node.Membership().Members())
+	out := s.probeMembers(r.Context(), s.node.Members())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(out)

@@ -17,7 +17,7 @@ func benchLinearizable(b *testing.B, parallel int) {
 		b.Fatal(err)
 	}
 	s := c.server(i)
-	before, waits := s.node.Hooks().VerifyChecks(), func() uint64 { n, _ := s.node.Hooks().AckCounts(); return n }()
+	before, waits := s.nd.Hooks().VerifyChecks(), func() uint64 { n, _ := s.nd.Hooks().AckCounts(); return n }()
 	b.ReportAllocs()
 	b.SetParallelism(parallel)
 	b.ResetTimer()
@@ -30,8 +30,8 @@ func benchLinearizable(b *testing.B, parallel int) {
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64(s.node.Hooks().VerifyChecks()-before)/float64(b.N), "checks/op")
-	b.ReportMetric(float64(func() uint64 { n, _ := s.node.Hooks().AckCounts(); return n }()-waits)/float64(b.N), "waits/op")
+	b.ReportMetric(float64(s.nd.Hooks().VerifyChecks()-before)/float64(b.N), "checks/op")
+	b.ReportMetric(float64(func() uint64 { n, _ := s.nd.Hooks().AckCounts(); return n }()-waits)/float64(b.N), "waits/op")
 }
 
 // BenchmarkLinearizableSerial: one caller, so one check per call.

@@ -17,7 +17,7 @@ func TestLinearizableCoalescesVerifyLeader(t *testing.T) {
 	}
 	s := c.server(i)
 	const workers, each = 64, 50
-	before := s.node.Hooks().VerifyChecks()
+	before := s.nd.Hooks().VerifyChecks()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -30,7 +30,7 @@ func TestLinearizableCoalescesVerifyLeader(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	got := s.node.Hooks().VerifyChecks() - before
+	got := s.nd.Hooks().VerifyChecks() - before
 	t.Logf("%d linearizable calls, %d VerifyLeader calls", workers*each, got)
 	// How many checks overlap depends on scheduling (a VerifyLeader on the
 	// in-memory transport takes microseconds); TestVerifierUnderLoad

@@ -82,7 +82,7 @@ func TestWatchResetAfterSnapshotInstallWhenIdle(t *testing.T) {
 			}
 		}
 	}
-	if first, _ := leader.node.Hooks().WAL().FirstIndex(); first <= c.server(f).raft.AppliedIndex()+1 {
+	if first, _ := leader.nd.Hooks().WAL().FirstIndex(); first <= c.server(f).raft.AppliedIndex()+1 {
 		t.Fatalf("leader's log starts at %d, the follower applied %d: no install needed", first, c.server(f).raft.AppliedIndex())
 	}
 	target := leader.raft.AppliedIndex()

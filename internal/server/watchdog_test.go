@@ -65,7 +65,7 @@ func TestWatchdogTripsOnHungDisk(t *testing.T) {
 	if el := time.Since(start); el < cfg.WatchdogTimeout {
 		t.Fatalf("watchdog fired after %v, before its limit %v", el, cfg.WatchdogTimeout)
 	}
-	if got := counterValue(t, s.node.Hooks().WatchdogTrips()); got < 1 {
+	if got := counterValue(t, s.nd.Hooks().WatchdogTrips()); got < 1 {
 		t.Fatalf("watchdog trips metric %v, want ≥ 1", got)
 	}
 	close(store.release) // let Close finish
