@@ -1,5 +1,8 @@
-// Package node is the Raft side of one lockd node: the parts that follow
-// Apply and leadership (the FSM's event fanout, the waiters of queued
-// Acquire calls, the watch history, shared leadership checks) and the Raft
-// plumbing (logger, disk-fault hook). See DESIGN.md in this folder.
+// Package node is the Raft side of one lockd node: the data dir, Raft and
+// its stores, the FSM and what follows Apply (the event fanout, the lease
+// timers, the waiters of queued Acquire calls, the watch history),
+// leadership, proposals, linearizable reads, membership, the peers' TLS and
+// addresses, and the clients to other members. The API layer
+// (internal/api, internal/server) calls into it; it never imports them.
+// See DESIGN.md in this folder.
 package node

@@ -24,10 +24,10 @@ func (a *api) clusterID() string { return a.s.fsm.ClusterID() }
 func (a *api) propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
 	r, err := a.s.node.Propose(t, m)
 	if err != nil {
-		return nil, a.s.raftError(err)
+		return nil, a.s.errs.RaftError(err)
 	}
 	if r.Code != fsm.OK {
-		return r, a.s.resultError(r)
+		return r, a.s.errs.ResultError(r)
 	}
 	return r, nil
 }
@@ -37,7 +37,7 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 		return nil
 	}
 	if err := a.s.node.Linearizable(); err != nil {
-		return a.s.raftError(err)
+		return a.s.errs.RaftError(err)
 	}
 	return nil
 }
@@ -46,10 +46,10 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 // refuses a session without a secret (refuseSecretless).
 func (a *api) checkRequest(session string, seq uint64) error {
 	if session == "" {
-		return a.s.invalid("session_id is required")
+		return a.s.errs.Invalid("session_id is required")
 	}
 	if seq == 0 {
-		return a.s.invalid("seq must be positive (per-session request sequence number)")
+		return a.s.errs.Invalid("seq must be positive (per-session request sequence number)")
 	}
 	return a.s.refuseSecretless(session)
 }

@@ -37,14 +37,14 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	poll := a.s.cfg.MaxPollTimeout
 	if m.PollTimeout != nil {
 		if err := m.PollTimeout.CheckValid(); err != nil || m.PollTimeout.AsDuration() < 0 {
-			return nil, a.s.invalid("poll_timeout must be a non-negative duration")
+			return nil, a.s.errs.Invalid("poll_timeout must be a non-negative duration")
 		}
 		poll = min(poll, m.PollTimeout.AsDuration())
 	}
 	var delay time.Duration
 	if m.LockDelay != nil {
 		if err := m.LockDelay.CheckValid(); err != nil || m.LockDelay.AsDuration() < 0 {
-			return nil, a.s.invalid("lock_delay must be a duration from 0 to 1h")
+			return nil, a.s.errs.Invalid("lock_delay must be a duration from 0 to 1h")
 		}
 		delay = m.LockDelay.AsDuration()
 	}
@@ -54,7 +54,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateAcquire(cmd); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if m.Wait {
 		done, err := a.s.guard.StartWait(ctx)
@@ -104,7 +104,7 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, err
 	}
 	if err := fsm.ValidateName(m.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
@@ -128,7 +128,7 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 		return nil, err
 	}
 	if err := fsm.ValidateName(m.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
@@ -149,17 +149,17 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 		return nil, err
 	}
 	if err := fsm.ValidateName(m.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if m.Retention == nil || m.Retention.CheckValid() != nil {
-		return nil, a.s.invalid("retention is required (1s to 400 days)")
+		return nil, a.s.errs.Invalid("retention is required (1s to 400 days)")
 	}
 	ret := m.Retention.AsDuration()
 	cmd := &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
 		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 	if ret < time.Second || fsm.ValidateComplete(cmd) != nil { // at least 1s for a new request
-		return nil, a.s.invalid("retention %v is outside [1s, 400 days]", ret)
+		return nil, a.s.errs.Invalid("retention %v is outside [1s, 400 days]", ret)
 	}
 	r, err := a.propose(fsm.CmdComplete, cmd)
 	if err != nil {
@@ -179,7 +179,7 @@ func (a *api) ForceRelease(ctx context.Context, req *connect.Request[lockdv1.For
 
 func (a *api) forceRelease(ctx context.Context, req *connect.Request[lockdv1.ForceReleaseRequest]) (*connect.Response[lockdv1.ForceReleaseResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
 		return nil, err
@@ -215,12 +215,12 @@ func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValu
 			return nil, err
 		}
 		if err := fsm.ValidateName(m.Name); err != nil {
-			return nil, a.s.invalid("%v", err)
+			return nil, a.s.errs.Invalid("%v", err)
 		}
 		cmd := &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
 			SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 		if err := fsm.ValidateSetValue(cmd); err != nil {
-			return nil, a.s.invalid("%v", err)
+			return nil, a.s.errs.Invalid("%v", err)
 		}
 		if _, err := a.propose(fsm.CmdSetValue, cmd); err != nil {
 			return nil, err

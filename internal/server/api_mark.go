@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
+
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
@@ -24,7 +26,7 @@ func (a *api) ClearMark(ctx context.Context, req *connect.Request[lockdv1.ClearM
 func (a *api) clearMark(ctx context.Context, req *connect.Request[lockdv1.ClearMarkRequest]) (*connect.Response[lockdv1.ClearMarkResponse], error) {
 	name := req.Msg.Name
 	if err := fsm.ValidateName(name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
 		return nil, err
@@ -39,6 +41,6 @@ func (a *api) clearMark(ctx context.Context, req *connect.Request[lockdv1.ClearM
 		return nil, err
 	}
 	a.s.log.Warn("completion mark cleared by admin", "lock", name, "token", m.Token)
-	resp.Mark = markPB(m)
+	resp.Mark = lockdapi.MarkPB(m)
 	return connect.NewResponse(resp), nil
 }

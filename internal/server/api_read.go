@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
+
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
@@ -25,7 +27,7 @@ func (a lockService) CheckToken(ctx context.Context, req *connect.Request[lockdv
 
 func (a lockService) checkToken(ctx context.Context, req *connect.Request[lockdv1.CheckTokenRequest]) (*connect.Response[lockdv1.CheckTokenResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
 		return nil, err
@@ -48,14 +50,14 @@ func (a lockService) DescribeLock(ctx context.Context, req *connect.Request[lock
 
 func (a lockService) describeLock(ctx context.Context, req *connect.Request[lockdv1.DescribeLockRequest]) (*connect.Response[lockdv1.DescribeLockResponse], error) {
 	if err := fsm.ValidateName(req.Msg.Name); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	if err := a.read(req.Msg.Consistency); err != nil {
 		return nil, err
 	}
 	resp := &lockdv1.DescribeLockResponse{}
 	if l, ok := a.s.fsm.Describe(req.Msg.Name); ok {
-		resp.Lock = lockPB(l)
+		resp.Lock = lockdapi.LockPB(l)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -75,10 +77,10 @@ func (a lockService) listLocks(ctx context.Context, req *connect.Request[lockdv1
 	case n == 0:
 		n = 100
 	case n > 1000:
-		return nil, a.s.invalid("page_size %d is above 1000", n)
+		return nil, a.s.errs.Invalid("page_size %d is above 1000", n)
 	}
 	if len(m.Prefix) > fsm.MaxNameBytes || len(m.PageToken) > fsm.MaxNameBytes {
-		return nil, a.s.invalid("prefix or page_token longer than %d bytes", fsm.MaxNameBytes)
+		return nil, a.s.errs.Invalid("prefix or page_token longer than %d bytes", fsm.MaxNameBytes)
 	}
 	if err := a.read(m.Consistency); err != nil {
 		return nil, err
@@ -86,7 +88,7 @@ func (a lockService) listLocks(ctx context.Context, req *connect.Request[lockdv1
 	locks, more := a.s.fsm.List(m.Prefix, m.PageToken, n)
 	resp := &lockdv1.ListLocksResponse{}
 	for _, l := range locks {
-		resp.Locks = append(resp.Locks, lockPB(l))
+		resp.Locks = append(resp.Locks, lockdapi.LockPB(l))
 	}
 	if more && len(locks) > 0 {
 		resp.NextPageToken = locks[len(locks)-1].Name

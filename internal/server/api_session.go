@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
+
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -30,12 +32,12 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	ttl := a.s.cfg.DefaultTTL
 	if m.Ttl != nil {
 		if err := m.Ttl.CheckValid(); err != nil {
-			return nil, a.s.invalid("ttl: %v", err)
+			return nil, a.s.errs.Invalid("ttl: %v", err)
 		}
 		ttl = m.Ttl.AsDuration()
 	}
 	if ttl < a.s.cfg.MinTTL || ttl > a.s.cfg.MaxTTL {
-		return nil, a.s.invalid("ttl %v is outside the accepted range [%v, %v]", ttl, a.s.cfg.MinTTL, a.s.cfg.MaxTTL)
+		return nil, a.s.errs.Invalid("ttl %v is outside the accepted range [%v, %v]", ttl, a.s.cfg.MinTTL, a.s.cfg.MaxTTL)
 	}
 	if ttl%time.Millisecond != 0 {
 		ttl = ttl.Truncate(time.Millisecond)
@@ -43,20 +45,20 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	// The lock names' rule: an owner is printed in admins' terminals. Here,
 	// not in Apply, so that a node of an older version decides alike.
 	if err := label.Check("owner", m.Owner); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	secret := m.Secret
 	if secret == "" {
 		secret = newSessionSecret()
 	} else if len(secret) < minSecretBytes || len(secret) > maxSecretBytes {
-		return nil, a.s.invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
+		return nil, a.s.errs.Invalid("secret is %d bytes, not %d to %d", len(secret), minSecretBytes, maxSecretBytes)
 	}
 	cmd := &fsmv1.CreateSession{
 		RequestId: m.RequestId, SessionId: node.RandomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
 		SecretHash: hashSecret(secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateCreateSession(cmd); err != nil {
-		return nil, a.s.invalid("%v", err)
+		return nil, a.s.errs.Invalid("%v", err)
 	}
 	sessionsCap, err := a.s.guard.CheckSessions(ctx)
 	if err != nil {
@@ -84,7 +86,7 @@ func (a *api) KeepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAliveRequest]) (*connect.Response[lockdv1.KeepAliveResponse], error) {
 	received := time.Now()
 	if req.Msg.SessionId == "" {
-		return nil, a.s.invalid("session_id is required")
+		return nil, a.s.errs.Invalid("session_id is required")
 	}
 	// Leadership must be verified after the request was received, or a
 	// deposed leader could extend a lease the new leader already expired;
@@ -95,11 +97,11 @@ func (a *api) keepAlive(ctx context.Context, req *connect.Request[lockdv1.KeepAl
 		return nil, err
 	}
 	if err := a.s.node.Linearizable(); err != nil {
-		return nil, a.s.raftError(err)
+		return nil, a.s.errs.RaftError(err)
 	}
 	ttl, err := a.s.lease.KeepAlive(req.Msg.SessionId, received)
 	if err != nil {
-		return nil, a.s.leaseError(err)
+		return nil, a.s.errs.LeaseError(err)
 	}
 	a.s.metrics.keepAlives.Inc()
 	return connect.NewResponse(&lockdv1.KeepAliveResponse{Ttl: durationpb.New(ttl), ClusterId: a.clusterID()}), nil
@@ -112,7 +114,7 @@ func (a *api) CloseSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 
 func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.CloseSessionRequest]) (*connect.Response[lockdv1.CloseSessionResponse], error) {
 	if req.Msg.SessionId == "" {
-		return nil, a.s.invalid("session_id is required")
+		return nil, a.s.errs.Invalid("session_id is required")
 	}
 	// Checked here too (Apply checks again) so that calls with a wrong
 	// secret, or on a session that is gone, cost no log entry: CloseSession
@@ -149,7 +151,7 @@ func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.Lis
 	}
 	resp := &lockdv1.ListSessionsResponse{}
 	for _, x := range a.s.fsm.Sessions() {
-		pb := sessionPB(x)
+		pb := lockdapi.SessionPB(x)
 		pb.Holding, pb.Waiting = a.s.fsm.SessionLocks(x.ID, sessionLockNames)
 		if d, ok := a.s.lease.Deadline(x.ID); ok {
 			pb.ExpiresAt = timestamppb.New(d)

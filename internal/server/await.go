@@ -51,9 +51,9 @@ func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, c
 		}
 		return connect.NewError(code, ctx.Err())
 	case <-a.s.done:
-		return a.s.raftError(raft.ErrRaftShutdown)
+		return a.s.errs.RaftError(raft.ErrRaftShutdown)
 	case <-changed:
-		return a.s.raftError(raft.ErrLeadershipLost)
+		return a.s.errs.RaftError(raft.ErrLeadershipLost)
 	}
 	status, token, pos := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
 	switch status {
@@ -72,13 +72,13 @@ func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, c
 func (a *api) dropped(session, name string) error {
 	info, ok := a.s.fsm.Session(session)
 	if !ok {
-		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session expired or closed while waiting")
+		return a.s.errs.APIError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND, "session expired or closed while waiting")
 	}
 	if info.Revoked {
-		return a.s.apiError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_REVOKED, "session was force-released while waiting")
+		return a.s.errs.APIError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_REVOKED, "session was force-released while waiting")
 	}
 	if l, ok := a.s.fsm.Describe(name); ok && l.Mark != nil {
-		return a.s.resultError(&fsm.Result{Code: fsm.CodeAlreadyDone, Msg: fmt.Sprintf("the job of lock %q was completed while waiting", name), Mark: l.Mark})
+		return a.s.errs.ResultError(&fsm.Result{Code: fsm.CodeAlreadyDone, Msg: fmt.Sprintf("the job of lock %q was completed while waiting", name), Mark: l.Mark})
 	}
-	return a.s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the wait was cancelled")
+	return a.s.errs.APIError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the wait was cancelled")
 }

@@ -56,14 +56,14 @@ func (c clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request
 		if id := req.Msg.NodeId; id != "" {
 			addr, ok := s.node.VoterAddress(id)
 			if !ok {
-				return nil, s.invalid("node %q is not a voter of this cluster", id)
+				return nil, s.errs.Invalid("node %q is not a voter of this cluster", id)
 			}
 			f = s.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 		} else {
 			f = s.raft.LeadershipTransfer()
 		}
 		if err := f.Error(); err != nil {
-			return nil, s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "leadership transfer: "+err.Error())
+			return nil, s.errs.APIError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "leadership transfer: "+err.Error())
 		}
 		_, leader := s.raft.LeaderWithID()
 		return connect.NewResponse(&lockdv1.TransferLeadershipResponse{Leader: string(leader)}), nil
@@ -76,16 +76,16 @@ func (c clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request
 // background task promotes it to voter once it has caught up.
 func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.Response[lockdv1.JoinResponse], error) {
 	if m.NodeId == "" || len(m.NodeId) > 64 || m.RaftAddress == "" || m.ApiUrl == "" {
-		return nil, s.invalid("join needs node_id (at most 64 bytes), raft_address and api_url")
+		return nil, s.errs.Invalid("join needs node_id (at most 64 bytes), raft_address and api_url")
 	}
 	if s.node.PromotedTerm() == 0 {
-		return nil, s.raftError(raft.ErrNotLeader)
+		return nil, s.errs.RaftError(raft.ErrNotLeader)
 	}
 	unlock := s.node.LockMembership()
 	defer unlock()
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return nil, s.raftError(err)
+		return nil, s.errs.RaftError(err)
 	}
 	id, addr := raft.ServerID(m.NodeId), raft.ServerAddress(m.RaftAddress)
 	// A Join only ever comes from a node with an empty data dir (a node with
@@ -96,23 +96,23 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 		switch {
 		case srv.ID == id || srv.Address == addr:
 			if srv.ID == raft.ServerID(s.nodeID) {
-				return nil, s.invalid("node %s at %s is the leader itself", srv.ID, srv.Address)
+				return nil, s.errs.Invalid("node %s at %s is the leader itself", srv.ID, srv.Address)
 			}
 			s.log.Warn("removing stale member before join", "old_id", srv.ID, "old_raft", srv.Address, "new_id", id, "new_raft", addr)
 			if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-				return nil, s.raftError(err)
+				return nil, s.errs.RaftError(err)
 			}
 			if _, err := s.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: string(srv.ID), Remove: true}); err != nil {
-				return nil, s.raftError(err)
+				return nil, s.errs.RaftError(err)
 			}
 		}
 	}
 	if err := s.raft.AddNonvoter(id, addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
-		return nil, s.raftError(err)
+		return nil, s.errs.RaftError(err)
 	}
 	s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
 	if _, err := s.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: m.NodeId, ApiUrl: m.ApiUrl, RaftAddress: m.RaftAddress, NonVoter: m.NonVoter}); err != nil {
-		return nil, s.raftError(err)
+		return nil, s.errs.RaftError(err)
 	}
 	if !m.NonVoter {
 		s.node.Background(func() { s.node.PromoteWhenCaughtUp(id, addr, m.ApiUrl) })
@@ -122,22 +122,22 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 
 func (s clusterAPI) removeMember(id string) error {
 	if id == "" {
-		return s.invalid("node_id is required")
+		return s.errs.Invalid("node_id is required")
 	}
 	if s.node.PromotedTerm() == 0 {
-		return s.raftError(raft.ErrNotLeader)
+		return s.errs.RaftError(raft.ErrNotLeader)
 	}
 	unlock := s.node.LockMembership()
 	defer unlock()
 	if id == s.nodeID {
 		// Hand leadership over first; the new leader removes this node.
-		return s.invalid("node %s is the leader: transfer leadership first (lockd leader transfer), then remove it", id)
+		return s.errs.Invalid("node %s is the leader: transfer leadership first (lockd leader transfer), then remove it", id)
 	}
 	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.ApplyTimeout).Error(); err != nil {
-		return s.raftError(err)
+		return s.errs.RaftError(err)
 	}
 	if _, err := s.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: id, Remove: true}); err != nil {
-		return s.raftError(err)
+		return s.errs.RaftError(err)
 	}
 	s.log.Info("member removed", "id", id)
 	return nil

@@ -32,15 +32,15 @@ func (s *Server) leaderURL(h http.Header) (string, error) {
 		return "", nil
 	}
 	if h.Get(ForwardedHeader) != "" {
-		return "", s.raftError(raft.ErrNotLeader)
+		return "", s.errs.RaftError(raft.ErrNotLeader)
 	}
 	id := s.node.HeardLeader()
 	if id == "" {
-		return "", s.raftError(raft.ErrNotLeader)
+		return "", s.errs.RaftError(raft.ErrNotLeader)
 	}
 	m, ok := s.fsm.Member(string(id))
 	if !ok || m.API == "" || m.ID == s.nodeID {
-		return "", s.apiError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "leader "+string(id)+" has no known API address yet; retry")
+		return "", s.errs.APIError(connect.CodeUnavailable, lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "leader "+string(id)+" has no known API address yet; retry")
 	}
 	return m.API, nil
 }
@@ -81,7 +81,7 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 				}
 				msg = "forward to leader " + url + " ended: the leader changed; retry"
 			}
-			return nil, s.detailError(connect.CodeUnavailable, msg,
+			return nil, s.errs.DetailError(connect.CodeUnavailable, msg,
 				&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, LeaderApi: hint})
 		}
 		return nil, err // the leader's own answer, details included

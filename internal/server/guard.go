@@ -36,7 +36,7 @@ func (s *Server) openGuard(cfg Config, reg prometheus.Registerer) error {
 		Log:    s.log,
 		State:  s.fsm,
 		APIError: func(code connect.Code, reason lockdv1.ErrorReason, msg string) *connect.Error {
-			return s.apiError(code, reason, msg)
+			return s.errs.APIError(code, reason, msg)
 		},
 		StreamError: streamError,
 		TLS:         s.tls,

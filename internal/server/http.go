@@ -209,7 +209,7 @@ func (s backupRoute) snapshot(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	if err := s.node.Linearizable(); err != nil {
-		http.Error(w, s.raftError(err).Error(), http.StatusServiceUnavailable)
+		http.Error(w, s.errs.RaftError(err).Error(), http.StatusServiceUnavailable)
 		return err
 	}
 	b, err := fsm.EncodeSnapshot(s.fsm.State())

@@ -70,6 +70,6 @@ func (s *Server) refuseSecretless(id string) error {
 }
 
 func (s *Server) secretlessError(id string) error {
-	return s.apiError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED,
+	return s.errs.APIError(connect.CodePermissionDenied, lockdv1.ErrorReason_ERROR_REASON_PERMISSION_DENIED,
 		"session "+id+" has no secret (restored from a backup written before session secrets): it is revoked")
 }

@@ -100,7 +100,8 @@ type Server struct {
 	fwd        *node.Forwarder // clients to other members' APIs
 
 	metrics   *metrics
-	keepalive time.Duration // watchKeepalive; shorter in tests
+	errs      *lockdapi.Errors // the error mapping (internal/api)
+	keepalive time.Duration    // watchKeepalive; shorter in tests
 
 	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
 
@@ -167,6 +168,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 
 	s.metrics = newMetrics(reg, gatherer, p.LockMetrics)
 	s.keepalive = watchKeepalive
+	s.errs = lockdapi.NewErrors(n, s.fsm, s.nodeID, s.metrics.limitHits)
 	// The guard after the FSM (it reads the cluster id and session counts).
 	if err := s.openGuard(cfg, reg); err != nil {
 		n.Abort()

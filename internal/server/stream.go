@@ -150,7 +150,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		case <-ctx.Done():
 			ended = true
 		case <-s.done:
-			rerr, ended = s.raftError(raft.ErrRaftShutdown), true
+			rerr, ended = s.errs.RaftError(raft.ErrRaftShutdown), true
 			cancel()
 		case <-aw.Changed():
 			// A reload: the stream ends (PERMISSION_DENIED) if its caller
@@ -264,7 +264,7 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 	if req.GetCallId() == 0 {
 		// Not served: its answer could not be told from the open frame.
 		s.metrics.streamFrameOf[kindInvalid].Inc()
-		err = s.invalid("call_id 0 is reserved")
+		err = s.errs.Invalid("call_id 0 is reserved")
 	} else {
 		kind, msg, call := h.frameCall(req, resp, received)
 		err = s.guard.Run(ctx, msg, streamKinds[kind], call)
@@ -290,13 +290,13 @@ func (h *sessionAPI) frameCall(req *lockdv1.StreamRequest, resp *lockdv1.StreamR
 	serve := frameHandlers[m]
 	if m == nil || serve == nil {
 		if req.GetBody() == nil {
-			return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a body") }
+			return kindInvalid, nil, func(context.Context) error { return a.s.errs.Invalid("stream request without a body") }
 		}
-		return kindInvalid, nil, func(context.Context) error { return a.s.invalid("stream request without a known body") }
+		return kindInvalid, nil, func(context.Context) error { return a.s.errs.Invalid("stream request without a known body") }
 	}
 	return kindOf[m], msg, func(ctx context.Context) error {
 		if !msg.ProtoReflect().IsValid() {
-			return a.s.invalid("empty request")
+			return a.s.errs.Invalid("empty request")
 		}
 		out, err := serve(ctx, h, msg, received)
 		if err != nil {
@@ -351,25 +351,25 @@ func unary[Req, Res any, PReq interface {
 func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBatch, received time.Time) (*lockdv1.KeepAliveBatchResponse, error) {
 	s := h.a.s
 	if n := len(b.GetSessions()); n == 0 || n > maxKeepAliveBatch {
-		return nil, s.invalid("a keepalive batch names 1 to %d sessions, not %d", maxKeepAliveBatch, n)
+		return nil, s.errs.Invalid("a keepalive batch names 1 to %d sessions, not %d", maxKeepAliveBatch, n)
 	}
 	url, err := s.leaderURL(http.Header{})
 	if err != nil {
 		return nil, err
 	}
 	if url != "" {
-		return nil, s.detailError(connect.CodeUnavailable, "not the leader; send keepalives to "+url,
+		return nil, s.errs.DetailError(connect.CodeUnavailable, "not the leader; send keepalives to "+url,
 			&lockdv1.ErrorDetail{Reason: lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, LeaderApi: url})
 	}
 	if err := s.node.Linearizable(); err != nil {
-		return nil, s.raftError(err)
+		return nil, s.errs.RaftError(err)
 	}
 	resp := &lockdv1.KeepAliveBatchResponse{Results: make([]*lockdv1.KeepAliveResult, len(b.Sessions)), ClusterId: h.a.clusterID()}
 	for i, k := range b.Sessions {
 		r := &lockdv1.KeepAliveResult{SessionId: k.GetSessionId()}
 		resp.Results[i] = r
 		if r.SessionId == "" {
-			r.Error = streamError(s.invalid("session_id is required"))
+			r.Error = streamError(s.errs.Invalid("session_id is required"))
 			continue
 		}
 		if err := s.checkSession(ctx, r.SessionId, k.GetSecret()); err != nil {
@@ -378,7 +378,7 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 		}
 		ttl, err := s.lease.KeepAlive(r.SessionId, received)
 		if err != nil {
-			r.Error = streamError(s.leaseError(err))
+			r.Error = streamError(s.errs.LeaseError(err))
 			continue
 		}
 		s.metrics.keepAlives.Inc()

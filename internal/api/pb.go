@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -10,8 +10,8 @@ import (
 
 // This file converts the FSM's read views to API messages.
 
-// sessionPB converts a session's read view.
-func sessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
+// SessionPB converts a session's read view.
+func SessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 	return &lockdv1.SessionInfo{
 		SessionId: x.ID, Owner: x.Owner, Ttl: durationpb.New(x.TTL),
 		CreatedAt: timestamppb.New(x.CreatedAt), Holds: uint32(x.Holds), Waits: uint32(x.Waits), Revoked: x.Revoked,
@@ -19,7 +19,8 @@ func sessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 	}
 }
 
-func holdersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
+// HoldersPB converts holders' read views.
+func HoldersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	out := make([]*lockdv1.Holder, len(hs))
 	for i, h := range hs {
 		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner}
@@ -27,15 +28,17 @@ func holdersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	return out
 }
 
-func markPB(m fsm.Mark) *lockdv1.Mark {
+// MarkPB converts a completion mark.
+func MarkPB(m fsm.Mark) *lockdv1.Mark {
 	return &lockdv1.Mark{SessionId: m.Session, Owner: m.Owner, Token: m.Token,
 		CompletedAt: timestamppb.New(m.CompletedAt), Retention: durationpb.New(m.Retention)}
 }
 
-func lockPB(l fsm.LockInfo) *lockdv1.LockInfo {
-	li := &lockdv1.LockInfo{Name: l.Name, Limit: l.Limit, Holders: holdersPB(l.Holders)}
+// LockPB converts a lock's read view.
+func LockPB(l fsm.LockInfo) *lockdv1.LockInfo {
+	li := &lockdv1.LockInfo{Name: l.Name, Limit: l.Limit, Holders: HoldersPB(l.Holders)}
 	if l.Mark != nil {
-		li.Mark = markPB(*l.Mark)
+		li.Mark = MarkPB(*l.Mark)
 	}
 	if l.Delay > 0 {
 		li.LockDelay = durationpb.New(l.Delay)
