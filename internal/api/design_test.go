@@ -9,3 +9,6 @@ import (
 // TestDesignTable: DESIGN.md's file table names every file of the
 // package, and only those.
 func TestDesignTable(t *testing.T) { designdoc.CheckFileTable(t, ".") }
+
+// TestMethodCount: no type of the package has more than 30 methods.
+func TestMethodCount(t *testing.T) { designdoc.CheckMethodCount(t, ".", 30) }

@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lockd-dev/lockd/internal/auth"
@@ -32,6 +34,7 @@ func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamReque
 	}
 	reg := prometheus.NewRegistry()
 	s := &Server{metrics: newMetrics(reg, reg, node.NewLockMetrics(reg)), fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
+	s.errs = lockdapi.NewErrors(s.node, s.fsm, s.nodeID, s.metrics.limitHits)
 	cfg := DefaultConfig()
 	cfg.AuthFile, cfg.AuditLog = path, filepath.Join(tb.TempDir(), "audit.log")
 	if err := s.openGuard(cfg, reg); err != nil {
