@@ -158,10 +158,14 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
 	s.httpSrv.Protocols.SetHTTP2(true)
 	capped := s.capConns(s.lis) // before TLS: a refused connection costs no handshake
+	ln := s.tlsListener(capped)
+	if s.tls == nil {
+		ln = readBuffered(ln) // TLS reads whole records already
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.tlsListener(capped)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("api server stopped", "err", err)
 		}
 	}()
