@@ -48,7 +48,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	// sessions) to save a few KiB per client per round. A client may
 	// still send gzip.
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
-	handle(streamPath, streamHandler(stream))
+	handle(streamPath, streamHandler(coalesceFlushes(stream)))
 	handle(lockdv1connect.NewClusterServiceHandler(&clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	watchPath, watch := lockdv1connect.NewWatchServiceHandler(&watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))
