@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -32,7 +33,7 @@ func (c envelopeClient) Do(req *http.Request) (*http.Response, error) {
 	// or gRPC envelopes, written one message at a time.
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil &&
 		strings.HasSuffix(req.URL.Path, lockdv1connect.SessionServiceStreamProcedure) {
-		req.Body = &envelopeBody{r: req.Body}
+		req.Body = &envelopeBody{r: req.Body, more: moreHintOf(req.Context())}
 	}
 	return c.next.Do(req)
 }
@@ -40,10 +41,12 @@ func (c envelopeClient) Do(req *http.Request) (*http.Response, error) {
 // envelopeBody reads a body of envelopes so that a read that has started
 // an envelope returns only once the envelope is whole (or p is full, or
 // the body ends): the envelope's writer writes its rest at once, so the
-// wait is a hand-off, never a wait for the next message. A read never
-// goes past the end of an envelope, so it never waits for the next one.
+// wait is a hand-off, never a wait for the next message. A read stops at
+// the end of an envelope, unless the stream's sender says more envelopes
+// of its batch follow (streamsend.go), which it writes at once.
 type envelopeBody struct {
 	r      io.ReadCloser
+	more   *atomic.Int32 // while not zero, more envelopes are being written: read on (nil: never)
 	prefix [5]byte
 	got    int // bytes of the current envelope's prefix read
 	left   int // bytes of the current envelope's message still to read
@@ -73,7 +76,7 @@ func (b *envelopeBody) Read(p []byte) (int, error) {
 		n += m
 		if b.got == len(b.prefix) && b.left == 0 {
 			b.got = 0 // the envelope is whole
-			if n > 0 {
+			if n > 0 && (err != nil || b.more == nil || b.more.Load() == 0) {
 				return n, err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"testing"
 )
 
@@ -105,3 +106,43 @@ func TestStreamHTTPClientWrapsOnlyTheStream(t *testing.T) {
 type doFunc func(*http.Request) (*http.Response, error)
 
 func (f doFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestEnvelopeBodyReadsABatchWhole(t *testing.T) {
+	// A sender's batch (the hint says how many follow, as sendQueued
+	// sets it) comes in one read; the next batch in the next.
+	batches := [][][]byte{{[]byte("one"), {}, []byte("three")}, {[]byte("four")}}
+	pr, pw := io.Pipe()
+	more := new(atomic.Int32)
+	go func() {
+		for _, b := range batches {
+			for i, m := range b {
+				more.Store(int32(len(b) - 1 - i))
+				writeEnvelope(pw, m)
+			}
+			more.Store(0)
+		}
+		pw.Close()
+	}()
+	b := &envelopeBody{r: pr, more: more}
+	buf := make([]byte, 4096)
+	for i, batch := range batches {
+		var want []byte
+		for _, m := range batch {
+			want = append(want, envelope(m)...)
+		}
+		n, err := b.Read(buf)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if !bytes.Equal(buf[:n], want) {
+			t.Fatalf("read %d = %q, want the batch %q", i, buf[:n], want)
+		}
+	}
+}
+
+// writeEnvelope writes one message as connect does: prefix, then bytes.
+func writeEnvelope(w *io.PipeWriter, m []byte) {
+	e := envelope(m)
+	_, _ = w.Write(e[:5])
+	_, _ = w.Write(e[5:])
+}
