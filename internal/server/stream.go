@@ -353,8 +353,16 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 		return nil, s.raftError(err)
 	}
 	resp := &lockdv1.KeepAliveBatchResponse{Results: make([]*lockdv1.KeepAliveResult, len(b.Sessions)), ClusterId: h.a.clusterID()}
+	// The results in one block, and one Duration for the TTLs that are
+	// equal (sessions renewed together mostly share theirs): a batch's
+	// answer allocates per batch, not per session. The answer is only
+	// marshalled, so the results may share it.
+	block := make([]lockdv1.KeepAliveResult, len(b.Sessions))
+	var lastTTL time.Duration
+	var ttlMsg *durationpb.Duration
 	for i, k := range b.Sessions {
-		r := &lockdv1.KeepAliveResult{SessionId: k.GetSessionId()}
+		r := &block[i]
+		r.SessionId = k.GetSessionId()
 		resp.Results[i] = r
 		if r.SessionId == "" {
 			r.Error = streamError(s.invalid("session_id is required"))
@@ -370,7 +378,10 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 			continue
 		}
 		s.metrics.keepAlives.Inc()
-		r.Ttl = durationpb.New(ttl)
+		if ttlMsg == nil || ttl != lastTTL {
+			ttlMsg, lastTTL = durationpb.New(ttl), ttl
+		}
+		r.Ttl = ttlMsg
 	}
 	return resp, nil
 }
