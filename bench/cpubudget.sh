@@ -42,6 +42,8 @@ fi
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 sysrw() { awk '/^syscr/{r=$2} /^syscw/{w=$2} END{print r, w}' "/proc/$1/io"; }
+# raftlog PORT: Raft log entries and batches written (each batch one fsync).
+raftlog() { curl -sf "http://127.0.0.1:$1/metrics" | awk '/^lockd_raft_log_entries_total /{e=$2} /^lockd_raft_log_batches_total /{b=$2} END{print e+0, b+0}'; }
 
 # The profiled part of the window: from 1 s into it to 1 s before its end.
 prof_secs=$((duration - 2))
@@ -59,23 +61,24 @@ for i in $(seq "$rounds"); do
   # Session opening takes well under a second; the window starts after
   # the warm-up.
   sleep "$((warmup + 1))"
-  t0="$(ticks "$pid")"; s0="$(sysrw "$pid")"; c0="$(sysrw "$bpid")"
+  t0="$(ticks "$pid")"; s0="$(sysrw "$pid")"; c0="$(sysrw "$bpid")"; l0="$(raftlog "$api")"
   curl -sf -o "$work/server-$i.prof" "http://127.0.0.1:$pp/debug/pprof/profile?seconds=$prof_secs"
-  t1="$(ticks "$pid")"; s1="$(sysrw "$pid")"; c1="$(sysrw "$bpid")"
+  t1="$(ticks "$pid")"; s1="$(sysrw "$pid")"; c1="$(sysrw "$bpid")"; l1="$(raftlog "$api")"
   wait "$bpid"; bpid=""
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
   rm -rf "$data"
-  python3 - "$work/run-$i.json" "$((t1 - t0))" "$(getconf CLK_TCK)" "$prof_secs" "$s0" "$s1" "$c0" "$c1" >>"$work/runs" <<'EOF'
+  python3 - "$work/run-$i.json" "$((t1 - t0))" "$(getconf CLK_TCK)" "$prof_secs" "$s0" "$s1" "$c0" "$c1" "$l0" "$l1" >>"$work/runs" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 ticks, hz, secs = int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-s0, s1, c0, c1 = ([int(x) for x in a.split()] for a in sys.argv[5:9])
+s0, s1, c0, c1, l0, l1 = ([int(float(x)) for x in a.split()] for a in sys.argv[5:11])
 ops = r["ops_per_second"] * secs
 print(json.dumps({
     "rate": r["ops_per_second"], "errors": r.get("errors", 0),
     "server_us": ticks / hz * 1e6 / ops, "client_us": r.get("client_cpu_us_per_op", 0),
     "server_reads": (s1[0] - s0[0]) / ops, "server_writes": (s1[1] - s0[1]) / ops,
     "client_reads": (c1[0] - c0[0]) / ops, "client_writes": (c1[1] - c0[1]) / ops,
+    "entries_per_batch": (l1[0] - l0[0]) / max(1, l1[1] - l0[1]), "fsyncs": (l1[1] - l0[1]) / ops,
 }))
 EOF
   tail -1 "$work/runs" >&2
@@ -91,7 +94,8 @@ print(f"workload {sys.argv[2]}, {sys.argv[3]} clients, 1 node, {len(rows)} round
       f"ops/s {rng('rate', '.0f')}, server CPU µs/op {rng('server_us', '.1f')} (median {med('server_us'):.1f}), "
       f"client CPU µs/op {rng('client_us', '.1f')} (median {med('client_us'):.1f}), errors {errs}")
 print(f"syscalls per op (median): server read {med('server_reads'):.2f} write {med('server_writes'):.2f}; "
-      f"client read {med('client_reads'):.2f} write {med('client_writes'):.2f}")
+      f"client read {med('client_reads'):.2f} write {med('client_writes'):.2f}; "
+      f"Raft log: {med('entries_per_batch'):.1f} entries per batch (one fsync each), {med('fsyncs'):.2f} fsyncs per op")
 print(f"{med('server_us'):.3f} {med('client_us'):.3f}")
 EOF
 head -2 "$work/summary"
