@@ -100,7 +100,7 @@ func (c *Client) newEndpoint(url string) *wire.Node {
 	}
 	if c.cfg.stream {
 		ep.Svc2 = lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url, c.clientOptions()...)
-		ep.Sessions = lockdv1connect.NewSessionServiceClient(c.cfg.httpClient, url, c.clientOptions()...)
+		ep.Sessions = lockdv1connect.NewSessionServiceClient(wire.StreamHTTPClient(c.cfg.httpClient), url, c.clientOptions()...)
 	}
 	return ep
 }

@@ -5,7 +5,9 @@ go 1.26.8
 replace github.com/lockd-dev/lockd => ../
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/go-zookeeper/zk v1.0.4
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936
 	github.com/lockd-dev/lockd v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.5.21
@@ -14,7 +16,6 @@ require (
 )
 
 require (
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.0 // indirect

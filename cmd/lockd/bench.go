@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -68,6 +70,9 @@ type benchOptions struct {
 	cfg    loadgen.Config
 	list   listOptions
 	asJSON bool
+	// cpuProfile names the file of a CPU profile of this process over the
+	// workload (warm-up and window), for bench/cpubudget.sh.
+	cpuProfile string
 }
 
 func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
@@ -93,6 +98,7 @@ func (c *BenchCommand) parse(args []string) (*benchOptions, error) {
 	fs.IntVar(&o.list.pageSize, "page-size", 1, "ListLocks page_size (workload listlocks)")
 	fs.IntVar(&o.list.rounds, "rounds", 3, "rounds of a matching and an empty phase (workload listlocks)")
 	fs.BoolVar(&o.asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process over the warm-up and window to this file (default: none)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return nil, err
@@ -151,7 +157,14 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		r.Version, r.Endpoints = version, eps
 		return writeList(c.env.stdout, r, o.asJSON)
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
+	}
 	r, err := loadgen.Run(ctx, d, o.cfg)
+	if perr := stopProfile(); err == nil && perr != nil {
+		return perr
+	}
 	if err != nil {
 		return callError("bench", err)
 	}
@@ -163,4 +176,27 @@ func (c *BenchCommand) Run(ctx context.Context, args []string) error {
 		return enc.Encode(r)
 	}
 	return r.WriteTable(c.env.stdout)
+}
+
+// startCPUProfile starts a CPU profile into the file named path (none if
+// path is empty); the function it returns stops it and closes the file.
+func startCPUProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }

@@ -48,7 +48,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	// sessions) to save a few KiB per client per round. A client may
 	// still send gzip.
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
-	handle(streamPath, streamHandler(stream))
+	handle(streamPath, streamHandler(coalesceFlushes(stream)))
 	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
 	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))
@@ -158,10 +158,14 @@ func (s *Server) serveHTTP(g prometheus.Gatherer) {
 	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
 	s.httpSrv.Protocols.SetHTTP2(true)
 	capped := s.capConns(s.lis) // before TLS: a refused connection costs no handshake
+	ln := s.tlsListener(capped)
+	if s.tls == nil {
+		ln = readBuffered(ln) // TLS reads whole records already
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.httpSrv.Serve(s.tlsListener(capped)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("api server stopped", "err", err)
 		}
 	}()

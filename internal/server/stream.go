@@ -73,20 +73,14 @@ var kindOf = func() map[*rpcs.Method]int {
 	return ks
 }()
 
-// streamCall is a frame handed to a worker, with the pool slot it holds
-// until its answer is written.
-type streamCall struct {
-	req      *lockdv1.StreamRequest
-	received time.Time
-	slots    chan struct{}
-}
-
-// streamServer is one stream being served. Each answer is written by the
-// worker that made it (under sendMu) rather than handed to a writer
-// goroutine, and a worker serves the stream's next call when it is idle
-// rather than a goroutine being started per call: under workload own these
-// hand-offs and the stack growth of fresh goroutines cost more server CPU
-// than the stream's own code.
+// streamServer is one stream being served. The goroutine that reads a
+// frame serves it, having first handed the reading on to an idle worker
+// (or a new one): no hand-off lies between a frame and its proposal. Each
+// answer is written by a worker that made one (stream_write.go) rather than
+// handed to a writer goroutine, and a worker stays to read and serve the
+// stream's next calls rather than a goroutine being started per call:
+// under workload own these hand-offs and the stack growth of fresh
+// goroutines cost more server CPU than the stream's own code.
 type streamServer struct {
 	h          *sessionAPI
 	st         *connect.BidiStream[lockdv1.StreamRequest, lockdv1.StreamResponse]
@@ -94,15 +88,19 @@ type streamServer struct {
 	cancel     context.CancelFunc
 	waitSlots  chan struct{}
 	shortSlots chan struct{}
-	jobs       chan streamCall // unbuffered: a send succeeds only to an idle worker
+	reading    chan struct{} // unbuffered: the reading passes only to an idle worker
 	idle       atomic.Int32
+	readErr    chan<- error
+	quit       <-chan struct{}
 
 	mu      sync.Mutex // guards stopped and orders calls.Add before calls.Wait
 	stopped bool
 	calls   sync.WaitGroup
 
-	sendMu  sync.Mutex
+	sendMu  sync.Mutex // held by the worker writing answers
 	sendErr error
+	queue   answerQueue
+	gate    *flushGate // nil: every answer flushed on its own
 }
 
 // Stream serves one session stream: a reader goroutine hands each frame to
@@ -127,18 +125,22 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	if err := st.Send(&lockdv1.StreamResponse{ClusterId: h.a.clusterID()}); err != nil {
 		return err
 	}
+	// Frames are read by workers, not by this goroutine, so that a
+	// shutdown of this node ends the stream at once (the client goes
+	// elsewhere) instead of keeping it served until the HTTP server's
+	// shutdown times out.
+	readErr := make(chan error, 1)
+	quit := make(chan struct{})
 	sv := &streamServer{
 		h: h, st: st, ctx: ctx, cancel: cancel,
 		waitSlots:  make(chan struct{}, streamInFlight),
 		shortSlots: make(chan struct{}, streamInFlight),
-		jobs:       make(chan streamCall),
+		reading:    make(chan struct{}),
+		readErr:    readErr,
+		quit:       quit,
+		gate:       gateOf(ctx),
 	}
-	// Frames are read in their own goroutine, so that a shutdown of this
-	// node ends the stream at once (the client goes elsewhere) instead of
-	// keeping it served until the HTTP server's shutdown times out.
-	readErr := make(chan error, 1)
-	quit := make(chan struct{})
-	go sv.read(readErr, quit)
+	go sv.work()
 	var rerr error
 	for ended := false; !ended; {
 		select {
@@ -169,23 +171,29 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	sv.stopped = true
 	sv.mu.Unlock()
 	sv.calls.Wait()
-	close(sv.jobs)
+	close(sv.reading)
+	sv.sendMu.Lock()
+	defer sv.sendMu.Unlock()
+	// Answers a worker queued while another was letting go of the writer
+	// are written here.
+	sv.writeQueued()
 	if rerr != nil {
 		return rerr
 	}
-	sv.sendMu.Lock()
-	defer sv.sendMu.Unlock()
 	return sv.sendErr
 }
 
-// read reads frames and hands each to a worker once its pool has a slot.
-// It stops reading while the pool of the next frame is full (see
-// streamInFlight).
-func (sv *streamServer) read(readErr chan<- error, quit <-chan struct{}) {
+// work reads a frame (once its pool has a slot: the reading stops while
+// the pool of the next frame is full, see streamInFlight), hands the
+// reading on, serves the frame, and then waits to read again for as long
+// as it is one of at most maxIdleWorkers idle ones: a worker's stack has
+// already grown to what a call needs, where a new goroutine's would grow
+// again.
+func (sv *streamServer) work() {
 	for {
 		req, err := sv.st.Receive()
 		if err != nil {
-			readErr <- err
+			sv.readErr <- err
 			return
 		}
 		slots := sv.shortSlots
@@ -196,64 +204,44 @@ func (sv *streamServer) read(readErr chan<- error, quit <-chan struct{}) {
 		case slots <- struct{}{}:
 		case <-sv.ctx.Done():
 			return
-		case <-quit:
+		case <-sv.quit:
 			return
 		}
-		if !sv.dispatch(streamCall{req: req, received: time.Now(), slots: slots}) {
+		received := time.Now()
+		if !sv.handOn() {
+			<-slots
 			return
 		}
-	}
-}
-
-// dispatch hands a call to an idle worker or a new one; false once the
-// stream is ending (the call is dropped, as the client is going away).
-func (sv *streamServer) dispatch(c streamCall) bool {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	if sv.stopped {
-		<-c.slots
-		return false
-	}
-	sv.calls.Add(1)
-	select {
-	case sv.jobs <- c:
-	default:
-		go sv.work(c)
-	}
-	return true
-}
-
-// work serves c, then the stream's next calls for as long as it is one of
-// at most maxIdleWorkers idle ones: a worker's stack has already grown to
-// what a call needs, where a new goroutine's would grow again.
-func (sv *streamServer) work(c streamCall) {
-	for {
-		sv.answer(sv.h.serve(sv.ctx, c.req, c.received), c.slots)
+		sv.answer(sv.h.serve(sv.ctx, req, received), slots)
 		sv.calls.Done()
 		if sv.idle.Add(1) > maxIdleWorkers {
 			sv.idle.Add(-1)
 			return
 		}
-		var ok bool
-		if c, ok = <-sv.jobs; !ok {
+		_, ok := <-sv.reading
+		sv.idle.Add(-1)
+		if !ok {
 			return
 		}
-		sv.idle.Add(-1)
 	}
 }
 
-// answer writes an answer, then frees its slot: answers waiting for a slow
-// reader hold their slots too. After a failed write (the client is gone)
-// it writes nothing and stops the calls in flight.
-func (sv *streamServer) answer(resp *lockdv1.StreamResponse, slots chan struct{}) {
-	sv.sendMu.Lock()
-	if sv.sendErr == nil {
-		if sv.sendErr = sv.st.Send(resp); sv.sendErr != nil {
-			sv.cancel()
-		}
+// handOn counts a call in flight and passes the reading to an idle worker
+// or a new one; false once the stream is ending (the call is dropped, as
+// the client is going away).
+func (sv *streamServer) handOn() bool {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if sv.stopped {
+		return false
 	}
-	sv.sendMu.Unlock()
-	<-slots
+	sv.calls.Add(1)
+	select {
+	case sv.reading <- struct{}{}:
+	default:
+		go sv.work()
+	}
+	return true
 }
 
 // serve answers one frame; it never fails, an error is an answer too.
@@ -365,8 +353,16 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 		return nil, s.errs.RaftError(err)
 	}
 	resp := &lockdv1.KeepAliveBatchResponse{Results: make([]*lockdv1.KeepAliveResult, len(b.Sessions)), ClusterId: h.a.clusterID()}
+	// The results in one block, and one Duration for the TTLs that are
+	// equal (sessions renewed together mostly share theirs): a batch's
+	// answer allocates per batch, not per session. The answer is only
+	// marshalled, so the results may share it.
+	block := make([]lockdv1.KeepAliveResult, len(b.Sessions))
+	var lastTTL time.Duration
+	var ttlMsg *durationpb.Duration
 	for i, k := range b.Sessions {
-		r := &lockdv1.KeepAliveResult{SessionId: k.GetSessionId()}
+		r := &block[i]
+		r.SessionId = k.GetSessionId()
 		resp.Results[i] = r
 		if r.SessionId == "" {
 			r.Error = streamError(s.errs.Invalid("session_id is required"))
@@ -382,7 +378,10 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 			continue
 		}
 		s.metrics.keepAlives.Inc()
-		r.Ttl = durationpb.New(ttl)
+		if ttlMsg == nil || ttl != lastTTL {
+			ttlMsg, lastTTL = durationpb.New(ttl), ttl
+		}
+		r.Ttl = ttlMsg
 	}
 	return resp, nil
 }

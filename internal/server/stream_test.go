@@ -108,3 +108,45 @@ func TestStreamNeedsHTTP2(t *testing.T) {
 		t.Fatalf("stream over HTTP/1.1: %v, want an error", err)
 	}
 }
+
+// Frames sent back to back, more than one worker serves at once, are each
+// answered once, and the answers queued when the client closes its side
+// are all written before the stream ends.
+func TestStreamPipelinedFramesAllAnswered(t *testing.T) {
+	srv := lockdtest.New(t)
+	st := rawStream(t, srv.URL())
+	const n = 300
+	for i := range n {
+		req := &lockdv1.StreamRequest{CallId: uint64(i + 1)}
+		if i%3 == 0 {
+			req.Body = &lockdv1.StreamRequest_CreateSession{CreateSession: &lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}}
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for {
+		r, err := st.Receive()
+		if err != nil {
+			break
+		}
+		id := r.GetCallId()
+		if seen[id] {
+			t.Fatalf("call %d answered twice", id)
+		}
+		seen[id] = true
+		if id%3 == 1 && r.GetCreateSession().GetSessionId() == "" {
+			t.Errorf("call %d: %v, want a session", id, r)
+		}
+		if id%3 != 1 && r.GetError() == nil {
+			t.Errorf("call %d without a body: %v, want an error", id, r)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("%d of %d calls answered before the stream ended", len(seen), n)
+	}
+}

@@ -46,6 +46,7 @@ func (c *Caller) dialStream(ctx context.Context, ep *Node) (s *Stream, unary boo
 	octx, ocancel := context.WithTimeout(ctx, limit)
 	defer ocancel()
 	sctx, cancel := context.WithCancel(context.Background())
+	sctx, more := withMoreHint(sctx)
 	st := ep.Sessions.Stream(sctx)
 	stop := context.AfterFunc(octx, cancel) // opening is bounded by octx
 	err = st.Send(nil)                      // sends the headers
@@ -74,7 +75,9 @@ func (c *Caller) dialStream(ctx context.Context, ep *Node) (s *Stream, unary boo
 		cancel()
 		return nil, false, err
 	}
-	return NewStream(ep.URL, &ep.Stream, st, cancel), false, nil
+	s = NewStream(ep.URL, &ep.Stream, st, cancel)
+	s.more = more
+	return s, false, nil
 }
 
 // CloseStreams ends the client's streams (Close).

@@ -57,7 +57,9 @@ type Stream struct {
 	slot   *StreamSlot
 	st     *connect.BidiStreamForClient[lockdv1.StreamRequest, lockdv1.StreamResponse]
 	cancel context.CancelFunc
-	sendMu sync.Mutex
+	sendMu sync.Mutex    // held by the call sending queued requests (streamsend.go)
+	sendQ  sendQueue     // requests not yet sent
+	more   *atomic.Int32 // the request body's moreHint; nil if none
 
 	mu      sync.Mutex
 	nextID  uint64
@@ -221,12 +223,7 @@ func (s *Stream) Call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 	s.pending[id] = ch
 	s.mu.Unlock()
 	req.CallId = id
-	s.sendMu.Lock()
-	err := s.st.Send(req)
-	s.sendMu.Unlock()
-	if err != nil {
-		s.Fail(err)
-	}
+	s.send(req)
 	select {
 	case r := <-ch:
 		if e := r.GetError(); e != nil {

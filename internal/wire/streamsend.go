@@ -1,0 +1,98 @@
+package wire
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+)
+
+// Sending a stream's frames. Calls queue their requests, and whichever
+// call finds the stream's sender free sends every queued request (flat
+// combining: no sender goroutine, no hand-off when calls come one at a
+// time). While it sends a batch, the stream's moreHint says how many of
+// the batch's requests follow the one being written, and the request
+// body (envelopeBody) keeps reading while it is not zero: the frames
+// queued together leave in one DATA frame and one write, without waiting
+// for any frame not already queued.
+
+// sendQueue holds a stream's requests not yet sent.
+type sendQueue struct {
+	mu sync.Mutex
+	q  []*lockdv1.StreamRequest
+}
+
+func (sq *sendQueue) push(r *lockdv1.StreamRequest) {
+	sq.mu.Lock()
+	sq.q = append(sq.q, r)
+	sq.mu.Unlock()
+}
+
+func (sq *sendQueue) take() []*lockdv1.StreamRequest {
+	sq.mu.Lock()
+	defer sq.mu.Unlock()
+	b := sq.q
+	sq.q = nil
+	return b
+}
+
+func (sq *sendQueue) empty() bool {
+	sq.mu.Lock()
+	defer sq.mu.Unlock()
+	return len(sq.q) == 0
+}
+
+// moreHintKey is the stream request's context key of its moreHint.
+type moreHintKey struct{}
+
+// withMoreHint returns ctx carrying a new moreHint, for the stream's
+// request body to find.
+func withMoreHint(ctx context.Context) (context.Context, *atomic.Int32) {
+	h := new(atomic.Int32)
+	return context.WithValue(ctx, moreHintKey{}, h), h
+}
+
+// moreHintOf returns the moreHint of a request's context, or nil.
+func moreHintOf(ctx context.Context) *atomic.Int32 {
+	h, _ := ctx.Value(moreHintKey{}).(*atomic.Int32)
+	return h
+}
+
+// send queues req and, if no other call is sending, sends every queued
+// request. A failed send fails the stream (Fail), and with it every
+// pending call.
+func (s *Stream) send(req *lockdv1.StreamRequest) {
+	s.sendQ.push(req)
+	for s.sendMu.TryLock() {
+		s.sendQueued()
+		s.sendMu.Unlock()
+		// A request queued after the last take, by a call that found
+		// the sender busy, is this call's to send.
+		if s.sendQ.empty() {
+			return
+		}
+	}
+}
+
+// sendQueued sends the queued requests until none is left; sendMu is
+// held.
+func (s *Stream) sendQueued() {
+	for {
+		b := s.sendQ.take()
+		if len(b) == 0 {
+			return
+		}
+		for i, r := range b {
+			if s.more != nil {
+				s.more.Store(int32(len(b) - 1 - i))
+			}
+			if err := s.st.Send(r); err != nil {
+				s.Fail(err)
+			}
+		}
+		if s.more != nil {
+			s.more.Store(0)
+		}
+	}
+}
