@@ -89,11 +89,11 @@ func (c *Caller) CloseStreams() {
 // CallStream sends a request of method m over ep's stream, returning
 // ErrNoStream when it must go unary.
 func CallStream[Req, Res any](ctx context.Context, c *Caller, ep *Node, m *rpcs.Method, msg *Req) (*connect.Response[Res], error) {
-	r, err := c.StreamCall(ctx, ep, m.Wrap(any(msg).(proto.Message)))
+	r, err := c.StreamCall(ctx, ep, wrapFrame(m, any(msg).(proto.Message)))
 	if err != nil {
 		return nil, err
 	}
-	res, ok := any(m.Unwrap(r)).(*Res)
+	res, ok := answerOf(r).(*Res)
 	if !ok || res == nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
 	}

@@ -30,6 +30,10 @@ const maxLongPoll = 25 * time.Second
 type RPC[Req, Res any] struct {
 	call func(*Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)
 	m    *rpcs.Method
+	// idem and subject read the row's facts from a request without
+	// protobuf reflection, resolved once per method (readersOf).
+	idem    func(*Req) bool
+	subject func(*Req) string
 	// MaxPoll is the longest long poll a request may ask the server for
 	// (Acquire with wait); an attempt's time is its request time plus the
 	// poll.
@@ -42,7 +46,8 @@ func row[Req, Res any](call func(*Node, context.Context, *connect.Request[Req]) 
 	if m == nil {
 		panic(fmt.Sprintf("lockd: %T has no row in the method table", new(Req)))
 	}
-	return RPC[Req, Res]{call: call, m: m}
+	idem, subject := readersOf[Req](m)
+	return RPC[Req, Res]{call: call, m: m, idem: idem, subject: subject}
 }
 
 // onLock and onCluster adapt a method of the generated clients to a row.
@@ -88,10 +93,7 @@ func withPoll[Req, Res any](r RPC[Req, Res], poll time.Duration) RPC[Req, Res] {
 
 // name returns the lock a request names, for error messages.
 func (r RPC[Req, Res]) name(msg *Req) string {
-	if r.m.Subject != "name" {
-		return ""
-	}
-	return r.m.SubjectOf(any(msg).(proto.Message))
+	return r.subject(msg)
 }
 
 // streamed reports whether the method's request goes over the session
@@ -101,7 +103,7 @@ func (r RPC[Req, Res]) streamed() bool { return r.m.Frame != "" && r.m.FrameRequ
 
 // PolicyOf returns the retry policy of a request under its table row.
 func (r RPC[Req, Res]) PolicyOf(msg *Req) Policy {
-	return Policy{Idempotent: r.m.Idempotent(any(msg).(proto.Message))}
+	return Policy{Idempotent: r.idem(msg)}
 }
 
 // Invoke calls the method with msg through the retry loop under policy p
