@@ -13,7 +13,6 @@ package codec
 
 import (
 	"fmt"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -25,6 +24,7 @@ type vtMessage interface {
 	MarshalToSizedBufferVT(dAtA []byte) (int, error)
 	UnmarshalVT(dAtA []byte) error
 	Reset()
+	proto.Message
 }
 
 // Codec is the "proto" codec with generated marshalling; the zero value
@@ -71,11 +71,11 @@ func Append(dst []byte, m interface {
 
 // Unmarshal decodes data into message, replacing its contents, as
 // proto.Unmarshal does. protobuf-go refuses a string field that is not
-// valid UTF-8 and the generated code does not check: input that is not
-// valid UTF-8 as a whole (a binary bytes field, or a bad string) is
-// decoded by protobuf-go, so what is refused stays the same.
+// valid UTF-8 and the generated code does not check: input with such a
+// field (validUTF8) is decoded by protobuf-go, so what is refused stays
+// the same.
 func (Codec) Unmarshal(data []byte, message any) error {
-	if m, ok := message.(vtMessage); ok && utf8.Valid(data) {
+	if m, ok := message.(vtMessage); ok && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
 		m.Reset()
 		if err := m.UnmarshalVT(data); err != nil {
 			return fmt.Errorf("unmarshal into %T: %w", message, err)

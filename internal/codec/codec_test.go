@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -110,4 +111,39 @@ func BenchmarkCodec(b *testing.B) {
 			buf, _ = proto.MarshalOptions{}.MarshalAppend(buf[:0], resp)
 		}
 	})
+}
+
+// TestUTF8Check: the generated code reads every sample (the check vouches
+// for them, varints and binary bytes fields included), and a string that
+// is not UTF-8, nested in a frame's oneof, is refused as protobuf-go
+// refuses it.
+func TestUTF8Check(t *testing.T) {
+	for _, m := range samples() {
+		data, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+			t.Errorf("%T: not taken by the generated code: %x", m, data)
+		}
+	}
+	var inner []byte
+	inner = protowire.AppendTag(inner, 2, protowire.VarintType)
+	inner = protowire.AppendVarint(inner, 300)
+	inner = protowire.AppendTag(inner, 4, protowire.BytesType)
+	inner = protowire.AppendBytes(inner, []byte{'a', 0xc3}) // cut short
+	var frame []byte
+	frame = protowire.AppendTag(frame, 1, protowire.VarintType)
+	frame = protowire.AppendVarint(frame, 1<<40)
+	frame = protowire.AppendTag(frame, 5, protowire.BytesType) // release
+	frame = protowire.AppendBytes(frame, inner)
+	if validUTF8(frame, tableOf((&lockdv1.StreamRequest{}).ProtoReflect().Descriptor())) {
+		t.Error("a release frame whose name is not UTF-8 passed the check")
+	}
+	var c Codec
+	err := c.Unmarshal(frame, &lockdv1.StreamRequest{})
+	want := proto.Unmarshal(frame, &lockdv1.StreamRequest{})
+	if err == nil || want == nil {
+		t.Errorf("bad name in a frame: codec %v, protobuf-go %v; want both refused", err, want)
+	}
 }
