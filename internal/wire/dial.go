@@ -93,7 +93,7 @@ func CallStream[Req, Res any](ctx context.Context, c *Caller, ep *Node, m *rpcs.
 	if err != nil {
 		return nil, "", err
 	}
-	res, ok := answerOf(r).(*Res)
+	res, ok := answerOf(m, r).(*Res)
 	if !ok || res == nil {
 		return nil, "", connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
 	}

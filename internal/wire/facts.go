@@ -68,10 +68,11 @@ func wrapFrame(m *rpcs.Method, msg proto.Message) *lockdv1.StreamRequest {
 	return m.Wrap(msg)
 }
 
-// answerOf returns the answer a stream frame carries, or nil for an error
-// frame or none (rpcs.Method.Unwrap without reflection; the caller checks
-// the kind by its type).
-func answerOf(r *lockdv1.StreamResponse) any {
+// answerOf returns the answer of m's kind a stream frame carries, or nil
+// for an error frame, none, or another kind (rpcs.Method.Unwrap, without
+// reflection for the kinds the client streams; a kind added to the table
+// and not here is read by the table's reflection).
+func answerOf(m *rpcs.Method, r *lockdv1.StreamResponse) any {
 	switch b := r.GetBody().(type) {
 	case *lockdv1.StreamResponse_Acquire:
 		return b.Acquire
@@ -87,6 +88,11 @@ func answerOf(r *lockdv1.StreamResponse) any {
 		return b.CloseSession
 	case *lockdv1.StreamResponse_KeepAlive:
 		return b.KeepAlive
+	case *lockdv1.StreamResponse_Error, nil:
+		return nil
+	}
+	if msg := m.Unwrap(r); msg != nil {
+		return msg
 	}
 	return nil
 }

@@ -104,15 +104,16 @@ func TestFramesMatchTable(t *testing.T) {
 		}
 		frame := &lockdv1.StreamResponse{CallId: 9}
 		m.SetAnswer(frame, resp)
-		if got := answerOf(frame); got != any(resp) || got != any(m.Unwrap(frame)) {
+		if got := answerOf(m, frame); got != any(resp) || got != any(m.Unwrap(frame)) {
 			t.Errorf("%s: answer %v, want %v", m.Name, got, resp)
 		}
 	}
 	errFrame := &lockdv1.StreamResponse{Body: &lockdv1.StreamResponse_Error{Error: &lockdv1.StreamError{Code: 5}}}
-	if got := answerOf(errFrame); got != nil {
+	acquire := rpcs.ByName("Acquire")
+	if got := answerOf(acquire, errFrame); got != nil {
 		t.Errorf("error frame: answer %v, want none", got)
 	}
-	if _, ok := answerOf(&lockdv1.StreamResponse{Body: &lockdv1.StreamResponse_Release{Release: &lockdv1.ReleaseResponse{}}}).(*lockdv1.AcquireResponse); ok {
+	if _, ok := answerOf(acquire, &lockdv1.StreamResponse{Body: &lockdv1.StreamResponse_Release{Release: &lockdv1.ReleaseResponse{}}}).(*lockdv1.AcquireResponse); ok {
 		t.Error("a Release answer was taken for an Acquire's")
 	}
 }
