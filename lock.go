@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -39,8 +40,19 @@ type lock struct {
 type hold struct {
 	token  uint64
 	shared bool
+	// ctx is made on first use (lock.context), under lock.mu while the
+	// hold is current: most holds are never asked for theirs, and each
+	// would cost a child of the session's context. nil until then.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+}
+
+// end cancels the hold's context, if one was made. The hold is no longer
+// current (taken off lock.h under lock.mu first), so no ctx is made after.
+func (h *hold) end() {
+	if h.cancel != nil {
+		h.cancel(ErrNotHeld)
+	}
 }
 
 func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
@@ -111,7 +123,7 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 			}
 			msg.PollTimeout = durationpb.New(p.Poll)
 		}
-		resp, err := wire.Acquire.Invoke(bctx, s.c.call, p, msg, nil)
+		resp, err := wire.Acquire.Call(bctx, s.c.call, p, msg)
 		if err != nil {
 			if serr := s.Err(); serr != nil {
 				return serr
@@ -142,9 +154,9 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 			}
 			return fmt.Errorf("acquire %q: %w", l.name, err)
 		}
-		switch st := resp.Msg.GetStatus(); st {
+		switch st := resp.GetStatus(); st {
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED:
-			return l.granted(resp.Msg.GetToken(), shared)
+			return l.granted(resp.GetToken(), shared)
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED:
 			if wait {
 				continue
@@ -206,9 +218,10 @@ func (l *lock) granted(token uint64, shared bool) error {
 	if l.s.ctx.Err() != nil {
 		return l.s.Err()
 	}
-	ctx, cancel := context.WithCancelCause(l.s.ctx)
-	l.h = &hold{token: token, shared: shared, ctx: ctx, cancel: cancel}
-	l.s.c.logger.Debug("lock granted", "lock", l.name, "session", l.s.id, "token", token)
+	l.h = &hold{token: token, shared: shared}
+	if l.s.c.logger.Enabled(context.Background(), slog.LevelDebug) {
+		l.s.c.logger.Debug("lock granted", "lock", l.name, "session", l.s.id, "token", token)
+	}
 	return nil
 }
 
@@ -241,14 +254,14 @@ func (l *lock) cancelWait(ctx context.Context, acquireSeq uint64) error {
 	seq := s.seqs.Begin()
 	defer seq.End()
 	msg := &lockdv1.CancelRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, AcquireSeq: acquireSeq}
-	resp, err := wire.Cancel.Invoke(bctx, s.c.call, s.policy(wire.Cancel.PolicyOf(msg)), msg, nil)
+	resp, err := wire.Cancel.Call(bctx, s.c.call, s.policy(wire.Cancel.PolicyOf(msg)), msg)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			s.lose(err)
 		}
 		return err
 	}
-	if resp.Msg.GetReleased() {
+	if resp.GetReleased() {
 		s.c.logger.Info("raced grant released", "lock", l.name, "session", s.id)
 	}
 	return nil
@@ -267,7 +280,7 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 	}
 	l.h = nil
 	l.mu.Unlock()
-	h.cancel(ErrNotHeld)
+	h.end()
 	if s.ctx.Err() != nil {
 		// The session ended: the server has dropped (or will drop) the hold.
 		return fmt.Errorf("release %q: %w", l.name, s.Err())
@@ -313,7 +326,7 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 	msg := &lockdv1.CompleteRequest{
 		SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: h.token, Retention: durationpb.New(retention),
 	}
-	_, err := wire.Complete.Invoke(bctx, s.c.call, s.policy(wire.Complete.PolicyOf(msg)), msg, nil)
+	_, err := wire.Complete.Call(bctx, s.c.call, s.policy(wire.Complete.PolicyOf(msg)), msg)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -325,7 +338,7 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 			l.h = nil
 		}
 		l.mu.Unlock()
-		h.cancel(ErrNotHeld)
+		h.end()
 	}
 	if err != nil {
 		return fmt.Errorf("complete %q: %w", l.name, err)
@@ -340,7 +353,7 @@ func (l *lock) releaseToken(ctx context.Context, token uint64) error {
 	seq := s.seqs.Begin()
 	defer seq.End()
 	msg := &lockdv1.ReleaseRequest{SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Token: token}
-	_, err := wire.Release.Invoke(bctx, s.c.call, s.policy(wire.Release.PolicyOf(msg)), msg, nil)
+	_, err := wire.Release.Call(bctx, s.c.call, s.policy(wire.Release.PolicyOf(msg)), msg)
 	if errors.Is(err, ErrLeaseLost) {
 		s.lose(err)
 	}
@@ -359,10 +372,15 @@ func (l *lock) token() uint64 {
 func (l *lock) context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.h == nil {
+	h := l.h
+	if h == nil {
 		return notHeldCtx
 	}
-	return l.h.ctx
+	if h.ctx == nil {
+		// A child of the session's: it ends when the session does.
+		h.ctx, h.cancel = context.WithCancelCause(l.s.ctx)
+	}
+	return h.ctx
 }
 
 func (l *lock) err() error {

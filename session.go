@@ -45,7 +45,8 @@ type Session struct {
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	loopDone chan struct{}
-	ren      *wire.Renewal // the keepalive scheduler's view, made by the loop's first renew
+	ren      *wire.Renewal    // the keepalive scheduler's view, made by the loop's first renew
+	until    func() time.Time // Deadline, as a policy's Until (made once)
 	seqs     wire.SeqTracker
 	bg       sync.WaitGroup
 
@@ -147,6 +148,7 @@ func newSession(c *Client, id string, ttl time.Duration, owner string, deadlineF
 		loopDone: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.until = s.Deadline
 	s.lease.sent, s.lease.deadline = sent, lease.ClientDeadline(sent, ttl)
 	if !time.Now().Before(s.lease.deadline) {
 		s.lease.lost = true
@@ -394,6 +396,12 @@ func (s *Session) keepTrying(try func() error, done func()) {
 
 // bind returns ctx, also cancelled when the session ends.
 func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() == nil {
+		// ctx never ends (context.Background, WithoutCancel): the
+		// session's end is the only one, with no context or callback to
+		// make and remove per call.
+		return sessionBound{Context: ctx, sess: s.ctx}, func() {}
+	}
 	bctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.ctx, func() { cancel(context.Cause(s.ctx)) })
 	return bctx, func() {
@@ -405,8 +413,31 @@ func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc
 // policy bounds the attempts of one of the session's calls by its lease:
 // an answer that comes after the lease deadline is of no use.
 func (s *Session) policy(p wire.Policy) wire.Policy {
-	p.Until = s.Deadline
+	p.Until = s.until
 	return p
+}
+
+// sessionBound is a context that never ends of its own (its values are
+// the caller's) bound to a session's: it ends when the session does, with
+// the session's cause. Its Value answers from the session's context first:
+// that context is made from context.Background, so it holds no values but
+// its own cancellation, which is how context.Cause and the contexts
+// derived from this one find it (the cause, and a child registered
+// directly with the session's context, without a goroutine).
+type sessionBound struct {
+	context.Context
+	sess context.Context
+}
+
+func (b sessionBound) Done() <-chan struct{} { return b.sess.Done() }
+
+func (b sessionBound) Err() error { return b.sess.Err() }
+
+func (b sessionBound) Value(key any) any {
+	if v := b.sess.Value(key); v != nil {
+		return v
+	}
+	return b.Context.Value(key)
 }
 
 // NewMutex returns an exclusive lock on name, taken through this session.

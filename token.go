@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+
+	"github.com/lockd-dev/lockd/internal/codec"
 )
 
 // WithToken makes every call present token as its credentials
@@ -62,12 +64,14 @@ func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 	return next
 }
 
-// clientOptions are the Connect options of every API client of c.
+// clientOptions are the Connect options of every API client of c: the
+// generated-code codec (internal/codec), and the token when one is set.
 func (c *Client) clientOptions() []connect.ClientOption {
+	opts := []connect.ClientOption{codec.ClientOption()}
 	if c.cfg.token == "" {
-		return nil
+		return opts
 	}
-	return []connect.ClientOption{connect.WithInterceptors(tokenInterceptor{header: "Bearer " + c.cfg.token})}
+	return append(opts, connect.WithInterceptors(tokenInterceptor{header: "Bearer " + c.cfg.token}))
 }
 
 // authorize sets the token on a plain HTTP request (the backup download).

@@ -51,16 +51,15 @@ func (b Backoff) Delay(attempt int) time.Duration {
 // asked for none (Now). It returns false when ctx ends or the retrier's own
 // time limit (GiveUpAfter) passes. A Retrier is used by one goroutine.
 type Retrier struct {
-	ctx     context.Context
-	b       Backoff
-	attempt int // attempts started
-	last    error
-	now     bool          // next attempt without waiting
-	ceiling time.Duration // > 0: the next wait is at most this
-	wake    <-chan struct{}
-	giveUp  <-chan time.Time
-	stop    func() bool
-	gaveUp  bool
+	ctx      context.Context
+	b        Backoff
+	attempt  int // attempts started
+	last     error
+	now      bool          // next attempt without waiting
+	ceiling  time.Duration // > 0: the next wait is at most this
+	wake     <-chan struct{}
+	giveUpAt time.Time // zero: no limit of the retrier's own
+	gaveUp   bool
 }
 
 // New returns a Retrier for one call bounded by ctx.
@@ -70,14 +69,14 @@ func New(ctx context.Context, b Backoff) *Retrier {
 
 // GiveUpAfter makes Next return false once d has passed, when ctx has no
 // deadline of its own (a deadline always bounds the retries by itself): a
-// call with no deadline must still end. Call Stop when done with the
-// Retrier to release the timer. d <= 0 sets no limit.
+// call with no deadline must still end. d <= 0 sets no limit. The limit
+// is a time, not a timer: a call that succeeds at once (most do) pays for
+// no timer.
 func (r *Retrier) GiveUpAfter(d time.Duration) *Retrier {
 	if _, ok := r.ctx.Deadline(); ok || d <= 0 {
 		return r
 	}
-	t := time.NewTimer(d)
-	r.giveUp, r.stop = t.C, t.Stop
+	r.giveUpAt = time.Now().Add(d)
 	return r
 }
 
@@ -88,12 +87,10 @@ func (r *Retrier) WakeOn(ch <-chan struct{}) *Retrier {
 	return r
 }
 
-// Stop releases the retrier's timer, if any.
-func (r *Retrier) Stop() {
-	if r.stop != nil {
-		r.stop()
-	}
-}
+// Stop ends the retrier's use. It holds no timer between waits, so there
+// is nothing to release; callers keep calling it so that a retrier that
+// ever holds one again releases it.
+func (r *Retrier) Stop() {}
 
 // Next waits as the schedule says and reports whether another attempt may
 // start: false once ctx ended or the retrier gave up.
@@ -101,29 +98,38 @@ func (r *Retrier) Next() bool {
 	if r.ctx.Err() != nil || r.gaveUp {
 		return false
 	}
-	select {
-	case <-r.giveUp:
+	if !r.giveUpAt.IsZero() && !time.Now().Before(r.giveUpAt) {
 		r.gaveUp = true
 		return false
-	default:
 	}
 	if r.attempt > 0 && !r.now {
 		d := r.b.Delay(r.attempt - 1)
 		if r.ceiling > 0 && r.ceiling < d {
 			d = r.ceiling
 		}
+		// A wait that would outlast the limit ends at it, giving up.
+		last := false
+		if !r.giveUpAt.IsZero() {
+			if left := time.Until(r.giveUpAt); left <= d {
+				d, last = left, true
+			}
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-r.ctx.Done():
 			t.Stop()
 			return false
-		case <-r.giveUp:
-			t.Stop()
-			r.gaveUp = true
-			return false
 		case <-r.wake:
 			t.Stop()
+			if last && !time.Now().Before(r.giveUpAt) {
+				r.gaveUp = true
+				return false
+			}
 		case <-t.C:
+			if last {
+				r.gaveUp = true
+				return false
+			}
 		}
 	}
 	r.now, r.ceiling = false, 0

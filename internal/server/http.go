@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/lockd-dev/lockd/internal/codec"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -39,18 +40,19 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	count := connect.WithInterceptors(s.metrics.interceptor(), s.guard.Interceptor())
+	vt := codec.HandlerOption() // generated-code protobuf for lockd's own services
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
-	handle(lockdv1connect.NewLockServiceHandler(lockService{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
+	handle(lockdv1connect.NewLockServiceHandler(lockService{&api{s}}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))
 	// Stream answers are never compressed: most frames are small, and the
 	// large ones, keepalive batch answers, cost more to gzip than all
 	// the rest of their serving (17 % of the server's CPU with 100 000
 	// sessions) to save a few KiB per client per round. A client may
 	// still send gzip.
-	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
+	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
 	handle(streamPath, streamHandler(coalesceFlushes(stream)))
-	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), count))
-	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
+	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), count))
+	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))
 	mux.HandleFunc("GET /v1/watch", watchAPI{s}.serveWatchSSE)
 	handle(grpchealth.NewHandler(healthChecker{s}, connect.WithReadMaxBytes(maxRequestBytes), count))

@@ -151,10 +151,10 @@ func (c *Caller) Do(ctx context.Context, p Policy, name string, fn func(context.
 		defer r.Stop()
 	}
 	start := time.Now()
-	answered := false            // some endpoint answered this call
-	followed := false            // the previous attempt went straight to a named leader
-	brokeBefore := false         // the previous attempt's stream broke
-	refused := map[*Node]error{} // endpoints that refused the connection in this call
+	answered := false           // some endpoint answered this call
+	followed := false           // the previous attempt went straight to a named leader
+	brokeBefore := false        // the previous attempt's stream broke
+	var refused map[*Node]error // endpoints that refused the connection in this call (made at the first)
 	for r.Next() {
 		connectLeft := time.Duration(-1)
 		if !answered && c.ConnectTimeout > 0 {
@@ -216,6 +216,9 @@ func (c *Caller) Do(ctx context.Context, p Policy, name string, fn func(context.
 			continue
 		}
 		if IsRefused(err) {
+			if refused == nil {
+				refused = map[*Node]error{}
+			}
 			refused[ep] = err
 		}
 		if timedOut || Unanswered(err) {

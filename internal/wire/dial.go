@@ -7,7 +7,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -90,19 +89,16 @@ func (c *Caller) CloseStreams() {
 }
 
 // CallStream sends a request of method m over ep's stream, returning
-// ErrNoStream when it must go unary.
-func CallStream[Req, Res any](ctx context.Context, c *Caller, ep *Node, m *rpcs.Method, msg *Req) (*connect.Response[Res], error) {
-	r, err := c.StreamCall(ctx, ep, m.Wrap(any(msg).(proto.Message)))
+// ErrNoStream when it must go unary; the answer comes with the cluster id
+// the server sent with it.
+func CallStream[Req, Res any](ctx context.Context, c *Caller, ep *Node, m *rpcs.Method, msg *Req) (*Res, string, error) {
+	r, err := c.StreamCall(ctx, ep, wrapFrame(m, any(msg).(proto.Message)))
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	res, ok := any(m.Unwrap(r)).(*Res)
+	res, ok := answerOf(m, r).(*Res)
 	if !ok || res == nil {
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
+		return nil, "", connect.NewError(connect.CodeInternal, fmt.Errorf("session stream: answer of call %d is of another kind", r.GetCallId()))
 	}
-	resp := connect.NewResponse(res)
-	if id := r.GetClusterId(); id != "" {
-		resp.Header().Set(endpoint.ClusterIDHeader, id)
-	}
-	return resp, nil
+	return res, r.GetClusterId(), nil
 }

@@ -30,6 +30,10 @@ const maxLongPoll = 25 * time.Second
 type RPC[Req, Res any] struct {
 	call func(*Node, context.Context, *connect.Request[Req]) (*connect.Response[Res], error)
 	m    *rpcs.Method
+	// idem and subject read the row's facts from a request without
+	// protobuf reflection, resolved once per method (readersOf).
+	idem    func(*Req) bool
+	subject func(*Req) string
 	// MaxPoll is the longest long poll a request may ask the server for
 	// (Acquire with wait); an attempt's time is its request time plus the
 	// poll.
@@ -42,7 +46,8 @@ func row[Req, Res any](call func(*Node, context.Context, *connect.Request[Req]) 
 	if m == nil {
 		panic(fmt.Sprintf("lockd: %T has no row in the method table", new(Req)))
 	}
-	return RPC[Req, Res]{call: call, m: m}
+	idem, subject := readersOf[Req](m)
+	return RPC[Req, Res]{call: call, m: m, idem: idem, subject: subject}
 }
 
 // onLock and onCluster adapt a method of the generated clients to a row.
@@ -88,10 +93,7 @@ func withPoll[Req, Res any](r RPC[Req, Res], poll time.Duration) RPC[Req, Res] {
 
 // name returns the lock a request names, for error messages.
 func (r RPC[Req, Res]) name(msg *Req) string {
-	if r.m.Subject != "name" {
-		return ""
-	}
-	return r.m.SubjectOf(any(msg).(proto.Message))
+	return r.subject(msg)
 }
 
 // streamed reports whether the method's request goes over the session
@@ -101,57 +103,96 @@ func (r RPC[Req, Res]) streamed() bool { return r.m.Frame != "" && r.m.FrameRequ
 
 // PolicyOf returns the retry policy of a request under its table row.
 func (r RPC[Req, Res]) PolicyOf(msg *Req) Policy {
-	return Policy{Idempotent: r.m.Idempotent(any(msg).(proto.Message))}
+	return Policy{Idempotent: r.idem(msg)}
 }
 
 // Invoke calls the method with msg through the retry loop under policy p
-// and checks the cluster id of every answer.
+// and checks the cluster id of every answer. An answer that came over the
+// session stream carries the cluster id in its header, as a unary one
+// does.
 func (r RPC[Req, Res]) Invoke(ctx context.Context, c *Caller, p Policy, msg *Req, hdr http.Header) (*connect.Response[Res], error) {
-	var resp *connect.Response[Res]
-	err := c.Do(ctx, p, r.name(msg), func(ctx context.Context, ep *Node) error {
+	resp, res, id, err := r.invoke(ctx, c, p, msg, hdr)
+	if err != nil || resp != nil {
+		return resp, err
+	}
+	resp = connect.NewResponse(res)
+	if id != "" {
+		resp.Header().Set(endpoint.ClusterIDHeader, id)
+	}
+	return resp, nil
+}
+
+// Call is Invoke for the client's own calls, which read only the answer:
+// it builds no response or header for an answer that came over the
+// session stream.
+func (r RPC[Req, Res]) Call(ctx context.Context, c *Caller, p Policy, msg *Req) (*Res, error) {
+	resp, res, _, err := r.invoke(ctx, c, p, msg, nil)
+	if err != nil {
+		return nil, err
+	}
+	if resp != nil {
+		return resp.Msg, nil
+	}
+	return res, nil
+}
+
+// invoke runs the retry loop; the answer is resp (unary), or res and the
+// cluster id it came with (over the stream).
+func (r RPC[Req, Res]) invoke(ctx context.Context, c *Caller, p Policy, msg *Req, hdr http.Header) (resp *connect.Response[Res], res *Res, cluster string, err error) {
+	err = c.Do(ctx, p, r.name(msg), func(ctx context.Context, ep *Node) error {
+		if r.streamed() && c.Stream && len(hdr) == 0 {
+			sres, id, err := CallStream[Req, Res](ctx, c, ep, r.m, msg)
+			if !errors.Is(err, ErrNoStream) {
+				if err == nil {
+					if m, ok := any(sres).(interface{ GetClusterId() string }); ok && m.GetClusterId() != "" {
+						id = m.GetClusterId()
+					}
+					if cerr := c.Eps.CheckCluster(ep, id); cerr != nil {
+						return cerr
+					}
+					resp, res, cluster = nil, sres, id
+					return nil
+				}
+				return r.checkFailed(c, ep, err)
+			}
+		}
 		req := connect.NewRequest(msg)
 		for k, v := range hdr {
 			req.Header()[k] = v
 		}
-		res, err := r.send(ctx, c, ep, req)
+		ures, err := r.call(ep, ctx, req)
 		if err != nil {
-			id := ""
-			if d := ErrorDetail(err); d != nil {
-				id = d.GetClusterId()
-			}
-			var ce *connect.Error
-			if id == "" && errors.As(err, &ce) {
-				id = ce.Meta().Get(endpoint.ClusterIDHeader)
-			}
-			if cerr := c.Eps.CheckCluster(ep, id); cerr != nil {
-				return cerr
-			}
-			return err
+			// The cluster id of a failed attempt is in its error.
+			return r.checkFailed(c, ep, err)
 		}
-		id := res.Header().Get(endpoint.ClusterIDHeader)
-		if m, ok := any(res.Msg).(interface{ GetClusterId() string }); ok && m.GetClusterId() != "" {
+		id := ures.Header().Get(endpoint.ClusterIDHeader)
+		if m, ok := any(ures.Msg).(interface{ GetClusterId() string }); ok && m.GetClusterId() != "" {
 			id = m.GetClusterId()
 		}
 		if err := c.Eps.CheckCluster(ep, id); err != nil {
 			return err
 		}
-		resp = res
+		resp, res, cluster = ures, nil, ""
 		return nil
 	})
-	return resp, err
+	return resp, res, cluster, err
 }
 
-// send makes one attempt: over ep's session stream when the row has a
-// stream form and the stream is on (and no extra headers are to be sent),
-// else unary.
-func (r RPC[Req, Res]) send(ctx context.Context, c *Caller, ep *Node, req *connect.Request[Req]) (*connect.Response[Res], error) {
-	if r.streamed() && c.Stream && len(req.Header()) == 0 {
-		res, err := CallStream[Req, Res](ctx, c, ep, r.m, req.Msg)
-		if !errors.Is(err, ErrNoStream) {
-			return res, err
-		}
+// checkFailed checks the cluster id of a failed attempt's error: another
+// cluster's answer is ErrClusterMismatch, whatever it says.
+func (r RPC[Req, Res]) checkFailed(c *Caller, ep *Node, err error) error {
+	id := ""
+	if d := ErrorDetail(err); d != nil {
+		id = d.GetClusterId()
 	}
-	return r.call(ep, ctx, req)
+	var ce *connect.Error
+	if id == "" && errors.As(err, &ce) {
+		id = ce.Meta().Get(endpoint.ClusterIDHeader)
+	}
+	if cerr := c.Eps.CheckCluster(ep, id); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // service is the raw API behind lockd's Client.Service: every method goes through

@@ -3,6 +3,9 @@ package wire
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lockd-dev/lockd/internal/rpcs"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
@@ -64,5 +67,53 @@ func TestClientRows(t *testing.T) {
 	}
 	if Acquire.MaxPoll != maxLongPoll || Release.MaxPoll != 0 {
 		t.Errorf("long poll: Acquire %v, Release %v; want %v and 0", Acquire.MaxPoll, Release.MaxPoll, maxLongPoll)
+	}
+}
+
+// TestFramesMatchTable: the client's frames, built and read without
+// reflection, are those of the shared table for every method a stream
+// carries as a frame of its own, and a frame of another kind is not taken
+// for the answer.
+func TestFramesMatchTable(t *testing.T) {
+	reqs := map[string]proto.Message{
+		"CreateSession": &lockdv1.CreateSessionRequest{RequestId: "r"},
+		"CloseSession":  &lockdv1.CloseSessionRequest{Seq: 1},
+		"Acquire":       &lockdv1.AcquireRequest{Name: "x", Seq: 2},
+		"Release":       &lockdv1.ReleaseRequest{Name: "x", Seq: 3},
+		"Cancel":        &lockdv1.CancelRequest{Name: "x", Seq: 4},
+		"Complete":      &lockdv1.CompleteRequest{Name: "x", Seq: 5},
+	}
+	resps := map[string]proto.Message{
+		"CreateSession": &lockdv1.CreateSessionResponse{SessionId: "s"},
+		"CloseSession":  &lockdv1.CloseSessionResponse{},
+		"Acquire":       &lockdv1.AcquireResponse{Token: 1},
+		"Release":       &lockdv1.ReleaseResponse{},
+		"Cancel":        &lockdv1.CancelResponse{Released: true},
+		"Complete":      &lockdv1.CompleteResponse{},
+	}
+	for _, m := range rpcs.Frames() {
+		if m.FrameRequest != "" {
+			continue
+		}
+		req, resp := reqs[m.Name], resps[m.Name]
+		if req == nil || resp == nil {
+			t.Fatalf("%s: streamed, but not in this test", m.Name)
+		}
+		if got, want := wrapFrame(m, req), m.Wrap(req); !proto.Equal(got, want) {
+			t.Errorf("%s: frame %v, want %v", m.Name, got, want)
+		}
+		frame := &lockdv1.StreamResponse{CallId: 9}
+		m.SetAnswer(frame, resp)
+		if got := answerOf(m, frame); got != any(resp) || got != any(m.Unwrap(frame)) {
+			t.Errorf("%s: answer %v, want %v", m.Name, got, resp)
+		}
+	}
+	errFrame := &lockdv1.StreamResponse{Body: &lockdv1.StreamResponse_Error{Error: &lockdv1.StreamError{Code: 5}}}
+	acquire := rpcs.ByName("Acquire")
+	if got := answerOf(acquire, errFrame); got != nil {
+		t.Errorf("error frame: answer %v, want none", got)
+	}
+	if _, ok := answerOf(acquire, &lockdv1.StreamResponse{Body: &lockdv1.StreamResponse_Release{Release: &lockdv1.ReleaseResponse{}}}).(*lockdv1.AcquireResponse); ok {
+		t.Error("a Release answer was taken for an Acquire's")
 	}
 }

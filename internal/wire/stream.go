@@ -196,6 +196,11 @@ func (s *Stream) failure() error {
 	return connect.NewError(connect.CodeUnavailable, s.err)
 }
 
+// answerChans recycles the channels calls wait on. A channel goes back
+// only after its answer was received: one left by a call whose ctx or
+// stream ended may still get a late answer, and is dropped.
+var answerChans = sync.Pool{New: func() any { return make(chan *lockdv1.StreamResponse, 1) }}
+
 // Call sends one request and waits for its answer, the stream's end or
 // ctx.
 func (s *Stream) Call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1.StreamResponse, error) {
@@ -212,7 +217,7 @@ func (s *Stream) Call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 			return nil, CtxError(ctx, ctx.Err())
 		}
 	}
-	ch := make(chan *lockdv1.StreamResponse, 1)
+	ch := answerChans.Get().(chan *lockdv1.StreamResponse)
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -226,6 +231,7 @@ func (s *Stream) Call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 	s.send(req)
 	select {
 	case r := <-ch:
+		answerChans.Put(ch) // delivered: nothing else sends on it
 		if e := r.GetError(); e != nil {
 			return nil, FromStreamError(e)
 		}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package lockd_test
+
+// raceOn: the race detector is off.
+const raceOn = false
