@@ -1,6 +1,6 @@
 // Package api is the API layer's view of a node: the interface the Connect
 // handlers, the session stream, the watch and forwarding are written
-// against (internal/server today), which *node.Node satisfies. It sits on
+// against (this package), which *node.Node satisfies. It sits on
 // the consumer's side, Go style, so the node never imports the API layer
 // and a handler can reach nothing of the node beyond these methods and the
 // FSM's read views (node.Parts). See DESIGN.md in this folder.
@@ -9,6 +9,7 @@ package api
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -53,3 +54,31 @@ type Node interface {
 
 // *node.Node is the one implementation.
 var _ Node = (*node.Node)(nil)
+
+// Cluster is what the API layer reads and asks of Raft itself, beside
+// Node: Status's figures, leadership transfer, and the membership changes
+// of a join or a removal. node.RaftView is the one implementation.
+type Cluster interface {
+	// State is this node's Raft state.
+	State() raft.RaftState
+	// Leader is the leader's id as Raft knows it, "" when none.
+	Leader() raft.ServerID
+	// Term is Raft's current term.
+	Term() uint64
+	// CommitIndex is the index of the last entry known committed.
+	CommitIndex() uint64
+	// AppliedIndex is the index of the last entry applied here.
+	AppliedIndex() uint64
+	// TransferLeadership hands leadership to voter id at addr (any voter
+	// when id is "") and returns when the transfer ends.
+	TransferLeadership(id raft.ServerID, addr raft.ServerAddress) error
+	// Configuration is Raft's latest membership configuration.
+	Configuration() (raft.Configuration, error)
+	// RemoveServer removes a member from the configuration.
+	RemoveServer(id raft.ServerID, timeout time.Duration) error
+	// AddNonvoter adds a member that receives the log but does not vote.
+	AddNonvoter(id raft.ServerID, addr raft.ServerAddress, timeout time.Duration) error
+}
+
+// node.RaftView is the one implementation.
+var _ Cluster = node.RaftView{}

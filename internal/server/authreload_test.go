@@ -198,7 +198,7 @@ func TestAuthReload(t *testing.T) {
 	if err := describe("reader-token", "billing/x"); err != nil {
 		t.Errorf("dashboard after a failed reload: %v", err)
 	}
-	if ok, bad := testutil.ToFloat64(srv.metrics.authReloads.WithLabelValues("ok")), testutil.ToFloat64(srv.metrics.authReloads.WithLabelValues("error")); ok != 1 || bad != 1 {
+	if ok, bad := testutil.ToFloat64(srv.api.AuthReloads().WithLabelValues("ok")), testutil.ToFloat64(srv.api.AuthReloads().WithLabelValues("error")); ok != 1 || bad != 1 {
 		t.Errorf("lockd_auth_reloads_total ok=%v error=%v, want 1 and 1", ok, bad)
 	}
 	b, _ := os.ReadFile(auditPath)

@@ -67,7 +67,7 @@ func TestForwardKeepsIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fwd dto.Metric
-	if err := c.server((leader + 1) % 3).metrics.forwarded.Write(&fwd); err != nil || fwd.GetCounter().GetValue() == 0 {
+	if err := c.server((leader + 1) % 3).api.Hooks().Forwarded().Write(&fwd); err != nil || fwd.GetCounter().GetValue() == 0 {
 		t.Fatal("the follower forwarded nothing: the calls did not take the forwarding path")
 	}
 	// The follower refused payments/x itself (same auth file); the leader

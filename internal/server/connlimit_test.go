@@ -75,7 +75,7 @@ func TestConnCapPerSource(t *testing.T) {
 		}
 		cancel()
 	}
-	if got := testutil.ToFloat64(s.metrics.limitHits.WithLabelValues("conns")); got != 3 {
+	if got := testutil.ToFloat64(s.api.LimitHits().WithLabelValues("conns")); got != 3 {
 		t.Errorf("lockd_limit_hits_total{reason=conns} = %v, want 3", got)
 	}
 }

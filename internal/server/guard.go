@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/guard"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -36,12 +37,12 @@ func (s *Server) openGuard(cfg Config, reg prometheus.Registerer) error {
 		Log:    s.log,
 		State:  s.fsm,
 		APIError: func(code connect.Code, reason lockdv1.ErrorReason, msg string) *connect.Error {
-			return s.errs.APIError(code, reason, msg)
+			return s.api.Errors().APIError(code, reason, msg)
 		},
-		StreamError: streamError,
+		StreamError: lockdapi.StreamError,
 		TLS:         s.tls,
-		LimitHits:   s.metrics.limitHits,
-		AuthReloads: s.metrics.authReloads,
+		LimitHits:   s.api.LimitHits(),
+		AuthReloads: s.api.AuthReloads(),
 		Registerer:  reg,
 	}
 	if s.tls != nil {

@@ -26,21 +26,22 @@ import (
 // refused before reaching it may be served) with authentication, a
 // flooder identity whose bucket is empty, the audit log on, and the
 // context of a call of that identity and an Acquire frame.
-func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamRequest) {
+func refusing(tb testing.TB) (lockdapi.TestHooks, context.Context, *lockdv1.StreamRequest) {
 	path := filepath.Join(tb.TempDir(), "auth")
 	rules := "token " + auth.HashToken("t") + " flooder\ngrant flooder lock\nlimit flooder rate=0.0001 burst=1\n"
 	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	s := &Server{metrics: newMetrics(reg, reg, node.NewLockMetrics(reg)), fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
-	s.errs = lockdapi.NewErrors(s.node, s.fsm, s.nodeID, s.metrics.limitHits)
+	s := &Server{fsm: fsm.New(nil), log: slog.New(slog.DiscardHandler), nodeID: "n1"}
+	s.api = lockdapi.New(lockdapi.Deps{Log: s.log, NodeID: s.nodeID, Parts: node.Parts{FSM: s.fsm, LockMetrics: node.NewLockMetrics(reg)}, Registerer: reg, Gatherer: reg})
 	cfg := DefaultConfig()
 	cfg.AuthFile, cfg.AuditLog = path, filepath.Join(tb.TempDir(), "audit.log")
 	if err := s.openGuard(cfg, reg); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { s.guard.Close() })
+	s.api.Start(s.guard, nil, nil)
 	// The caller's context as the guard's middleware makes it.
 	var ctx context.Context
 	r := httptest.NewRequest("POST", "/", nil)
@@ -52,7 +53,7 @@ func refusing(tb testing.TB) (*sessionAPI, context.Context, *lockdv1.StreamReque
 	if err := s.guard.Run(ctx, req.GetAcquire(), "Acquire", func(context.Context) error { return nil }); err != nil {
 		tb.Fatal(err)
 	}
-	return &sessionAPI{&api{s}}, ctx, req
+	return s.api.Hooks(), ctx, req
 }
 
 // BenchmarkRefusedFrame is the node's CPU for one session-stream frame
@@ -65,7 +66,7 @@ func BenchmarkRefusedFrame(b *testing.B) {
 	cancel()
 	b.ReportAllocs()
 	for b.Loop() {
-		resp := h.serve(ctx, req, time.Now())
+		resp := h.ServeFrame(ctx, req, time.Now())
 		if resp.GetError().GetDetail().GetReason() != lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED {
 			b.Fatalf("answer %v, want rate limited", resp)
 		}
@@ -78,7 +79,7 @@ func TestRateRefusalHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, ctx, req := refusing(t)
 		start := time.Now()
-		resp := h.serve(ctx, req, start)
+		resp := h.ServeFrame(ctx, req, start)
 		if resp.GetError().GetDetail().GetReason() != lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED {
 			t.Fatalf("answer %v, want rate limited", resp)
 		}
@@ -89,7 +90,7 @@ func TestRateRefusalHeld(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, guard.RefusalDelay/4)
 		defer cancel()
 		start = time.Now()
-		h.serve(ctx, req, start)
+		h.ServeFrame(ctx, req, start)
 		if d := time.Since(start); d != guard.RefusalDelay/4 {
 			t.Errorf("refusal of a call whose caller gave up after %v answered after %v", guard.RefusalDelay/4, d)
 		}

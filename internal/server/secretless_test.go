@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -47,7 +48,7 @@ const waiterSecret = "waiter-secret-0123456789abcdef"
 // CreateSession themselves: a session without one is revoked by the next
 // leader (a restart, a restore, a leader change), as one restored from a
 // backup written before session secrets.
-var testSecretHash = hashSecret(waiterSecret)
+var testSecretHash = lockdapi.HashSecret(waiterSecret)
 
 // TestRestoreRevokesSecretlessSession: a backup written
 // before session secrets restores a session without a secret hash, which
@@ -71,7 +72,7 @@ func TestRestoreRevokesSecretlessSession(t *testing.T) {
 	propose(t, src, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "old", TtlMs: oldTTL.Milliseconds(), Owner: "old-owner"})
 	propose(t, src, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "old", Seq: 1, Name: "jobs/x", Mode: fsm.ModeExclusive})
 	propose(t, src, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "old", Seq: 2, Ack: 1, Name: "jobs/delayed", Mode: fsm.ModeExclusive, LockDelayMs: 3600_000})
-	hash := hashSecret(waiterSecret)
+	hash := lockdapi.HashSecret(waiterSecret)
 	propose(t, src, fsm.CmdCreateSession, &fsmv1.CreateSession{SessionId: "waiter", TtlMs: 3600_000, Owner: "waiter", SecretHash: hash})
 	if r := propose(t, src, fsm.CmdAcquire, &fsmv1.Acquire{SessionId: "waiter", Seq: 1, Name: "jobs/x", Mode: fsm.ModeExclusive, Wait: true, SecretHash: hash}); r.Status != fsm.StatusQueued {
 		t.Fatalf("waiter's acquire: status %v, want queued", r.Status)
@@ -214,8 +215,7 @@ func TestSecretlessSessionRefusedByHandlers(t *testing.T) {
 // streamKeepAlive renews session id by the session stream's batch handler
 // (keepAliveBatch, called directly) and returns its error.
 func streamKeepAlive(ctx context.Context, s *Server, id, secret string) error {
-	h := &sessionAPI{a: &api{s: s}}
-	resp, err := h.keepAliveBatch(ctx, &lockdv1.KeepAliveBatch{Sessions: []*lockdv1.KeepAliveRequest{{SessionId: id, Secret: secret}}}, time.Now())
+	resp, err := s.api.Hooks().KeepAliveBatch(ctx, &lockdv1.KeepAliveBatch{Sessions: []*lockdv1.KeepAliveRequest{{SessionId: id, Secret: secret}}}, time.Now())
 	if err != nil {
 		return err
 	}

@@ -79,29 +79,21 @@ func WithVersion(v string) Option { return func(o *options) { o.version = v } }
 // Server is one running lockd node: the Raft side (internal/node), the
 // guard (internal/guard), and the API served over HTTP.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	version string
-	nodeID  string
-	apiURL  string
+	cfg    Config
+	log    *slog.Logger
+	nodeID string
+	apiURL string
 
 	nd   *node.Node    // Raft, stores, leadership, membership (internal/node): the assembly's handle
 	node lockdapi.Node // the same node as the handlers see it (internal/api)
+	api  *lockdapi.Server
 
-	// What the API reads of the node, set once by New.
-	fsm        *fsm.FSM
-	raft       *raft.Raft
-	lease      *lease.Manager
-	waiters    *node.Waiters
-	hub        *node.Hub // the watch history
-	tls        *certs.Store
-	clientAuth certs.ClientAuth
-	done       <-chan struct{} // closed when Close begins
-	fwd        *node.Forwarder // clients to other members' APIs
-
-	metrics   *metrics
-	errs      *lockdapi.Errors // the error mapping (internal/api)
-	keepalive time.Duration    // watchKeepalive; shorter in tests
+	// What the assembly and its tests read of the node, set once by New.
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	lease *lease.Manager
+	hub   *node.Hub // the watch history
+	tls   *certs.Store
 
 	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
 
@@ -137,15 +129,14 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		opt(&o)
 	}
 	reg, gatherer := o.registries()
-	s := &Server{cfg: cfg, log: o.logger, version: o.version}
+	s := &Server{cfg: cfg, log: o.logger}
 	n, err := node.Open(cfg, node.Options{Logger: o.logger, Registry: reg, Transport: o.transport, ForwardClient: o.fwdClient,
 		Bootstrap: o.bootstrap, LogStore: o.logStore, Fatal: o.fatal})
 	if err != nil {
 		return nil, err
 	}
 	p := n.Parts()
-	s.nd, s.node, s.nodeID, s.fsm, s.lease, s.waiters, s.hub = n, n, n.ID(), p.FSM, p.Lease, p.Waiters, p.Hub
-	s.tls, s.clientAuth, s.done = p.TLS, p.ClientAuth, p.Done
+	s.nd, s.node, s.nodeID, s.fsm, s.lease, s.hub, s.tls = n, n, n.ID(), p.FSM, p.Lease, p.Hub, p.TLS
 	var closers []io.Closer
 	defer func() {
 		if err != nil {
@@ -166,22 +157,21 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 		s.apiURL = n.Peers().Scheme() + "://" + s.apiURL
 	}
 
-	s.metrics = newMetrics(reg, gatherer, p.LockMetrics)
-	s.keepalive = watchKeepalive
-	s.errs = lockdapi.NewErrors(n, s.fsm, s.nodeID, s.metrics.limitHits)
+	s.api = lockdapi.New(lockdapi.Deps{Config: cfg, Log: o.logger, Version: o.version, NodeID: s.nodeID, APIURL: s.apiURL,
+		Node: n, Parts: p, Registerer: reg, Gatherer: gatherer})
 	// The guard after the FSM (it reads the cluster id and session counts).
 	if err := s.openGuard(cfg, reg); err != nil {
 		n.Abort()
 		return nil, err
 	}
 	closers = append(closers, s.guard)
-	s.metrics.registerState(reg, s)
 
 	if err := n.Start(s.apiURL, s.guard.PeerToken()); err != nil {
 		return nil, err
 	}
 	p = n.Parts()
-	s.raft, s.fwd = p.Raft, p.Forwarder
+	s.raft = p.Raft
+	s.api.Start(s.guard, node.RaftView{Node: n}, p.Forwarder)
 	s.serveHTTP(gatherer)
 	s.log.Info("lockd node started", "node_id", s.nodeID, "api", s.apiURL, "raft", n.RaftAddr(), "data_dir", cfg.DataDir)
 	return s, nil

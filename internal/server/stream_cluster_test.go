@@ -36,18 +36,18 @@ func TestStreamThroughFollower(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := value(c.server(f).metrics.streamFrames.WithLabelValues("acquire")); n < 1 {
+	if n := value(c.server(f).api.Hooks().StreamFrames().WithLabelValues("acquire")); n < 1 {
 		t.Errorf("%v acquire frames on the follower's stream", n)
 	}
-	leader := c.server(l).metrics
-	start := value(leader.keepAlives)
-	for value(leader.keepAlives) < start+3 {
+	leader := c.server(l).api.Hooks()
+	start := value(leader.KeepAlives())
+	for value(leader.KeepAlives()) < start+3 {
 		if ctx.Err() != nil {
 			t.Fatal("the leader renewed no session of a client that knew only a follower")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if n := value(leader.streamFrames.WithLabelValues("keep_alive")); n < 3 {
+	if n := value(leader.StreamFrames().WithLabelValues("keep_alive")); n < 3 {
 		t.Errorf("%v keepalive batches on the leader, want >= 3", n)
 	}
 	if s.Err() != nil {

@@ -20,11 +20,11 @@ const keepAliveAllocsPerSession = 0.5
 func TestKeepAliveBatchAllocationsPerSession(t *testing.T) {
 	s := startServer(t, testConfig(t.TempDir()))
 	defer s.Close()
-	h := &sessionAPI{&api{s}}
+	h := s.api.Hooks()
 	const n = 200
 	b := &lockdv1.KeepAliveBatch{}
 	for range n {
-		r, err := h.a.CreateSession(t.Context(), connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}))
+		r, err := h.LockService().CreateSession(t.Context(), connect.NewRequest(&lockdv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestKeepAliveBatchAllocationsPerSession(t *testing.T) {
 	ctx := context.Background()
 	var failed error
 	allocs := testing.AllocsPerRun(20, func() {
-		resp, err := h.keepAliveBatch(ctx, b, time.Now())
+		resp, err := h.KeepAliveBatch(ctx, b, time.Now())
 		if err != nil {
 			failed = err
 			return

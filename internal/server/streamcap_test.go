@@ -99,7 +99,7 @@ func TestStreamCapPerIP(t *testing.T) {
 		cancel()
 		waitStreamsFreed(t, srv)
 	}
-	if got := testutil.ToFloat64(srv.metrics.limitHits.WithLabelValues("streams")); got != 9 {
+	if got := testutil.ToFloat64(srv.api.LimitHits().WithLabelValues("streams")); got != 9 {
 		t.Errorf("lockd_limit_hits_total{reason=streams} = %v, want 9", got)
 	}
 }

@@ -195,11 +195,11 @@ func TestTLSClusterFormsForwardsFailsOver(t *testing.T) {
 	if err := sess.NewMutex("a").Lock(ctx); err != nil {
 		t.Fatalf("lock via follower: %v", err)
 	}
-	if n := counterValue(t, follower.metrics.forwarded); n == 0 {
+	if n := counterValue(t, follower.api.Hooks().Forwarded()); n == 0 {
 		t.Error("the follower forwarded nothing")
 	}
 	if streamOn() {
-		if n := counterValue(t, follower.metrics.streamFrames.WithLabelValues("acquire")); n == 0 {
+		if n := counterValue(t, follower.api.Hooks().StreamFrames().WithLabelValues("acquire")); n == 0 {
 			t.Error("no acquire frame on the follower's session stream")
 		}
 	}
@@ -425,7 +425,7 @@ func TestTLSGoClient(t *testing.T) {
 	if err := sess.NewMutex("a").Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if streamOn() && counterValue(t, n1.metrics.streamFrames.WithLabelValues("acquire")) == 0 {
+	if streamOn() && counterValue(t, n1.api.Hooks().StreamFrames().WithLabelValues("acquire")) == 0 {
 		t.Error("no acquire frame on a session stream over TLS")
 	}
 

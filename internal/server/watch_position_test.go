@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
 	"io"
 	"maps"
 	"net/http"
@@ -146,9 +147,7 @@ func (b *sseBrowser) settle() {
 // EventSource does (Last-Event-ID: the last id it got) ends up with the
 // whole state, never a part of it.
 func TestWatchSSEReconnectMidDump(t *testing.T) {
-	old := watchKeepalive
-	watchKeepalive = 100 * time.Millisecond
-	t.Cleanup(func() { watchKeepalive = old })
+	t.Cleanup(lockdapi.SetWatchKeepalive(100 * time.Millisecond))
 	opts := defaultClusterOpts()
 	opts.history = 8
 	c := newTestCluster(t, 1, opts)
@@ -338,7 +337,7 @@ func TestWatchPositionCluster(t *testing.T) {
 		{from: "5.1@XYZ", bad: true},
 		{from: "5", bad: true},
 	} {
-		_, reset, err := watchAPI{s}.parseFrom(tc.from)
+		_, reset, err := s.api.Hooks().ParseFrom(tc.from)
 		if bad := errors.Is(err, node.ErrBadPosition); bad != tc.bad || err != nil && !bad || reset != tc.reset {
 			t.Errorf("from %q: reset %v, err %v; want reset %v, bad %v", tc.from, reset, err, tc.reset, tc.bad)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	lockdapi "github.com/lockd-dev/lockd/internal/api"
 	"net/http"
 	"slices"
 	"strings"
@@ -139,10 +140,10 @@ func TestWatchResumeExactlyOnce(t *testing.T) {
 	}()
 	tokens = append(tokens, churn(t, ctx, writer, "w/a", 100)...)
 	serving := f1
-	for gauge(c.server(f1).metrics.watchStreams) == 0 && gauge(c.server(f2).metrics.watchStreams) == 0 {
+	for gauge(c.server(f1).api.Hooks().WatchStreams()) == 0 && gauge(c.server(f2).api.Hooks().WatchStreams()) == 0 {
 		time.Sleep(5 * time.Millisecond) // between the first watch and the second
 	}
-	if gauge(c.server(f1).metrics.watchStreams) == 0 {
+	if gauge(c.server(f1).api.Hooks().WatchStreams()) == 0 {
 		serving, f2 = f2, f1
 	}
 	c.stop(serving, true)
@@ -237,7 +238,7 @@ func TestWatchStalledConsumer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		first := true
-		done <- watchAPI{s}.streamEvents(ctx, "s/", "", false, func(ev *lockdv1.WatchResponse) error {
+		done <- s.api.Hooks().StreamEvents(ctx, "s/", "", false, func(ev *lockdv1.WatchResponse) error {
 			sent <- ev
 			if first {
 				first = false
@@ -308,9 +309,7 @@ func readSSE(body *bufio.Reader, ch chan<- sseEvent) {
 // data lines, an "event: reset" for a lost position, ": keepalive"
 // comments when idle.
 func TestWatchSSE(t *testing.T) {
-	old := watchKeepalive
-	watchKeepalive = 100 * time.Millisecond
-	t.Cleanup(func() { watchKeepalive = old })
+	t.Cleanup(lockdapi.SetWatchKeepalive(100 * time.Millisecond))
 	opts := defaultClusterOpts()
 	opts.history = 8
 	c := newTestCluster(t, 1, opts)

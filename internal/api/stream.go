@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -262,7 +262,7 @@ func (h *sessionAPI) serve(ctx context.Context, req *lockdv1.StreamRequest, rece
 		}
 	}
 	if err != nil {
-		resp.Body = &lockdv1.StreamResponse_Error{Error: streamError(err)}
+		resp.Body = &lockdv1.StreamResponse_Error{Error: StreamError(err)}
 	}
 	resp.ClusterId = h.a.clusterID()
 	return resp
@@ -365,16 +365,16 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 		r.SessionId = k.GetSessionId()
 		resp.Results[i] = r
 		if r.SessionId == "" {
-			r.Error = streamError(s.errs.Invalid("session_id is required"))
+			r.Error = StreamError(s.errs.Invalid("session_id is required"))
 			continue
 		}
 		if err := s.checkSession(ctx, r.SessionId, k.GetSecret()); err != nil {
-			r.Error = streamError(err)
+			r.Error = StreamError(err)
 			continue
 		}
 		ttl, err := s.lease.KeepAlive(r.SessionId, received)
 		if err != nil {
-			r.Error = streamError(s.errs.LeaseError(err))
+			r.Error = StreamError(s.errs.LeaseError(err))
 			continue
 		}
 		s.metrics.keepAlives.Inc()
@@ -386,9 +386,9 @@ func (h *sessionAPI) keepAliveBatch(ctx context.Context, b *lockdv1.KeepAliveBat
 	return resp, nil
 }
 
-// streamError carries an RPC error in a frame: its Connect code, message
+// StreamError carries an RPC error in a frame: its Connect code, message
 // and ErrorDetail.
-func streamError(err error) *lockdv1.StreamError {
+func StreamError(err error) *lockdv1.StreamError {
 	if le, ok := err.(*guard.LimitError); ok {
 		return le.StreamError()
 	}

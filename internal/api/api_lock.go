@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	cmd := &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
 		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
-		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
+		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateAcquire(cmd); err != nil {
 		return nil, a.s.errs.Invalid("%v", err)
@@ -107,7 +107,7 @@ func (a *api) release(ctx context.Context, req *connect.Request[lockdv1.ReleaseR
 		return nil, a.s.errs.Invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdRelease, &fsmv1.Release{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
+		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func (a *api) cancel(ctx context.Context, req *connect.Request[lockdv1.CancelReq
 		return nil, a.s.errs.Invalid("%v", err)
 	}
 	r, err := a.propose(fsm.CmdCancel, &fsmv1.Cancel{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, AcquireSeq: m.AcquireSeq, TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
+		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx)})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (a *api) complete(ctx context.Context, req *connect.Request[lockdv1.Complet
 	ret := m.Retention.AsDuration()
 	cmd := &fsmv1.Complete{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token,
 		RetentionMs: ret.Milliseconds(), TimeUnixNano: wallclock.Now().UnixNano(),
-		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
+		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 	if ret < time.Second || fsm.ValidateComplete(cmd) != nil { // at least 1s for a new request
 		return nil, a.s.errs.Invalid("retention %v is outside [1s, 400 days]", ret)
 	}
@@ -218,7 +218,7 @@ func (a *api) SetValue(ctx context.Context, req *connect.Request[lockdv1.SetValu
 			return nil, a.s.errs.Invalid("%v", err)
 		}
 		cmd := &fsmv1.SetValue{SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Token: m.Token, Value: m.Value,
-			SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
+			SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx)}
 		if err := fsm.ValidateSetValue(cmd); err != nil {
 			return nil, a.s.errs.Invalid("%v", err)
 		}

@@ -1,10 +1,8 @@
-package server
+package api
 
 import (
 	"context"
 	"time"
-
-	lockdapi "github.com/lockd-dev/lockd/internal/api"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -55,7 +53,7 @@ func (a *api) createSession(ctx context.Context, req *connect.Request[lockdv1.Cr
 	}
 	cmd := &fsmv1.CreateSession{
 		RequestId: m.RequestId, SessionId: node.RandomID(16), TtlMs: ttl.Milliseconds(), Owner: m.Owner,
-		SecretHash: hashSecret(secret), Identity: guard.IdentityOf(ctx),
+		SecretHash: HashSecret(secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := fsm.ValidateCreateSession(cmd); err != nil {
 		return nil, a.s.errs.Invalid("%v", err)
@@ -128,7 +126,7 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 		return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 	}
 	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,
-		SecretHash: hashSecret(req.Msg.Secret), Identity: guard.IdentityOf(ctx)}); err != nil {
+		SecretHash: HashSecret(req.Msg.Secret), Identity: guard.IdentityOf(ctx)}); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
@@ -151,7 +149,7 @@ func (a *api) listSessions(ctx context.Context, req *connect.Request[lockdv1.Lis
 	}
 	resp := &lockdv1.ListSessionsResponse{}
 	for _, x := range a.s.fsm.Sessions() {
-		pb := lockdapi.SessionPB(x)
+		pb := SessionPB(x)
 		pb.Holding, pb.Waiting = a.s.fsm.SessionLocks(x.ID, sessionLockNames)
 		if d, ok := a.s.lease.Deadline(x.ID); ok {
 			pb.ExpiresAt = timestamppb.New(d)

@@ -1,14 +1,12 @@
-package server
+package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
-	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -133,7 +131,7 @@ func (s *Server) notReady() string {
 	if s.Ready() {
 		return ""
 	}
-	if s.raft.State() == raft.Leader {
+	if s.cluster.State() == raft.Leader {
 		return "leader not established yet"
 	}
 	if _, err := s.leaderURL(http.Header{}); err != nil {
@@ -142,35 +140,15 @@ func (s *Server) notReady() string {
 	return ""
 }
 
-// serveHTTP serves the API on the listener until Close.
-func (s *Server) serveHTTP(g prometheus.Gatherer) {
-	s.httpSrv = &http.Server{
-		Handler:           s.Handler(g),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second, // request bodies are small
-		// A queued Acquire blocks up to MaxPollTimeout after its proposal.
-		WriteTimeout: s.cfg.MaxPollTimeout + s.cfg.ApplyTimeout + 10*time.Second,
-		IdleTimeout:  2 * time.Minute,
-		// TLS handshake errors (scanners, clients without a certificate)
-		// and the like, into the node's log.
-		ErrorLog: slog.NewLogLogger(s.log.With("component", "http").Handler(), slog.LevelInfo),
-	}
-	s.httpSrv.Protocols = new(http.Protocols)
-	s.httpSrv.Protocols.SetHTTP1(true)
-	s.httpSrv.Protocols.SetUnencryptedHTTP2(true)
-	s.httpSrv.Protocols.SetHTTP2(true)
-	capped := s.capConns(s.lis) // before TLS: a refused connection costs no handshake
-	ln := s.tlsListener(capped)
+// Listener wraps the API listener (already capped per source by the
+// assembly) in TLS when it is on, else in buffered reads (TLS reads whole
+// records already).
+func (s *Server) Listener(l net.Listener) net.Listener {
+	ln := s.tlsListener(l)
 	if s.tls == nil {
-		ln = readBuffered(ln) // TLS reads whole records already
+		ln = readBuffered(ln)
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("api server stopped", "err", err)
-		}
-	}()
+	return ln
 }
 
 // backupRoute serves the backup download.

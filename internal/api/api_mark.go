@@ -1,9 +1,7 @@
-package server
+package api
 
 import (
 	"context"
-
-	lockdapi "github.com/lockd-dev/lockd/internal/api"
 
 	"connectrpc.com/connect"
 
@@ -41,6 +39,6 @@ func (a *api) clearMark(ctx context.Context, req *connect.Request[lockdv1.ClearM
 		return nil, err
 	}
 	a.s.log.Warn("completion mark cleared by admin", "lock", name, "token", m.Token)
-	resp.Mark = lockdapi.MarkPB(m)
+	resp.Mark = MarkPB(m)
 	return connect.NewResponse(resp), nil
 }

@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -52,20 +52,18 @@ func (c clusterAPI) RemoveMember(ctx context.Context, req *connect.Request[lockd
 func (c clusterAPI) TransferLeadership(ctx context.Context, req *connect.Request[lockdv1.TransferLeadershipRequest]) (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 	return viaLeaderCluster(ctx, c, req, lockdv1connect.ClusterServiceClient.TransferLeadership, func() (*connect.Response[lockdv1.TransferLeadershipResponse], error) {
 		s := c
-		var f raft.Future
+		var addr raft.ServerAddress
 		if id := req.Msg.NodeId; id != "" {
-			addr, ok := s.node.VoterAddress(id)
+			a, ok := s.node.VoterAddress(id)
 			if !ok {
 				return nil, s.errs.Invalid("node %q is not a voter of this cluster", id)
 			}
-			f = s.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
-		} else {
-			f = s.raft.LeadershipTransfer()
+			addr = a
 		}
-		if err := f.Error(); err != nil {
+		if err := s.cluster.TransferLeadership(raft.ServerID(req.Msg.NodeId), addr); err != nil {
 			return nil, s.errs.APIError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UNSPECIFIED, "leadership transfer: "+err.Error())
 		}
-		_, leader := s.raft.LeaderWithID()
+		leader := s.cluster.Leader()
 		return connect.NewResponse(&lockdv1.TransferLeadershipResponse{Leader: string(leader)}), nil
 	})
 }
@@ -83,8 +81,8 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 	}
 	unlock := s.node.LockMembership()
 	defer unlock()
-	f := s.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	conf, err := s.cluster.Configuration()
+	if err != nil {
 		return nil, s.errs.RaftError(err)
 	}
 	id, addr := raft.ServerID(m.NodeId), raft.ServerAddress(m.RaftAddress)
@@ -92,14 +90,14 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 	// state ignores --join), so a member with the same id or address is a
 	// previous life of it: remove it, even with an unchanged id and address,
 	// so an empty node never votes as a voter the cluster counted on.
-	for _, srv := range f.Configuration().Servers {
+	for _, srv := range conf.Servers {
 		switch {
 		case srv.ID == id || srv.Address == addr:
 			if srv.ID == raft.ServerID(s.nodeID) {
 				return nil, s.errs.Invalid("node %s at %s is the leader itself", srv.ID, srv.Address)
 			}
 			s.log.Warn("removing stale member before join", "old_id", srv.ID, "old_raft", srv.Address, "new_id", id, "new_raft", addr)
-			if err := s.raft.RemoveServer(srv.ID, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+			if err := s.cluster.RemoveServer(srv.ID, s.cfg.ApplyTimeout); err != nil {
 				return nil, s.errs.RaftError(err)
 			}
 			if _, err := s.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: string(srv.ID), Remove: true}); err != nil {
@@ -107,7 +105,7 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 			}
 		}
 	}
-	if err := s.raft.AddNonvoter(id, addr, 0, s.cfg.ApplyTimeout).Error(); err != nil {
+	if err := s.cluster.AddNonvoter(id, addr, s.cfg.ApplyTimeout); err != nil {
 		return nil, s.errs.RaftError(err)
 	}
 	s.log.Info("member added as non-voter", "id", id, "raft", addr, "api", m.ApiUrl)
@@ -133,7 +131,7 @@ func (s clusterAPI) removeMember(id string) error {
 		// Hand leadership over first; the new leader removes this node.
 		return s.errs.Invalid("node %s is the leader: transfer leadership first (lockd leader transfer), then remove it", id)
 	}
-	if err := s.raft.RemoveServer(raft.ServerID(id), 0, s.cfg.ApplyTimeout).Error(); err != nil {
+	if err := s.cluster.RemoveServer(raft.ServerID(id), s.cfg.ApplyTimeout); err != nil {
 		return s.errs.RaftError(err)
 	}
 	if _, err := s.node.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: id, Remove: true}); err != nil {

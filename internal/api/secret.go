@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -26,8 +26,8 @@ const (
 	maxSecretBytes = 256
 )
 
-// hashSecret returns the SHA-256 of a session secret, as commands carry it.
-func hashSecret(secret string) []byte {
+// HashSecret returns the SHA-256 of a session secret, as commands carry it.
+func HashSecret(secret string) []byte {
 	h := sha256.Sum256([]byte(secret))
 	return h[:]
 }
@@ -47,7 +47,7 @@ func (s *Server) checkSession(ctx context.Context, id, secret string) error {
 	if len(hash) == 0 {
 		return s.secretlessError(id)
 	}
-	if subtle.ConstantTimeCompare(hash, hashSecret(secret)) != 1 {
+	if subtle.ConstantTimeCompare(hash, HashSecret(secret)) != 1 {
 		return s.guard.Denied("session " + id + ": wrong or missing session secret")
 	}
 	if owner != "" && owner != guard.IdentityOf(ctx) {

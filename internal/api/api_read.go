@@ -1,9 +1,7 @@
-package server
+package api
 
 import (
 	"context"
-
-	lockdapi "github.com/lockd-dev/lockd/internal/api"
 
 	"connectrpc.com/connect"
 
@@ -57,7 +55,7 @@ func (a lockService) describeLock(ctx context.Context, req *connect.Request[lock
 	}
 	resp := &lockdv1.DescribeLockResponse{}
 	if l, ok := a.s.fsm.Describe(req.Msg.Name); ok {
-		resp.Lock = lockdapi.LockPB(l)
+		resp.Lock = LockPB(l)
 	}
 	return connect.NewResponse(resp), nil
 }
@@ -88,7 +86,7 @@ func (a lockService) listLocks(ctx context.Context, req *connect.Request[lockdv1
 	locks, more := a.s.fsm.List(m.Prefix, m.PageToken, n)
 	resp := &lockdv1.ListLocksResponse{}
 	for _, l := range locks {
-		resp.Locks = append(resp.Locks, lockdapi.LockPB(l))
+		resp.Locks = append(resp.Locks, LockPB(l))
 	}
 	if more && len(locks) > 0 {
 		resp.NextPageToken = locks[len(locks)-1].Name
@@ -100,10 +98,10 @@ func (a lockService) listLocks(ctx context.Context, req *connect.Request[lockdv1
 func (a lockService) Status(ctx context.Context, req *connect.Request[lockdv1.StatusRequest]) (*connect.Response[lockdv1.StatusResponse], error) {
 	s := a.s
 	info := s.fsm.Info()
-	_, leader := s.raft.LeaderWithID()
+	leader := s.cluster.Leader()
 	resp := &lockdv1.StatusResponse{
-		NodeId: s.nodeID, Leader: string(leader), State: s.raft.State().String(), Term: s.raft.CurrentTerm(),
-		CommitIndex: s.raft.CommitIndex(), AppliedIndex: s.raft.AppliedIndex(),
+		NodeId: s.nodeID, Leader: string(leader), State: s.cluster.State().String(), Term: s.cluster.Term(),
+		CommitIndex: s.cluster.CommitIndex(), AppliedIndex: s.cluster.AppliedIndex(),
 		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
 	}
 	resp.Members = s.node.Members()

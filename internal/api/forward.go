@@ -1,4 +1,4 @@
-package server
+package api
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const ForwardedIdentityHeader = guard.ForwardedIdentityHeader
 // that is not the leader and cannot forward answers an unavailable error
 // the client retries.
 func (s *Server) leaderURL(h http.Header) (string, error) {
-	if s.raft.State() == raft.Leader {
+	if s.cluster.State() == raft.Leader {
 		return "", nil
 	}
 	if h.Get(ForwardedHeader) != "" {
@@ -76,7 +76,7 @@ func forward[Req, Res any, C any](ctx context.Context, s *Server, url string, cl
 			hint, msg := url, "forward to leader "+url+": "+err.Error()
 			if moved.Load() {
 				hint, _ = s.leaderURL(nil) // the new one, if known
-				if hint == "" && s.raft.State() == raft.Leader {
+				if hint == "" && s.cluster.State() == raft.Leader {
 					hint = s.apiURL
 				}
 				msg = "forward to leader " + url + " ended: the leader changed; retry"
