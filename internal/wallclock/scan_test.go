@@ -20,11 +20,12 @@ var wallMethods = []string{
 }
 
 // No server package reads the wall clock except through Now. The scan is
-// syntactic, per function, in the non-test files of internal/server and
+// syntactic, per function, in the non-test files of a node's packages
+// (internal/server, internal/api, internal/node) and
 // internal/fsm:
 //   - internal/fsm calls no clock at all (time.Now, time.Since,
 //     time.Until): Apply must be deterministic;
-//   - in internal/server, time.Now()'s result is used for durations and
+//   - in the node's packages, time.Now()'s result is used for durations and
 //     deadlines only: no wall method (UnixNano, Format, Round(0), …) on
 //     time.Now() itself, nor on a variable assigned from time.Now() in the
 //     same function.
@@ -36,7 +37,7 @@ var wallMethods = []string{
 func TestNoWallClockReadsOutsideNow(t *testing.T) {
 	fset := token.NewFileSet()
 	var found []string
-	for _, dir := range []string{"../server", "../fsm"} {
+	for _, dir := range []string{"../server", "../api", "../node", "../fsm"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

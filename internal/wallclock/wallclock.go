@@ -7,7 +7,8 @@
 // the times recorded in the lock table (granted at, queued at, completed
 // at, shown by the dashboard and lockd ls), the epoch that starts a new
 // cluster's fencing tokens, and metrics of those times. Every such read in
-// internal/server goes through Now, and a test (scan_test.go) keeps it
+// internal/server, internal/api and internal/node goes through Now, and a
+// test (scan_test.go) keeps it
 // that way, so that a test can move one node's wall clock and see that
 // nothing safe changes.
 //

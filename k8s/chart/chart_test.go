@@ -429,7 +429,7 @@ func checkInvariants(t *testing.T, appVersion string, o objects, v values) {
 	}
 }
 
-// servedPaths are the probe paths lockd serves (internal/server/http.go);
+// servedPaths are the probe paths lockd serves (internal/api/http.go);
 // TestProbePathsAreServed checks them on a real node.
 var servedPaths = []string{"/healthz", "/readyz"}
 
