@@ -28,51 +28,61 @@ func (f *FSM) State() *fsmv1.Snapshot {
 
 // stateLocked is State with f.mu held.
 func (f *FSM) stateLocked() *fsmv1.Snapshot {
-	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
+	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: f.sessionsLocked()}
+	snap.Locks = make([]*fsmv1.Lock, 0, f.names.Len())
+	var fresh lockMsgPool // every lock its own messages
+	f.names.Ascend(func(l *lock) bool {
+		pl := &fsmv1.Lock{}
+		fresh.fill(pl, l)
+		snap.Locks = append(snap.Locks, pl)
+		return true // in name order already: no sort
+	})
+	snap.Members = f.membersLocked()
+	return snap
+}
+
+// sessionsLocked returns the sessions' messages, by id; f.mu is held.
+func (f *FSM) sessionsLocked() []*fsmv1.Session {
+	var out []*fsmv1.Session
 	for _, s := range f.sessions {
 		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
 		for _, seq := range s.seqs {
 			ps.Results = append(ps.Results, proto.CloneOf(s.results[seq]))
 		}
-		snap.Sessions = append(snap.Sessions, ps)
+		out = append(out, ps)
 	}
-	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
-	snap.Locks = make([]*fsmv1.Lock, 0, f.names.Len())
-	f.names.Ascend(func(l *lock) bool {
-		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed, DelayToken: l.delayToken}
-		for _, h := range l.holders {
-			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
-		}
-		for _, w := range l.queue {
-			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued})
-		}
-		if m := l.mark; m != nil {
-			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
-		}
-		snap.Locks = append(snap.Locks, pl)
-		return true // in name order already: no sort
-	})
-	for _, m := range f.members {
-		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
-	}
-	slices.SortFunc(snap.Members, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
-	return snap
+	slices.SortFunc(out, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
+	return out
 }
 
-// Snapshot implements raft.FSM. The copy is taken under the read lock; it is
-// serialized later, concurrently with Apply. Unlike State (and so backups),
+// membersLocked returns the members' messages, by node id; f.mu is held.
+func (f *FSM) membersLocked() []*fsmv1.MemberInfo {
+	var out []*fsmv1.MemberInfo
+	for _, m := range f.members {
+		out = append(out, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
+	}
+	slices.SortFunc(out, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
+	return out
+}
+
+// Snapshot implements raft.FSM. The state is encoded under the read lock
+// (snapshot_encode.go); the bytes are written later, concurrently with
+// Apply. Unlike State (and so backups),
 // it records the index of the last applied entry: a node that installs it
 // can place its watch history's floor at once instead of at the next entry,
 // which on an idle cluster may never come.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := f.stateLocked()
-	st.AppliedIndex = f.applied
-	return &snapshot{state: st}, nil
+	b, err := f.encodeLocked() // snapshot_encode.go
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{b: b}, nil
 }
 
-type snapshot struct{ state *fsmv1.Snapshot }
+// snapshot is an encoded snapshot, ready to write.
+type snapshot struct{ b []byte }
 
 // EncodeSnapshot returns snap in the snapshot format (a version byte and the
 // deterministic protobuf encoding), as Persist writes it and RestoreBytes
@@ -86,18 +96,15 @@ func EncodeSnapshot(snap *fsmv1.Snapshot) ([]byte, error) {
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := EncodeSnapshot(s.state)
-	if err == nil {
-		_, err = sink.Write(b)
-	}
-	if err != nil {
+	if _, err := sink.Write(s.b); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}
 	return sink.Close()
 }
 
-func (s *snapshot) Release() {}
+// Release lets the encoding go as soon as Raft is done with it.
+func (s *snapshot) Release() { s.b = nil }
 
 // Restore implements raft.FSM: it replaces the whole state.
 func (f *FSM) Restore(rc io.ReadCloser) error {
