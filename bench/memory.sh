@@ -58,6 +58,7 @@ if [ -z "$LOCKD" ]; then
 	(cd "$ROOT" && timeout 600 go build -o "$WORK/lockd" ./cmd/lockd)
 	LOCKD=$WORK/lockd
 fi
+[ -x "$LOCKD" ] || { echo "memory.sh: --lockd $LOCKD is not an executable" >&2; exit 64; }
 (cd "$ROOT/bench" && timeout 600 go build -o "$WORK/memfill" ./cmd/memfill)
 
 freeport() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -129,4 +130,5 @@ echo "locks: $((SESSIONS * LOCKS)) ($SESSIONS sessions × $LOCKS), built in $BUI
 echo "build: peak RSS $PEAK MiB (VmHWM), RSS when built $AT_BUILT MiB, after ${STEADY} s $STEADY_RSS MiB; snapshots by log size: $SNAPS"
 echo "restart: ready in $RESTART s, RSS then $RESTART_RSS MiB, after ${STEADY} s $RESTART_STEADY MiB (VmHWM $RESTART_PEAK MiB)"
 for p in built steady restart; do [ ! -s "$PROFILES/$p.pb.gz" ] || ptop "$p"; done
-echo "profiles in $PROFILES"
+cp "$WORK/serve.log" "$PROFILES/serve.log"
+echo "profiles and the server's log in $PROFILES"
