@@ -119,11 +119,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // RestoreBytes replaces the state with an encoded snapshot (as written by
 // Persist). On error the state is unchanged.
 func (f *FSM) RestoreBytes(b []byte) error {
-	snap, err := unmarshalSnapshot(b)
+	st, applied, err := decodeSnapshotBytes(b) // snapshot_decode.go
 	if err != nil {
 		return err
 	}
-	return f.Load(snap)
+	f.load(st, applied)
+	return nil
 }
 
 func unmarshalSnapshot(b []byte) (*fsmv1.Snapshot, error) {
@@ -179,16 +180,23 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	f.load(st, snap.AppliedIndex)
+	return nil
+}
+
+// load installs a decoded, checked state whose last entry is applied (0:
+// not known).
+func (f *FSM) load(st *state, applied uint64) {
 	f.mu.Lock()
 	f.install(st)
-	f.applied = snap.AppliedIndex
+	f.applied = applied
 	if f.sink != nil {
 		f.pending = nil
-		if snap.AppliedIndex != 0 {
+		if applied != 0 {
 			// The next entry's events start after the snapshot's index:
 			// readers reset now, not at the next write.
 			f.restored = false
-			f.sink.Reset(snap.AppliedIndex + 1)
+			f.sink.Reset(applied + 1)
 		} else {
 			// A snapshot without its index: the sink hears the index
 			// with the next entry.
@@ -197,7 +205,6 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		}
 	}
 	f.mu.Unlock()
-	return nil
 }
 
 // state is a decoded, checked snapshot, ready to install.
@@ -250,6 +257,23 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 
 // decodeState checks snap and builds the state it describes.
 func decodeState(snap *fsmv1.Snapshot) (*state, error) {
+	size := func(sessions map[string]*session) { sizeHolds(snap.Locks, sessions) }
+	return decodeStateLocks(snap, len(snap.Locks), size, func(yield func(*fsmv1.Lock) error) error {
+		for _, pl := range snap.Locks {
+			if err := yield(pl); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// decodeStateLocks is decodeState with snap's n locks (snap.Locks is not
+// read) given one after another by locks, which stops at yield's first
+// error and returns it (snapshot_decode.go decodes them from the bytes
+// one at a time). A message yielded is not kept. size sizes the sessions'
+// holds maps (sizeHolds) before the locks are added.
+func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session), locks func(yield func(*fsmv1.Lock) error) error) (*state, error) {
 	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
 		return nil, fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
 	}
@@ -257,30 +281,35 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizeHolds(snap.Locks, sessions)
+	size(sessions)
 	// Maps sized up front: a restart of a node with 1 000 000 locks
 	// otherwise spends much of its restore growing them.
-	tokens := make(map[uint64]bool, len(snap.Locks))
-	locks := make(map[string]*lock, len(snap.Locks))
+	tokens := make(map[uint64]bool, n)
+	byName := make(map[string]*lock, n)
 	names := newNames()
 	cs := newCounts()
 	// State writes locks sorted by name: while the names rise strictly,
 	// none repeats, and the check needs no lookup in a map of a million.
-	sorted := true
-	for i, pl := range snap.Locks {
-		if sorted && i > 0 && pl.Name <= snap.Locks[i-1].Name {
+	sorted, i, prev := true, 0, ""
+	err = locks(func(pl *fsmv1.Lock) error {
+		if sorted && i > 0 && pl.Name <= prev {
 			sorted = false
 		}
-		if !sorted && locks[pl.Name] != nil {
-			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
+		i, prev = i+1, pl.Name
+		if !sorted && byName[pl.Name] != nil {
+			return fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
 		l, err := decodeLock(pl, sessions, tokens, snap.LastToken)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		locks[l.name] = l
+		byName[l.name] = l
 		names.ReplaceOrInsert(l)
 		cs.add(l)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := checkStateCaps(snap, sessions, &cs); err != nil {
 		return nil, err
@@ -290,7 +319,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		return nil, err
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, counts: cs}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or
