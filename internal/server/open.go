@@ -133,6 +133,7 @@ func (s *Server) openStores(cfg Config, o *options, hl hclog.Logger, reg prometh
 		ls = o.logStore(ls)
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
+	size.seedState(snaps)
 	s.logSize = size
 	return raftStores{logs: newCountingLogStore(ls, reg, size), stable: stable, snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
 }
