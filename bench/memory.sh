@@ -15,9 +15,12 @@
 #
 #   bench/memory.sh [--sessions 1000] [--locks 1000] [--steady 30]
 #                   [--lockd BIN] [--profiles DIR] [--build-limit 1200]
-#                   [-- SERVE-FLAGS...]
+#                   [--restart-with BIN]... [--rounds 2] [-- SERVE-FLAGS...]
 #
-# SERVE-FLAGS go to `lockd serve` (both starts). The server's environment
+# Each --restart-with BIN (say, another commit's lockd) is then also
+# restarted on the same data dir, --rounds rounds alternating with the
+# --lockd one, each killed -9 before the next: restart A/B on one state.
+# SERVE-FLAGS go to `lockd serve` (every start). The server's environment
 # is this one's (GOGC, GOMEMLIMIT apply). Bounded: the build by
 # --build-limit seconds, each start by 120 s; every process is stopped by
 # its pid on exit.
@@ -26,7 +29,8 @@ set -euo pipefail
 # while a run goes on cannot change that run.
 {
 
-SESSIONS=1000 LOCKS=1000 STEADY=30 LOCKD="" PROFILES="" BUILD_LIMIT=1200
+SESSIONS=1000 LOCKS=1000 STEADY=30 LOCKD="" PROFILES="" BUILD_LIMIT=1200 ROUNDS=2
+RESTART_WITH=()
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -36,6 +40,8 @@ while [ $# -gt 0 ]; do
 	--lockd) LOCKD=$2; shift 2 ;;
 	--profiles) PROFILES=$2; shift 2 ;;
 	--build-limit) BUILD_LIMIT=$2; shift 2 ;;
+	--restart-with) RESTART_WITH+=("$2"); shift 2 ;;
+	--rounds) ROUNDS=$2; shift 2 ;;
 	--) shift; break ;;
 	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
 	*) echo "memory.sh: unknown argument $1" >&2; exit 64 ;;
@@ -72,8 +78,8 @@ mib() { echo $((($(kib "$1") + 512) / 1024)); }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
-serve() {
-	"$LOCKD" serve --data-dir "$WORK/data" --listen "127.0.0.1:$API" --raft-listen "127.0.0.1:$RAFT" \
+serve() { # [BIN]
+	"${1:-$LOCKD}" serve --data-dir "$WORK/data" --listen "127.0.0.1:$API" --raft-listen "127.0.0.1:$RAFT" \
 		--pprof-listen "127.0.0.1:$PPROF" ${SERVE_FLAGS[@]+"${SERVE_FLAGS[@]}"} >>"$WORK/serve.log" 2>&1 &
 	SERVER_PID=$!
 	local t0 i
@@ -135,6 +141,15 @@ RESTART_STEADY=$(mib VmRSS) RESTART_PEAK=$(mib VmHWM)
 echo "locks: $((SESSIONS * LOCKS)) ($SESSIONS sessions × $LOCKS), built in $BUILD_SECONDS s; serve flags: ${SERVE_FLAGS[*]:-(none)}; GOGC=${GOGC:-} GOMEMLIMIT=${GOMEMLIMIT:-}"
 echo "build: peak RSS $PEAK MiB (VmHWM), RSS when built $AT_BUILT MiB, after ${STEADY} s $STEADY_RSS MiB; snapshots by log size: $SNAPS"
 echo "restart: ready in $RESTART s (server CPU $RESTART_CPU s), RSS then $RESTART_RSS MiB, after ${STEADY} s $RESTART_STEADY MiB (VmHWM $RESTART_PEAK MiB)"
+if [ ${#RESTART_WITH[@]} -gt 0 ]; then
+	for round in $(seq "$ROUNDS"); do
+		for bin in "${RESTART_WITH[@]}" "$LOCKD"; do
+			kill -9 "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
+			serve "$bin"
+			echo "restart round $round, $bin: ready in $READY_SECONDS s (server CPU $READY_CPU s), RSS then $(mib VmRSS) MiB"
+		done
+	done
+fi
 for p in built steady restart; do [ ! -s "$PROFILES/$p.pb.gz" ] || ptop "$p"; done
 cp "$WORK/serve.log" "$PROFILES/serve.log"
 echo "profiles and the server's log in $PROFILES"
