@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -62,6 +64,30 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 	}
 	lastSnapshotBytes.Store(int64(len(buf)))
 	return buf, nil
+}
+
+// sessionsLocked returns the sessions' messages, by id; f.mu is held.
+func (f *FSM) sessionsLocked() []*fsmv1.Session {
+	var out []*fsmv1.Session
+	for _, s := range f.sessions {
+		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
+		for _, seq := range s.seqs {
+			ps.Results = append(ps.Results, proto.CloneOf(s.results[seq]))
+		}
+		out = append(out, ps)
+	}
+	slices.SortFunc(out, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
+	return out
+}
+
+// membersLocked returns the members' messages, by node id; f.mu is held.
+func (f *FSM) membersLocked() []*fsmv1.MemberInfo {
+	var out []*fsmv1.MemberInfo
+	for _, m := range f.members {
+		out = append(out, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
+	}
+	slices.SortFunc(out, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
+	return out
 }
 
 // lockMsgPool hands out Hold and Wait messages for fill to reuse from one
