@@ -73,7 +73,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.WatchdogTimeout, "watchdog-timeout", cfg.WatchdogTimeout, "a leader whose proposals wait this long exits so another node can lead (hung disk)")
 	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", cfg.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
-	fs.Uint64Var(&cfg.SnapshotLogBytes, "snapshot-log-bytes", cfg.SnapshotLogBytes, "bytes written to the Raft log since the last snapshot that trigger a new one at once, bounding what a restart replays (0: off)")
+	fs.Uint64Var(&cfg.SnapshotLogBytes, "snapshot-log-bytes", cfg.SnapshotLogBytes, "bytes written to the Raft log since the last snapshot that trigger a new one at once (at least an eighth of the last snapshot's size), bounding what a restart replays (0: off)")
 	fs.Uint64Var(&cfg.TrailingLogs, "trailing-logs", cfg.TrailingLogs, "log entries kept after a snapshot for followers that are slightly behind")
 	fs.IntVar(&cfg.WALSegmentSize, "wal-segment-size", cfg.WALSegmentSize, "bytes per Raft log segment file (the log is truncated by whole segments)")
 	fs.IntVar(&cfg.SnapshotRetain, "snapshot-retain", cfg.SnapshotRetain, "snapshots kept on disk")

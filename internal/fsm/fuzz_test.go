@@ -207,7 +207,9 @@ func FuzzRestore(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a := scripted(t)
 		before := a.State()
-		if err := a.RestoreBytes(data); err != nil {
+		err := a.RestoreBytes(data)
+		checkRestoreWhole(t, data, err, a) // snapshot_decode_test.go
+		if err != nil {
 			if got := a.State(); !proto.Equal(got, before) {
 				t.Fatalf("failed restore (%v) changed the state", err)
 			}

@@ -359,7 +359,9 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 	m.now++
 	pre := m.main.State()
 	shadow := fsm.New(nil)
-	if err := shadow.RestoreBytes(persist(t, m.main)); err != nil {
+	b := persist(t, m.main)
+	checkEncoding(t, m.main, b)
+	if err := shadow.RestoreBytes(b); err != nil {
 		t.Fatalf("restore of a snapshot: %v", err)
 	}
 	if got := shadow.State(); !proto.Equal(got, pre) {

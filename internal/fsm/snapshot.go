@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -28,51 +26,37 @@ func (f *FSM) State() *fsmv1.Snapshot {
 
 // stateLocked is State with f.mu held.
 func (f *FSM) stateLocked() *fsmv1.Snapshot {
-	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
-	for _, s := range f.sessions {
-		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
-		for _, seq := range s.seqs {
-			ps.Results = append(ps.Results, proto.CloneOf(s.results[seq]))
-		}
-		snap.Sessions = append(snap.Sessions, ps)
-	}
-	slices.SortFunc(snap.Sessions, func(a, b *fsmv1.Session) int { return strings.Compare(a.Id, b.Id) })
+	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: f.sessionsLocked()}
 	snap.Locks = make([]*fsmv1.Lock, 0, f.names.Len())
+	var fresh lockMsgPool // every lock its own messages
 	f.names.Ascend(func(l *lock) bool {
-		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed, DelayToken: l.delayToken}
-		for _, h := range l.holders {
-			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
-		}
-		for _, w := range l.queue {
-			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued})
-		}
-		if m := l.mark; m != nil {
-			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
-		}
+		pl := &fsmv1.Lock{}
+		fresh.fill(pl, l)
 		snap.Locks = append(snap.Locks, pl)
 		return true // in name order already: no sort
 	})
-	for _, m := range f.members {
-		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
-	}
-	slices.SortFunc(snap.Members, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
+	snap.Members = f.membersLocked()
 	return snap
 }
 
-// Snapshot implements raft.FSM. The copy is taken under the read lock; it is
-// serialized later, concurrently with Apply. Unlike State (and so backups),
+// Snapshot implements raft.FSM. The state is encoded under the read lock
+// (snapshot_encode.go); the bytes are written later, concurrently with
+// Apply. Unlike State (and so backups),
 // it records the index of the last applied entry: a node that installs it
 // can place its watch history's floor at once instead of at the next entry,
 // which on an idle cluster may never come.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st := f.stateLocked()
-	st.AppliedIndex = f.applied
-	return &snapshot{state: st}, nil
+	b, err := f.encodeLocked() // snapshot_encode.go
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{b: b}, nil
 }
 
-type snapshot struct{ state *fsmv1.Snapshot }
+// snapshot is an encoded snapshot, ready to write.
+type snapshot struct{ b []byte }
 
 // EncodeSnapshot returns snap in the snapshot format (a version byte and the
 // deterministic protobuf encoding), as Persist writes it and RestoreBytes
@@ -86,18 +70,15 @@ func EncodeSnapshot(snap *fsmv1.Snapshot) ([]byte, error) {
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := EncodeSnapshot(s.state)
-	if err == nil {
-		_, err = sink.Write(b)
-	}
-	if err != nil {
+	if _, err := sink.Write(s.b); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}
 	return sink.Close()
 }
 
-func (s *snapshot) Release() {}
+// Release lets the encoding go as soon as Raft is done with it.
+func (s *snapshot) Release() { s.b = nil }
 
 // Restore implements raft.FSM: it replaces the whole state.
 func (f *FSM) Restore(rc io.ReadCloser) error {
@@ -112,11 +93,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // RestoreBytes replaces the state with an encoded snapshot (as written by
 // Persist). On error the state is unchanged.
 func (f *FSM) RestoreBytes(b []byte) error {
-	snap, err := unmarshalSnapshot(b)
+	st, applied, err := decodeSnapshotBytes(b) // snapshot_decode.go
 	if err != nil {
 		return err
 	}
-	return f.Load(snap)
+	f.load(st, applied)
+	return nil
 }
 
 func unmarshalSnapshot(b []byte) (*fsmv1.Snapshot, error) {
@@ -172,16 +154,23 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	f.load(st, snap.AppliedIndex)
+	return nil
+}
+
+// load installs a decoded, checked state whose last entry is applied (0:
+// not known).
+func (f *FSM) load(st *state, applied uint64) {
 	f.mu.Lock()
 	f.install(st)
-	f.applied = snap.AppliedIndex
+	f.applied = applied
 	if f.sink != nil {
 		f.pending = nil
-		if snap.AppliedIndex != 0 {
+		if applied != 0 {
 			// The next entry's events start after the snapshot's index:
 			// readers reset now, not at the next write.
 			f.restored = false
-			f.sink.Reset(snap.AppliedIndex + 1)
+			f.sink.Reset(applied + 1)
 		} else {
 			// A snapshot without its index: the sink hears the index
 			// with the next entry.
@@ -190,7 +179,6 @@ func (f *FSM) Load(snap *fsmv1.Snapshot) error {
 		}
 	}
 	f.mu.Unlock()
-	return nil
 }
 
 // state is a decoded, checked snapshot, ready to install.
@@ -243,6 +231,23 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 
 // decodeState checks snap and builds the state it describes.
 func decodeState(snap *fsmv1.Snapshot) (*state, error) {
+	size := func(sessions map[string]*session) { sizeHolds(snap.Locks, sessions) }
+	return decodeStateLocks(snap, len(snap.Locks), size, func(yield func(*fsmv1.Lock) error) error {
+		for _, pl := range snap.Locks {
+			if err := yield(pl); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// decodeStateLocks is decodeState with snap's n locks (snap.Locks is not
+// read) given one after another by locks, which stops at yield's first
+// error and returns it (snapshot_decode.go decodes them from the bytes
+// one at a time). A message yielded is not kept. size sizes the sessions'
+// holds maps (sizeHolds) before the locks are added.
+func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session), locks func(yield func(*fsmv1.Lock) error) error) (*state, error) {
 	if snap.Epoch >= maxEpoch || snap.LastToken >= maxLastToken || snap.LastToken < snap.Epoch {
 		return nil, fmt.Errorf("snapshot: bad token counter %d for epoch %d", snap.LastToken, snap.Epoch)
 	}
@@ -250,30 +255,35 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	sizeHolds(snap.Locks, sessions)
+	size(sessions)
 	// Maps sized up front: a restart of a node with 1 000 000 locks
 	// otherwise spends much of its restore growing them.
-	tokens := make(map[uint64]bool, len(snap.Locks))
-	locks := make(map[string]*lock, len(snap.Locks))
+	tokens := make(map[uint64]bool, n)
+	byName := make(map[string]*lock, n)
 	names := newNames()
 	cs := newCounts()
 	// State writes locks sorted by name: while the names rise strictly,
 	// none repeats, and the check needs no lookup in a map of a million.
-	sorted := true
-	for i, pl := range snap.Locks {
-		if sorted && i > 0 && pl.Name <= snap.Locks[i-1].Name {
+	sorted, i, prev := true, 0, ""
+	err = locks(func(pl *fsmv1.Lock) error {
+		if sorted && i > 0 && pl.Name <= prev {
 			sorted = false
 		}
-		if !sorted && locks[pl.Name] != nil {
-			return nil, fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
+		i, prev = i+1, pl.Name
+		if !sorted && byName[pl.Name] != nil {
+			return fmt.Errorf("snapshot: duplicate lock %q", pl.Name)
 		}
 		l, err := decodeLock(pl, sessions, tokens, snap.LastToken)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		locks[l.name] = l
+		byName[l.name] = l
 		names.ReplaceOrInsert(l)
 		cs.add(l)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := checkStateCaps(snap, sessions, &cs); err != nil {
 		return nil, err
@@ -283,7 +293,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		return nil, err
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, counts: cs}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or

@@ -134,6 +134,7 @@ func (s *Node) openStores(cfg Config, o *Options, hl hclog.Logger, reg prometheu
 		ls = o.LogStore(ls)
 	}
 	size := newLogSize(cfg.SnapshotLogBytes)
+	size.seedState(snaps)
 	s.logSize = size
 	return raftStores{logs: newCountingLogStore(ls, reg, size), stable: stable, snaps: &sizedSnapshotStore{SnapshotStore: snaps, size: size, m: s.metrics.lock}}, nil
 }

@@ -22,6 +22,7 @@ type logSize struct {
 	limit  uint64        // SnapshotLogBytes; 0: off
 	total  atomic.Uint64 // bytes of entry data written to the log
 	atSnap atomic.Uint64 // total when the last snapshot began
+	state  atomic.Uint64 // size of the last snapshot stored (snapshots_state.go)
 	kick   chan struct{} // a snapshot is due (buffered: one pending at most)
 	taken  chan struct{} // signalled after each snapshot by log size (tests)
 }
@@ -33,7 +34,7 @@ func newLogSize(limit uint64) *logSize {
 // wrote counts a batch of n bytes and kicks the snapshotter when due.
 func (l *logSize) wrote(n uint64) {
 	t := l.total.Add(n)
-	if l.limit > 0 && t-l.atSnap.Load() >= l.limit {
+	if l.limit > 0 && t-l.atSnap.Load() >= l.due() {
 		select {
 		case l.kick <- struct{}{}:
 		default:
@@ -55,13 +56,13 @@ func (s *Node) snapshotByLogSize(l *logSize) {
 			return
 		case <-l.kick:
 		}
-		if l.total.Load()-l.atSnap.Load() < l.limit {
+		if l.total.Load()-l.atSnap.Load() < l.due() {
 			continue // a snapshot by another trigger came first
 		}
 		err := s.raftCall(func() error { return s.raft.Snapshot().Error() })
 		switch {
 		case err == nil:
-			s.log.Info("snapshot taken by log size", "log_bytes", l.limit)
+			s.log.Info("snapshot taken by log size", "log_bytes", l.due())
 			select {
 			case l.taken <- struct{}{}:
 			default:
@@ -88,8 +89,12 @@ func (s *sizedSnapshotStore) Create(version raft.SnapshotVersion, index, term ui
 	s.size.snapshotStarted()
 	start := time.Now()
 	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
-	if err != nil || s.m == nil {
+	if err != nil {
 		return sink, err
+	}
+	sink = &sizeSink{SnapshotSink: sink, size: s.size}
+	if s.m == nil {
+		return sink, nil
 	}
 	return &timedSink{SnapshotSink: sink, m: s.m, start: start}, nil
 }
