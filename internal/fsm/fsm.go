@@ -68,6 +68,8 @@ type Result struct {
 	Status int
 	// Token is, for a granted acquire, the grant's fencing token.
 	Token uint64
+	// MaxHold is, for a granted acquire, the hold's budget (0: none).
+	MaxHold time.Duration
 	// Position is, for a queued acquire, its 1-based queue position.
 	Position uint32
 	// Released reports, for a cancel, that a raced grant was released.
@@ -153,7 +155,8 @@ type FSM struct {
 	locks     map[string]*lock
 	names     *btree.BTreeG[*lock] // the locks ordered by name, for pages; derived from locks
 	members   map[string]Member
-	counts    counts // derived from locks, for the caps
+	policies  map[string]*policy // lock policies by name (budget.go)
+	counts    counts             // derived from locks, for the caps
 	stats     Stats
 	sink      EventSink
 	pending   []Event                // events of the entry being applied
@@ -167,7 +170,7 @@ type FSM struct {
 func New(sink EventSink) *FSM {
 	f := &FSM{sink: sink}
 	f.publicID.Store(new(string))
-	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, counts: newCounts()})
+	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, policies: map[string]*policy{}, counts: newCounts()})
 	return f
 }
 
@@ -272,6 +275,10 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 			return r
 		}
 		return f.applySetValue(c)
+	case CmdSetLockPolicy:
+		return f.applySetLockPolicy(m.(*fsmv1.SetLockPolicy))
+	case CmdEndHold:
+		return f.applyEndHold(m.(*fsmv1.EndHold), term)
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

@@ -70,6 +70,10 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdUndelay
 	case *fsmv1.SetValue:
 		return fsm.CmdSetValue
+	case *fsmv1.SetLockPolicy:
+		return fsm.CmdSetLockPolicy
+	case *fsmv1.EndHold:
+		return fsm.CmdEndHold
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -357,7 +361,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 	if got, want := strings.Join(order, ","), "s2,s3,s4"; got != want {
 		t.Fatalf("queue: got %s, want %s", got, want)
 	}
-	if st, _, pos := f.WaitState("s3", "job", 2); st != fsm.StatusQueued || pos != 2 {
+	if st, _, pos, _ := f.WaitState("s3", "job", 2); st != fsm.StatusQueued || pos != 2 {
 		t.Fatalf("WaitState(s3): got status %d position %d, want queued at 2", st, pos)
 	}
 
@@ -370,7 +374,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 		if got := f.Info().Stats.QueueGrants - before; got != 1 {
 			t.Fatalf("release by %s: got %d queue grants, want 1", holder, got)
 		}
-		st, newTok, _ := f.WaitState(next, "job", 2)
+		st, newTok, _, _ := f.WaitState(next, "job", 2)
 		if st != fsm.StatusGranted || newTok != tok+1 {
 			t.Fatalf("after release by %s: %s got status %d token %d, want granted with %d", holder, next, st, newTok, tok+1)
 		}
@@ -401,7 +405,7 @@ func TestSemaphore(t *testing.T) {
 		t.Fatalf("third permit, wait: got status %d, want queued", r.Status)
 	}
 	mustOK(t, f, rel("s1", 2, "sem", t1))
-	if st, _, _ := f.WaitState("s3", "sem", 2); st != fsm.StatusGranted {
+	if st, _, _, _ := f.WaitState("s3", "sem", 2); st != fsm.StatusGranted {
 		t.Fatalf("s3 after a permit was released: got status %d, want granted", st)
 	}
 	if li, _ := f.Describe("sem"); len(li.Holders) != 2 || li.Limit != 2 {
@@ -433,7 +437,7 @@ func TestReadWriteLockWriterPreference(t *testing.T) {
 		t.Fatalf("release of one of two readers: got events %q, want none", ev)
 	}
 	mustOK(t, f, rel("r2", 2, "rw", r2))
-	st, wt, _ := f.WaitState("w", "rw", 1)
+	st, wt, _, _ := f.WaitState("w", "rw", 1)
 	if st != fsm.StatusGranted {
 		t.Fatalf("writer after readers left: got status %d, want granted", st)
 	}
@@ -469,7 +473,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("events: got %q, want %q", got, want)
 	}
 	mustOK(t, f, rel("s1", 2, "a", tok))
-	st, t3, _ := f.WaitState("s3", "a", 1)
+	st, t3, _, _ := f.WaitState("s3", "a", 1)
 	if st != fsm.StatusGranted || t3 != tok+1 {
 		t.Fatalf("s3: got status %d token %d, want granted with %d (s2 cancelled)", st, t3, tok+1)
 	}
@@ -526,7 +530,7 @@ func TestExpireReleasesAndHandsOverInOneEntry(t *testing.T) {
 	mustOK(t, f, &fsmv1.CloseSession{SessionId: "s2", Seq: 9})
 	mustOK(t, f, &fsmv1.CloseSession{SessionId: "nobody"})
 	mustOK(t, f, &fsmv1.ExpireSession{SessionId: "nobody"})
-	if st, _, _ := f.WaitState("s3", "a", 1); st != fsm.StatusGranted {
+	if st, _, _, _ := f.WaitState("s3", "a", 1); st != fsm.StatusGranted {
 		t.Fatalf("s3 after s2 closed: got status %d, want granted", st)
 	}
 	if got := f.Sessions(); len(got) != 1 || got[0].ID != "s3" || got[0].Holds != 1 || got[0].Waits != 0 {
@@ -721,7 +725,7 @@ func TestReads(t *testing.T) {
 	if _, ok := f.CheckToken("jobs/b", epoch+2); ok {
 		t.Fatalf("CheckToken with another lock's token: got true")
 	}
-	if st, _, _ := f.WaitState("nobody", "jobs/a", 1); st != 0 {
+	if st, _, _, _ := f.WaitState("nobody", "jobs/a", 1); st != 0 {
 		t.Fatalf("WaitState of an unknown session: got %d, want 0", st)
 	}
 	if s, ok := f.Session("s1"); !ok || s.Holds != 4 || s.Owner != "host/s1" || s.TTL != 10*time.Second {

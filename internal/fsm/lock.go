@@ -17,6 +17,9 @@ type hold struct {
 	seq     uint64
 	value   []byte
 	granted int64
+	// maxHoldMs is the hold's budget (0: none): the leader ends the hold
+	// (EndHold) when it has run out on its timer.
+	maxHoldMs int64
 }
 
 type wait struct {
@@ -25,6 +28,8 @@ type wait struct {
 	seq     uint64
 	value   []byte
 	queued  int64
+	// maxHoldMs is the budget its grant will have, fixed when it queued.
+	maxHoldMs int64
 }
 
 type lock struct {
@@ -149,8 +154,8 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		if f.locks[c.Name] == nil {
 			f.addLock(l)
 		}
-		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano)
-		return f.remember(s, c.Seq, fp, &Result{Status: StatusGranted, Token: h.token})
+		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano, f.budgetOf(c))
+		return f.remember(s, c.Seq, fp, &Result{Status: StatusGranted, Token: h.token, MaxHold: ms(h.maxHoldMs)})
 	}
 	if !c.Wait {
 		r := fail(CodeBusy, "lock %q is busy", c.Name)
@@ -169,7 +174,7 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if f.locks[c.Name] == nil {
 		f.addLock(l)
 	}
-	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}
+	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano, maxHoldMs: f.budgetOf(c)}
 	l.queue = append(l.queue, w)
 	s.waits[c.Name] = w
 	if e := f.event(EventQueued, l, s.id, 0, c.Mode, c.Value); e != nil {
@@ -200,19 +205,19 @@ func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
 		return &Result{Status: StatusQueued, Position: uint32(slices.Index(l.queue, w) + 1), Duplicate: true}
 	}
 	if h := s.holds[c.Name]; h != nil && h.seq == c.Seq && h.mode == c.Mode {
-		return &Result{Status: StatusGranted, Token: h.token, Duplicate: true}
+		return &Result{Status: StatusGranted, Token: h.token, MaxHold: ms(h.maxHoldMs), Duplicate: true}
 	}
 	return nil
 }
 
-func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, now int64) *hold {
+func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, now, maxHoldMs int64) *hold {
 	f.lastToken++
 	f.stats.Grants++
-	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now}
+	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now, maxHoldMs: maxHoldMs}
 	l.holders = append(l.holders, h)
 	s.holds[l.name] = h
 	if e := f.event(EventGranted, l, s.id, h.token, mode, value); e != nil {
-		e.Seq = seq
+		e.Seq, e.DurationMs = seq, maxHoldMs
 	}
 	return h
 }
@@ -227,7 +232,7 @@ func (f *FSM) promote(l *lock, now int64) {
 		l.queue = l.queue[1:]
 		s := f.sessions[w.session]
 		delete(s.waits, l.name)
-		f.grant(l, s, w.mode, w.seq, w.value, now)
+		f.grant(l, s, w.mode, w.seq, w.value, now, w.maxHoldMs)
 		f.stats.QueueGrants++
 	}
 	if len(l.queue) == 0 {
@@ -276,9 +281,19 @@ func (f *FSM) applyRelease(c *fsmv1.Release) *Result {
 }
 
 // waitFacts adds to the answer r of acquire c, unless granted, whether a
-// lock-delay runs on its lock and when its request was queued, if it waits.
+// lock-delay runs on its lock and when its request was queued, if it waits;
+// to a repeated grant, its hold's budget.
 func (f *FSM) waitFacts(c *fsmv1.Acquire, r *Result) *Result {
 	l := f.locks[c.Name]
+	if r.Status == StatusGranted && r.Duplicate && l != nil {
+		// The duplicate table keeps the token, not the budget: read it
+		// from the hold while that grant still holds.
+		if s := f.sessions[c.SessionId]; s != nil {
+			if h := s.holds[c.Name]; h != nil && h.token == r.Token {
+				r.MaxHold = ms(h.maxHoldMs)
+			}
+		}
+	}
 	if r.Status == StatusGranted || l == nil {
 		return r
 	}

@@ -22,12 +22,14 @@ type mHold struct {
 	session    string
 	mode       int32
 	token, seq uint64
+	budget     int64 // max hold ms, 0: none
 }
 
 type mWait struct {
 	session string
 	mode    int32
 	seq     uint64
+	budget  int64
 }
 
 type mLock struct {
@@ -43,6 +45,48 @@ type model struct {
 	locks   map[string]*mLock
 	last    uint64
 	caps    fsm.Caps
+	// policies are the lock policies' default budgets by name.
+	policies map[string]int64
+}
+
+// budget is the hold budget Apply fixes for acquire a: the request's or
+// else the policy's, capped by the ceiling.
+func (m *model) budget(a *fsmv1.Acquire) int64 {
+	b := a.MaxHoldMs
+	if b == 0 {
+		b = m.policies[a.Name]
+	}
+	if c := a.MaxHoldCeilingMs; c > 0 && (b == 0 || c < b) {
+		b = c
+	}
+	return b
+}
+
+// setPolicy predicts SetLockPolicy.
+func (m *model) setPolicy(p *fsmv1.SetLockPolicy) outcome {
+	if p.DefaultMaxHoldMs == 0 {
+		delete(m.policies, p.Name)
+		return outcome{}
+	}
+	if _, ok := m.policies[p.Name]; !ok && len(m.policies) >= m.caps.Policies {
+		return outcome{code: fsm.CodeTooMany}
+	}
+	m.policies[p.Name] = p.DefaultMaxHoldMs
+	return outcome{}
+}
+
+// endHold predicts EndHold: the named hold (session and token) ends as on
+// expiry (the model's locks have no lock-delay) and the queue moves.
+func (m *model) endHold(e *fsmv1.EndHold) {
+	l := m.locks[e.Name]
+	if l == nil {
+		return
+	}
+	n := len(l.holders)
+	l.holders = slices.DeleteFunc(l.holders, func(h mHold) bool { return h.token == e.Token && h.session == e.SessionId })
+	if len(l.holders) != n {
+		m.settle(e.Name)
+	}
 }
 
 // used counts what session id has toward the per-session cap: holds,
@@ -95,9 +139,9 @@ func (l *mLock) has(session string) bool {
 		slices.ContainsFunc(l.queue, func(w mWait) bool { return w.session == session })
 }
 
-func (m *model) grant(l *mLock, session string, mode int32, seq uint64) uint64 {
+func (m *model) grant(l *mLock, session string, mode int32, seq uint64, budget int64) uint64 {
 	m.last++
-	l.holders = append(l.holders, mHold{session, mode, m.last, seq})
+	l.holders = append(l.holders, mHold{session, mode, m.last, seq, budget})
 	return m.last
 }
 
@@ -111,7 +155,7 @@ func (m *model) settle(name string) {
 	for len(l.queue) > 0 && l.fits(l.queue[0].mode) {
 		w := l.queue[0]
 		l.queue = l.queue[1:]
-		m.grant(l, w.session, w.mode, w.seq)
+		m.grant(l, w.session, w.mode, w.seq, w.budget)
 	}
 	if len(l.holders) == 0 && len(l.queue) == 0 && l.mark == 0 {
 		delete(m.locks, name)
@@ -146,7 +190,7 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 	}
 	if len(l.queue) == 0 && l.fits(a.Mode) {
 		m.locks[a.Name] = l
-		return outcome{status: fsm.StatusGranted, token: m.grant(l, a.SessionId, a.Mode, a.Seq)}
+		return outcome{status: fsm.StatusGranted, token: m.grant(l, a.SessionId, a.Mode, a.Seq, m.budget(a))}
 	}
 	if !a.Wait {
 		return outcome{code: fsm.CodeBusy}
@@ -155,7 +199,7 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 		return outcome{code: fsm.CodeTooMany}
 	}
 	m.locks[a.Name] = l
-	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq})
+	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq, m.budget(a)})
 	return outcome{status: fsm.StatusQueued, position: uint32(len(l.queue))}
 }
 
@@ -281,11 +325,11 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 		}
 		var holders []mHold
 		for _, h := range pl.Holders {
-			holders = append(holders, mHold{h.SessionId, h.Mode, h.Token, h.Seq})
+			holders = append(holders, mHold{h.SessionId, h.Mode, h.Token, h.Seq, h.MaxHoldMs})
 		}
 		var queue []mWait
 		for _, w := range pl.Queue {
-			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq})
+			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq, w.MaxHoldMs})
 		}
 		if mark := pl.GetMark().GetToken(); mark != l.mark {
 			return fmt.Errorf("lock %q: completion mark %d, want %d", pl.Name, mark, l.mark)
@@ -296,6 +340,13 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 	}
 	if want := slices.Sorted(maps.Keys(m.locks)); !slices.Equal(names, want) {
 		return fmt.Errorf("locks: got %v, want %v", names, want)
+	}
+	got := map[string]int64{}
+	for _, p := range snap.Policies {
+		got[p.Name] = p.DefaultMaxHoldMs
+	}
+	if !maps.Equal(got, m.policies) {
+		return fmt.Errorf("lock policies: got %v, want %v", got, m.policies)
 	}
 	return nil
 }
@@ -329,7 +380,7 @@ type machine struct {
 }
 
 func newMachine(t *rapid.T) *machine {
-	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch, caps: fsm.CurrentCaps()}}
+	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch, caps: fsm.CurrentCaps(), policies: map[string]int64{}}}
 	m.main, m.twin = fsm.New(m.mainRec), fsm.New(m.twinRec)
 	m.exec(t, &fsmv1.Init{ClusterId: "c1", Epoch: epoch}, outcome{}, false)
 	m.maxToken = epoch
@@ -606,6 +657,8 @@ func (m *machine) acquire(t *rapid.T) {
 	if l := rapid.IntRange(-6, 3).Draw(t, "limit"); l >= 0 {
 		a.Limit = proto.Uint32(uint32(l))
 	}
+	a.MaxHoldMs = rapid.SampledFrom([]int64{0, 0, 1000, 5000}).Draw(t, "maxHold")
+	a.MaxHoldCeilingMs = rapid.SampledFrom([]int64{0, 0, 2000}).Draw(t, "maxHoldCeiling")
 	r := m.exec(t, a, m.model.acquire(a), false)
 	if r.Token != 0 {
 		c.granted[a.Name] = append(c.granted[a.Name], r.Token)
@@ -703,6 +756,25 @@ func (m *machine) clearMark(t *rapid.T) {
 	m.exec(t, x, outcome{}, false)
 }
 
+// setPolicy sets or removes a lock's default hold budget.
+func (m *machine) setPolicy(t *rapid.T) {
+	p := &fsmv1.SetLockPolicy{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), DefaultMaxHoldMs: rapid.SampledFrom([]int64{0, 3000, 7000}).Draw(t, "defaultMaxHold")}
+	m.exec(t, p, m.model.setPolicy(p), false)
+}
+
+// endHold ends a hold as the leader's budget timer does: mostly a live
+// hold, sometimes one whose token or session does not match (a late
+// timer), which must change nothing.
+func (m *machine) endHold(t *rapid.T) {
+	e := &fsmv1.EndHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, epoch+20).Draw(t, "token"), TimeUnixNano: m.now}
+	if l := m.model.locks[e.Name]; l != nil && len(l.holders) > 0 && rapid.IntRange(0, 3).Draw(t, "liveHold") > 0 {
+		h := rapid.SampledFrom(l.holders).Draw(t, "hold")
+		e.SessionId, e.Token = h.session, h.token
+	}
+	m.model.endHold(e)
+	m.exec(t, e, outcome{}, false)
+}
+
 func (m *machine) closeOrExpire(t *rapid.T) {
 	c := m.pickClient(t)
 	var msg proto.Message = &fsmv1.CloseSession{SessionId: c.id, Seq: c.next + 1}
@@ -736,6 +808,11 @@ func (m *machine) replay(t *rapid.T) {
 			if _, live := m.model.revoked[cs.SessionId]; !live {
 				continue
 			}
+		}
+		// A policy set again sets what it set (an admin's repeat): not a
+		// duplicate the FSM detects, so not replayed here.
+		if _, ok := a.msg.(*fsmv1.SetLockPolicy); ok {
+			continue
 		}
 		candidates = append(candidates, i)
 	}
@@ -881,7 +958,7 @@ func (m *machine) restoreMain(t *rapid.T) {
 
 // propertyCaps are small enough that a run of 100 steps reaches every cap
 // the model predicts (and checkCaps checks).
-var propertyCaps = fsm.Caps{Sessions: fsm.MaxSessions, LocksPerSession: 2, Waiters: 2, Results: 4, Marks: 1, DelayLocks: 1, Members: 16}
+var propertyCaps = fsm.Caps{Sessions: fsm.MaxSessions, LocksPerSession: 2, Waiters: 2, Results: 4, Marks: 1, DelayLocks: 1, Members: 16, Policies: 2}
 
 func TestProperties(t *testing.T) {
 	fsm.SetCaps(t, propertyCaps)
@@ -907,6 +984,8 @@ func TestProperties(t *testing.T) {
 			{"reuse", 2, m.reuse},
 			{"restore", 1, m.restoreMain},
 			{"list", 1, m.list},
+			{"setPolicy", 1, m.setPolicy},
+			{"endHold", 2, m.endHold},
 		}
 		var deck []int
 		for i, a := range actions {
@@ -926,6 +1005,9 @@ func TestProperties(t *testing.T) {
 // session's duplicate table (and its floor), holds, waits and marks per
 // session, waiters per lock, marks and lock-delay locks in total, members.
 func checkCaps(snap *fsmv1.Snapshot, caps fsm.Caps) error {
+	if len(snap.Policies) > caps.Policies {
+		return fmt.Errorf("%d lock policies, cap %d", len(snap.Policies), caps.Policies)
+	}
 	if len(snap.Sessions) > caps.Sessions {
 		return fmt.Errorf("%d sessions, cap %d", len(snap.Sessions), caps.Sessions)
 	}

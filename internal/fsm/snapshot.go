@@ -41,10 +41,10 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 	f.names.Ascend(func(l *lock) bool {
 		pl := &fsmv1.Lock{Name: l.name, Limit: l.limit, LockDelayMs: l.delayMs, Delayed: l.delayed, DelayToken: l.delayToken}
 		for _, h := range l.holders {
-			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted})
+			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted, MaxHoldMs: h.maxHoldMs})
 		}
 		for _, w := range l.queue {
-			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued})
+			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued, MaxHoldMs: w.maxHoldMs})
 		}
 		if m := l.mark; m != nil {
 			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
@@ -56,6 +56,7 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 		snap.Members = append(snap.Members, &fsmv1.MemberInfo{NodeId: m.ID, ApiUrl: m.API, RaftAddress: m.Raft, NonVoter: m.NonVoter})
 	}
 	slices.SortFunc(snap.Members, func(a, b *fsmv1.MemberInfo) int { return strings.Compare(a.NodeId, b.NodeId) })
+	snap.Policies = f.statePolicies()
 	return snap
 }
 
@@ -202,6 +203,7 @@ type state struct {
 	locks            map[string]*lock
 	names            *btree.BTreeG[*lock] // locks by name (derived)
 	members          map[string]Member
+	policies         map[string]*policy
 	counts           counts
 }
 
@@ -209,7 +211,7 @@ func (f *FSM) install(st *state) {
 	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
 	id := st.clusterID
 	f.publicID.Store(&id)
-	f.sessions, f.byRequest, f.locks, f.names, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.counts
+	f.sessions, f.byRequest, f.locks, f.names, f.members, f.policies, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.policies, st.counts
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -282,8 +284,12 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
+	policies, err := decodePolicies(snap.Policies)
+	if err != nil {
+		return nil, err
+	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, policies: policies, counts: cs}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or
@@ -357,7 +363,10 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		if !validMode(pw.Mode) {
 			return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 		}
-		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
+		if checkHoldMs("", pw.MaxHoldMs) != nil {
+			return nil, fmt.Errorf("snapshot: lock %q: waiter %q: %w", pl.Name, pw.SessionId, errBadBudget)
+		}
+		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs}
 		l.queue = append(l.queue, w)
 		s.waits[l.name] = w
 	}
@@ -401,11 +410,13 @@ func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, token
 			return fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
 		case i > 0 && ph.Token < pl.Holders[i-1].Token:
 			return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
+		case checkHoldMs("", ph.MaxHoldMs) != nil:
+			return fmt.Errorf("snapshot: lock %q: holder %q: %w", pl.Name, ph.SessionId, errBadBudget)
 		}
 		tokens[ph.Token] = true
 		// The session's own id string, not the decoded copy: a million
 		// holds then keep 64 strings alive, not a million.
-		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
+		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
 		l.holders = append(l.holders, h)
 		s.holds[l.name] = h
 	}

@@ -109,6 +109,8 @@ var Methods = []*Method{
 	// job's next run).
 	{Service: lockService, Name: "ClearMark", Retry: Dedup, Dedup: "token", Perm: Admin, Subject: "name"},
 	{Service: lockService, Name: "SetValue", Retry: Dedup, Dedup: "seq", Perm: Lock, Subject: "name"},
+	// Setting the same policy again changes nothing.
+	{Service: lockService, Name: "SetLockPolicy", Retry: Always, Perm: Admin, Subject: "name"},
 	{Service: clusterService, Name: "Join", Retry: Always, Perm: Admin, Member: "node_id"},
 	{Service: clusterService, Name: "RemoveMember", Retry: Always, Perm: Admin, Member: "node_id"},
 	{Service: clusterService, Name: "TransferLeadership", Retry: Never, Perm: Admin, Member: "node_id"},

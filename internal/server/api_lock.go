@@ -52,6 +52,9 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
+	if err := a.acquireBudget(ctx, m, cmd); err != nil {
+		return nil, err
+	}
 	if err := fsm.ValidateAcquire(cmd); err != nil {
 		return nil, a.s.invalid("%v", err)
 	}
@@ -69,7 +72,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	cmd.TimeUnixNano = proposed.UnixNano()
 	r, err := a.propose(fsm.CmdAcquire, cmd)
 	if err == nil && r.Status == fsm.StatusGranted {
-		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
+		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token, MaxHold: budgetPB(r.MaxHold)}
 		return connect.NewResponse(resp), nil
 	}
 	if r != nil && r.Delayed {

@@ -47,7 +47,7 @@ func (a *api) describeLock(ctx context.Context, req *connect.Request[lockdv1.Des
 	if err := a.read(req.Msg.Consistency); err != nil {
 		return nil, err
 	}
-	resp := &lockdv1.DescribeLockResponse{}
+	resp := &lockdv1.DescribeLockResponse{Policy: a.policyPB(req.Msg.Name)}
 	if l, ok := a.s.fsm.Describe(req.Msg.Name); ok {
 		resp.Lock = lockPB(l)
 	}

@@ -240,6 +240,7 @@ func (s *Server) promoteTimers(term uint64) {
 			return lease.Entry{ID: markKey(name, d.Token), TTL: d.Delay}
 		})
 	})
+	s.promoteBudgets(term)
 }
 
 // promote starts manager m for term with one entry per item.
@@ -256,6 +257,7 @@ func (s *Server) demoteTimers() {
 	s.lease.Demote()
 	s.marks.Demote()
 	s.delays.Demote()
+	s.holds.Demote()
 }
 
 // expire is the lease manager's callback for a session whose deadline

@@ -18,6 +18,7 @@ type fanout struct {
 	lease   *lease.Manager // session leases
 	marks   *lease.Manager // completion marks, keyed by markKey
 	delays  *lease.Manager // lock-delays, keyed by markKey(name, token)
+	holds   *lease.Manager // hold budgets, keyed by holdKey
 	waiters *waiters
 	hub     *hub
 }
@@ -44,6 +45,7 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 func (o *fanout) Events(index uint64, evs []fsm.Event) {
 	for i := range evs {
 		e := &evs[i]
+		holdEvent(o.holds, e)
 		switch e.Kind {
 		case fsm.EventSessionCreated:
 			o.lease.Created(e.Session, ms(e.DurationMs))
@@ -54,7 +56,7 @@ func (o *fanout) Events(index uint64, evs []fsm.Event) {
 		case fsm.EventGranted:
 			// Only a queued request has a blocked call to wake; a grant at
 			// once finds none.
-			o.waiters.notify(waitKey{e.Session, e.Name, e.Seq}, waitOutcome{token: e.Token})
+			o.waiters.notify(waitKey{e.Session, e.Name, e.Seq}, waitOutcome{token: e.Token, maxHold: ms(e.DurationMs)})
 		case fsm.EventDequeued:
 			o.waiters.notify(waitKey{e.Session, e.Name, e.Seq}, waitOutcome{dropped: true})
 		case fsm.EventCompleted:

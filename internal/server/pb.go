@@ -22,7 +22,7 @@ func sessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 func holdersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	out := make([]*lockdv1.Holder, len(hs))
 	for i, h := range hs {
-		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner}
+		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner, MaxHold: budgetPB(h.MaxHold)}
 	}
 	return out
 }

@@ -95,6 +95,7 @@ type Server struct {
 	lease     *lease.Manager
 	marks     *lease.Manager
 	delays    *lease.Manager
+	holds     *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	waiters   *waiters
 	metrics   *metrics
 	fwd       *forwarder
@@ -215,8 +216,9 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	// a new leader restarts each retention in full (late, never early).
 	s.marks = lease.New(0, s.clearMark)
 	s.delays = lease.New(0, s.undelay)
+	s.holds = lease.New(0, s.endHold)
 	s.hub, s.keepalive = newHub(cfg.WatchHistory), watchKeepalive
-	s.fsm = fsm.New(&fanout{lease: s.lease, marks: s.marks, delays: s.delays, waiters: s.waiters, hub: s.hub})
+	s.fsm = fsm.New(&fanout{lease: s.lease, marks: s.marks, delays: s.delays, holds: s.holds, waiters: s.waiters, hub: s.hub})
 	// The guard after the FSM (it reads the cluster id and session counts).
 	if err := s.openGuard(cfg, reg); err != nil {
 		return nil, err

@@ -24,8 +24,9 @@ type waitKey struct {
 
 // waitOutcome is what a blocked Acquire call learns.
 type waitOutcome struct {
-	token   uint64 // granted with this token
-	dropped bool   // left the queue without a grant
+	token   uint64        // granted with this token
+	maxHold time.Duration // the grant's hold budget (0: none)
+	dropped bool          // left the queue without a grant
 }
 
 // waiters wakes blocked Acquire calls. The FSM tells it of grants and drops
@@ -91,10 +92,10 @@ func (w *waiters) notify(k waitKey, o waitOutcome) {
 func (a *api) await(ctx context.Context, key waitKey, poll time.Duration, changed <-chan struct{}, resp *lockdv1.AcquireResponse) error {
 	ch, stop := a.s.waiters.watch(key)
 	defer stop()
-	status, token, _ := a.s.fsm.WaitState(key.session, key.name, key.seq)
+	status, token, _, budget := a.s.fsm.WaitState(key.session, key.name, key.seq)
 	switch status {
 	case fsm.StatusGranted:
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token, budgetPB(budget)
 		return nil
 	case 0:
 		return a.dropped(key.session, key.name)
@@ -106,9 +107,16 @@ func (a *api) await(ctx context.Context, key waitKey, poll time.Duration, change
 		if o.dropped {
 			return a.dropped(key.session, key.name)
 		}
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.token, budgetPB(o.maxHold)
 		return nil
 	case <-timer.C:
+		// A "queued" answer tells the client its grant comes after this
+		// call was sent; its hold budget is counted from that send
+		// (lease.ClientHoldDeadline). Only a leader still in office may
+		// say so: a deposed one's state may lack a grant made since.
+		if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
+			return err
+		}
 	case <-ctx.Done():
 		code := connect.CodeCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -120,10 +128,10 @@ func (a *api) await(ctx context.Context, key waitKey, poll time.Duration, change
 	case <-changed:
 		return a.s.raftError(raft.ErrLeadershipLost)
 	}
-	status, token, pos := a.s.fsm.WaitState(key.session, key.name, key.seq)
+	status, token, pos, budget := a.s.fsm.WaitState(key.session, key.name, key.seq)
 	switch status {
 	case fsm.StatusGranted:
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token, budgetPB(budget)
 	case fsm.StatusQueued:
 		resp.Status, resp.Position = lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED, pos
 	default:

@@ -75,6 +75,7 @@ var (
 	ListLocks          = row(onLock(lockdv1connect.LockServiceClient.ListLocks))
 	ForceRelease       = row(onLock(lockdv1connect.LockServiceClient.ForceRelease))
 	ClearMark          = row(onLock(lockdv1connect.LockServiceClient.ClearMark))
+	SetLockPolicy      = row(onLock(lockdv1connect.LockServiceClient.SetLockPolicy))
 	Status             = row(onLock(lockdv1connect.LockServiceClient.Status))
 	Join               = row(onCluster(lockdv1connect.ClusterServiceClient.Join))
 	RemoveMember       = row(onCluster(lockdv1connect.ClusterServiceClient.RemoveMember))
@@ -256,6 +257,10 @@ func (s *service) SetValue(ctx context.Context, req *connect.Request[lockdv1.Set
 
 func (s *service) ClearMark(ctx context.Context, req *connect.Request[lockdv1.ClearMarkRequest]) (*connect.Response[lockdv1.ClearMarkResponse], error) {
 	return raw(ctx, s.c, ClearMark, req)
+}
+
+func (s *service) SetLockPolicy(ctx context.Context, req *connect.Request[lockdv1.SetLockPolicyRequest]) (*connect.Response[lockdv1.SetLockPolicyResponse], error) {
+	return raw(ctx, s.c, SetLockPolicy, req)
 }
 
 // NewService returns the raw API over c (lockd's Client.Service).

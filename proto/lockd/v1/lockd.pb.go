@@ -297,6 +297,9 @@ const (
 	EventKind_EVENT_KIND_FORCE_RELEASED EventKind = 10
 	// The holder changed its value (Election.Proclaim).
 	EventKind_EVENT_KIND_VALUE_CHANGED EventKind = 11
+	// The hold's budget (max_hold) ran out: the leader ended the hold as an
+	// expiry ends it, while its session lives on.
+	EventKind_EVENT_KIND_HOLD_EXPIRED EventKind = 12
 	// Not a lock event: events were lost to this stream (position too old,
 	// snapshot restore, or the consumer fell behind). Re-list the locks, then
 	// watch again from this event's position.
@@ -322,6 +325,7 @@ var (
 		9:   "EVENT_KIND_DELAY_ENDED",
 		10:  "EVENT_KIND_FORCE_RELEASED",
 		11:  "EVENT_KIND_VALUE_CHANGED",
+		12:  "EVENT_KIND_HOLD_EXPIRED",
 		100: "EVENT_KIND_RESET",
 		101: "EVENT_KIND_HELD",
 		102: "EVENT_KIND_SYNCED",
@@ -339,6 +343,7 @@ var (
 		"EVENT_KIND_DELAY_ENDED":    9,
 		"EVENT_KIND_FORCE_RELEASED": 10,
 		"EVENT_KIND_VALUE_CHANGED":  11,
+		"EVENT_KIND_HOLD_EXPIRED":   12,
 		"EVENT_KIND_RESET":          100,
 		"EVENT_KIND_HELD":           101,
 		"EVENT_KIND_SYNCED":         102,
@@ -1121,7 +1126,12 @@ type AcquireRequest struct {
 	// not granted again for this long. Default 0, at most 1 h.
 	LockDelay *durationpb.Duration `protobuf:"bytes,10,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// The session secret given by CreateSession.
-	Secret        string `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
+	Secret string `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The hold budget asked for: when the hold has lasted this long the
+	// leader ends it as an expiry ends it (lock-delay, next waiter granted),
+	// even while the session lives. Absent or 0: the lock policy's default.
+	// The identity's ceiling (auth file, limit max_hold=) caps either.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,12,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1233,14 +1243,25 @@ func (x *AcquireRequest) GetSecret() string {
 	return ""
 }
 
+func (x *AcquireRequest) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status AcquireStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=lockd.v1.AcquireStatus" json:"status,omitempty"`
 	// The fencing token of the grant (when GRANTED).
 	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// 1-based position in the queue (when QUEUED).
-	Position      uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
-	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Position  uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The grant's effective hold budget (when GRANTED and one applies):
+	// the client gives the hold up before sent + max_hold (see the lease
+	// rule); the leader ends it no sooner than the grant + max_hold.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,5,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1301,6 +1322,13 @@ func (x *AcquireResponse) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *AcquireResponse) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -1719,13 +1747,15 @@ func (x *DescribeLockRequest) GetConsistency() ReadConsistency {
 }
 
 type Holder struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Mode          Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	GrantedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
-	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
-	Owner         string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Mode      Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
+	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	GrantedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	Value     []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Owner     string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The hold's budget; absent: none.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,7,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1800,6 +1830,13 @@ func (x *Holder) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Holder) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
 }
 
 type Waiter struct {
@@ -1967,7 +2004,9 @@ func (x *LockInfo) GetDelayed() bool {
 type DescribeLockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Absent when no such lock exists (free, no waiters).
-	Lock          *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Lock *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	// The lock's policy; absent when none is set.
+	Policy        *LockPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2009,6 +2048,148 @@ func (x *DescribeLockResponse) GetLock() *LockInfo {
 	return nil
 }
 
+func (x *DescribeLockResponse) GetPolicy() *LockPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// LockPolicy is an admin's per-lock rule, replicated with the lock table.
+type LockPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hold budget of an acquire that asks none (absent or 0: none).
+	DefaultMaxHold *durationpb.Duration `protobuf:"bytes,1,opt,name=default_max_hold,json=defaultMaxHold,proto3" json:"default_max_hold,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LockPolicy) Reset() {
+	*x = LockPolicy{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockPolicy) ProtoMessage() {}
+
+func (x *LockPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockPolicy.ProtoReflect.Descriptor instead.
+func (*LockPolicy) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LockPolicy) GetDefaultMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultMaxHold
+	}
+	return nil
+}
+
+type SetLockPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The new policy; absent or all zero removes the lock's policy.
+	Policy        *LockPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockPolicyRequest) Reset() {
+	*x = SetLockPolicyRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockPolicyRequest) ProtoMessage() {}
+
+func (x *SetLockPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetLockPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetLockPolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetLockPolicyRequest) GetPolicy() *LockPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type SetLockPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockPolicyResponse) Reset() {
+	*x = SetLockPolicyResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockPolicyResponse) ProtoMessage() {}
+
+func (x *SetLockPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockPolicyResponse.ProtoReflect.Descriptor instead.
+func (*SetLockPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+}
+
 type ListLocksRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -2023,7 +2204,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2216,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2229,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -2090,7 +2271,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2283,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2296,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -2144,7 +2325,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2337,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2350,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -2196,7 +2377,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2389,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2402,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForceReleaseResponse) GetSessionIds() []string {
@@ -2250,7 +2431,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2443,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2456,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteRequest) GetSessionId() string {
@@ -2335,7 +2516,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2528,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2541,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 type ClearMarkRequest struct {
@@ -2375,7 +2556,7 @@ type ClearMarkRequest struct {
 
 func (x *ClearMarkRequest) Reset() {
 	*x = ClearMarkRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2568,7 @@ func (x *ClearMarkRequest) String() string {
 func (*ClearMarkRequest) ProtoMessage() {}
 
 func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2581,7 @@ func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMarkRequest.ProtoReflect.Descriptor instead.
 func (*ClearMarkRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearMarkRequest) GetName() string {
@@ -2427,7 +2608,7 @@ type ClearMarkResponse struct {
 
 func (x *ClearMarkResponse) Reset() {
 	*x = ClearMarkResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2620,7 @@ func (x *ClearMarkResponse) String() string {
 func (*ClearMarkResponse) ProtoMessage() {}
 
 func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2633,7 @@ func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMarkResponse.ProtoReflect.Descriptor instead.
 func (*ClearMarkResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearMarkResponse) GetMark() *Mark {
@@ -2470,7 +2651,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2663,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2676,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 type Member struct {
@@ -2511,7 +2692,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2704,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2717,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Member) GetId() string {
@@ -2594,7 +2775,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2787,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2800,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2719,7 +2900,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2912,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2925,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -2785,7 +2966,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +2978,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +2991,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2836,7 +3017,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3029,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3042,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -2879,7 +3060,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3072,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3085,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
 }
 
 type TransferLeadershipRequest struct {
@@ -2917,7 +3098,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3110,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3123,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -2961,7 +3142,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3154,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3167,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -3007,7 +3188,7 @@ type KeepAliveBatch struct {
 
 func (x *KeepAliveBatch) Reset() {
 	*x = KeepAliveBatch{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3200,7 @@ func (x *KeepAliveBatch) String() string {
 func (*KeepAliveBatch) ProtoMessage() {}
 
 func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3213,7 @@ func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatch.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatch) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KeepAliveBatch) GetSessions() []*KeepAliveRequest {
@@ -3056,7 +3237,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3249,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3262,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KeepAliveResult) GetSessionId() string {
@@ -3117,7 +3298,7 @@ type KeepAliveBatchResponse struct {
 
 func (x *KeepAliveBatchResponse) Reset() {
 	*x = KeepAliveBatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3310,7 @@ func (x *KeepAliveBatchResponse) String() string {
 func (*KeepAliveBatchResponse) ProtoMessage() {}
 
 func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3323,7 @@ func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatchResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KeepAliveBatchResponse) GetResults() []*KeepAliveResult {
@@ -3173,7 +3354,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3366,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3379,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -3244,7 +3425,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3437,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3450,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StreamRequest) GetCallId() uint64 {
@@ -3418,7 +3599,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3611,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3624,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StreamResponse) GetCallId() uint64 {
@@ -3609,7 +3790,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3802,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3815,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{47}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -3694,7 +3875,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3887,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3900,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{48}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{51}
 }
 
 type WatchRequest struct {
@@ -3741,7 +3922,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3934,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3947,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{49}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -3826,7 +4007,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +4019,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +4032,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{50}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchResponse) GetPosition() string {
@@ -3990,7 +4171,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	" \x03(\tR\awaiting\x12\x1a\n" +
 	"\bidentity\x18\v \x01(\tR\bidentity\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
-	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xea\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xa0\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4005,14 +4186,16 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"lock_delay\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x16\n" +
-	"\x06secret\x18\v \x01(\tR\x06secretB\b\n" +
-	"\x06_limit\"\x93\x01\n" +
+	"\x06secret\x18\v \x01(\tR\x06secret\x124\n" +
+	"\bmax_hold\x18\f \x01(\v2\x19.google.protobuf.DurationR\amaxHoldB\b\n" +
+	"\x06_limit\"\xc9\x01\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\x95\x01\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x124\n" +
+	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"\x95\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4043,7 +4226,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\"f\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xc8\x01\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xfe\x01\n" +
 	"\x06Holder\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4052,7 +4235,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x14\n" +
-	"\x05owner\x18\x06 \x01(\tR\x05owner\"\x9a\x01\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x124\n" +
+	"\bmax_hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"\x9a\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4067,9 +4251,17 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\x128\n" +
 	"\n" +
 	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x18\n" +
-	"\adelayed\x18\a \x01(\bR\adelayed\">\n" +
+	"\adelayed\x18\a \x01(\bR\adelayed\"l\n" +
 	"\x14DescribeLockResponse\x12&\n" +
-	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xa3\x01\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"Q\n" +
+	"\n" +
+	"LockPolicy\x12C\n" +
+	"\x10default_max_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0edefaultMaxHold\"X\n" +
+	"\x14SetLockPolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"\x17\n" +
+	"\x15SetLockPolicyResponse\"\xa3\x01\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -4237,7 +4429,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\x90\x03\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\xad\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_GRANTED\x10\x01\x12\x17\n" +
@@ -4251,10 +4443,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x16EVENT_KIND_DELAY_ENDED\x10\t\x12\x1d\n" +
 	"\x19EVENT_KIND_FORCE_RELEASED\x10\n" +
 	"\x12\x1c\n" +
-	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x14\n" +
+	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x1b\n" +
+	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
 	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
-	"\x11EVENT_KIND_SYNCED\x10f2\xd4\b\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\xa8\t\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -4271,7 +4464,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
 	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
 	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x00\x12C\n" +
-	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x002\xfd\x01\n" +
+	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x00\x12R\n" +
+	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -4294,7 +4488,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -4325,138 +4519,149 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*Waiter)(nil),                     // 26: lockd.v1.Waiter
 	(*LockInfo)(nil),                   // 27: lockd.v1.LockInfo
 	(*DescribeLockResponse)(nil),       // 28: lockd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),           // 29: lockd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),          // 30: lockd.v1.ListLocksResponse
-	(*ForceReleaseRequest)(nil),        // 31: lockd.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),       // 32: lockd.v1.ForceReleaseResponse
-	(*CompleteRequest)(nil),            // 33: lockd.v1.CompleteRequest
-	(*CompleteResponse)(nil),           // 34: lockd.v1.CompleteResponse
-	(*ClearMarkRequest)(nil),           // 35: lockd.v1.ClearMarkRequest
-	(*ClearMarkResponse)(nil),          // 36: lockd.v1.ClearMarkResponse
-	(*StatusRequest)(nil),              // 37: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 38: lockd.v1.Member
-	(*StatusResponse)(nil),             // 39: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 40: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 41: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 42: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 43: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 44: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 45: lockd.v1.TransferLeadershipResponse
-	(*KeepAliveBatch)(nil),             // 46: lockd.v1.KeepAliveBatch
-	(*KeepAliveResult)(nil),            // 47: lockd.v1.KeepAliveResult
-	(*KeepAliveBatchResponse)(nil),     // 48: lockd.v1.KeepAliveBatchResponse
-	(*StreamError)(nil),                // 49: lockd.v1.StreamError
-	(*StreamRequest)(nil),              // 50: lockd.v1.StreamRequest
-	(*StreamResponse)(nil),             // 51: lockd.v1.StreamResponse
-	(*SetValueRequest)(nil),            // 52: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),           // 53: lockd.v1.SetValueResponse
-	(*WatchRequest)(nil),               // 54: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),              // 55: lockd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 57: google.protobuf.Duration
+	(*LockPolicy)(nil),                 // 29: lockd.v1.LockPolicy
+	(*SetLockPolicyRequest)(nil),       // 30: lockd.v1.SetLockPolicyRequest
+	(*SetLockPolicyResponse)(nil),      // 31: lockd.v1.SetLockPolicyResponse
+	(*ListLocksRequest)(nil),           // 32: lockd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 33: lockd.v1.ListLocksResponse
+	(*ForceReleaseRequest)(nil),        // 34: lockd.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),       // 35: lockd.v1.ForceReleaseResponse
+	(*CompleteRequest)(nil),            // 36: lockd.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 37: lockd.v1.CompleteResponse
+	(*ClearMarkRequest)(nil),           // 38: lockd.v1.ClearMarkRequest
+	(*ClearMarkResponse)(nil),          // 39: lockd.v1.ClearMarkResponse
+	(*StatusRequest)(nil),              // 40: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 41: lockd.v1.Member
+	(*StatusResponse)(nil),             // 42: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 43: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 44: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 45: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 46: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 47: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 48: lockd.v1.TransferLeadershipResponse
+	(*KeepAliveBatch)(nil),             // 49: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 50: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 51: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 52: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 53: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 54: lockd.v1.StreamResponse
+	(*SetValueRequest)(nil),            // 55: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 56: lockd.v1.SetValueResponse
+	(*WatchRequest)(nil),               // 57: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),              // 58: lockd.v1.WatchResponse
+	(*timestamppb.Timestamp)(nil),      // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 60: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	56, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	57, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	57, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	57, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	59, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	60, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	60, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	60, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	60, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	57, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	56, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	56, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	59, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	59, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	57, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	57, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 16: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 17: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 18: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 19: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	56, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 21: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	56, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	25, // 23: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	26, // 24: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	6,  // 25: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	57, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	27, // 27: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 28: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	27, // 29: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	57, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	6,  // 31: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	38, // 32: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	38, // 33: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	9,  // 34: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	57, // 35: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	49, // 36: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	47, // 37: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	5,  // 38: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	7,  // 39: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	46, // 40: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	16, // 41: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	18, // 42: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	20, // 43: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	33, // 44: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	11, // 45: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	8,  // 46: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	48, // 47: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	17, // 48: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	19, // 49: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	21, // 50: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	34, // 51: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	12, // 52: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	49, // 53: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	4,  // 54: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	0,  // 55: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	7,  // 56: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 57: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 58: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 59: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 60: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 61: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 62: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 63: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 64: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	29, // 65: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	31, // 66: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	37, // 67: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	33, // 68: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	35, // 69: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	52, // 70: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	40, // 71: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	42, // 72: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	44, // 73: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	50, // 74: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	54, // 75: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 76: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 77: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 78: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 79: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 80: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 81: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 82: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 83: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 84: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	30, // 85: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	32, // 86: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	39, // 87: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	34, // 88: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	36, // 89: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	53, // 90: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	41, // 91: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	43, // 92: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	45, // 93: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	51, // 94: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	55, // 95: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	76, // [76:96] is the sub-list for method output_type
-	56, // [56:76] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	60, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	60, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	60, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	60, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	59, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	60, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	59, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	60, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
+	60, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
+	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	60, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	60, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,  // 45: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	49, // 46: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16, // 47: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18, // 48: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20, // 49: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	36, // 50: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11, // 51: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	8,  // 52: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	51, // 53: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17, // 54: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19, // 55: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21, // 56: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	37, // 57: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12, // 58: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	52, // 59: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	4,  // 60: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	7,  // 62: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 63: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 64: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 65: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 66: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 67: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 68: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 69: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 70: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32, // 71: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34, // 72: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40, // 73: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36, // 74: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38, // 75: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55, // 76: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30, // 77: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	43, // 78: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45, // 79: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47, // 80: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53, // 81: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57, // 82: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 83: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 84: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 85: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 86: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 87: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 88: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 89: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 90: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 91: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33, // 92: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35, // 93: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42, // 94: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37, // 95: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39, // 96: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56, // 97: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31, // 98: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	44, // 99: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46, // 100: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48, // 101: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54, // 102: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58, // 103: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	83, // [83:104] is the sub-list for method output_type
+	62, // [62:83] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -4465,7 +4670,7 @@ func file_lockd_v1_lockd_proto_init() {
 		return
 	}
 	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
-	file_lockd_v1_lockd_proto_msgTypes[45].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[48].OneofWrappers = []any{
 		(*StreamRequest_CreateSession)(nil),
 		(*StreamRequest_KeepAlive)(nil),
 		(*StreamRequest_Acquire)(nil),
@@ -4474,7 +4679,7 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamRequest_Complete)(nil),
 		(*StreamRequest_CloseSession)(nil),
 	}
-	file_lockd_v1_lockd_proto_msgTypes[46].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[49].OneofWrappers = []any{
 		(*StreamResponse_CreateSession)(nil),
 		(*StreamResponse_KeepAlive)(nil),
 		(*StreamResponse_Acquire)(nil),
@@ -4490,7 +4695,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   51,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

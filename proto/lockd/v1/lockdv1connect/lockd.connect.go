@@ -77,6 +77,9 @@ const (
 	LockServiceClearMarkProcedure = "/lockd.v1.LockService/ClearMark"
 	// LockServiceSetValueProcedure is the fully-qualified name of the LockService's SetValue RPC.
 	LockServiceSetValueProcedure = "/lockd.v1.LockService/SetValue"
+	// LockServiceSetLockPolicyProcedure is the fully-qualified name of the LockService's SetLockPolicy
+	// RPC.
+	LockServiceSetLockPolicyProcedure = "/lockd.v1.LockService/SetLockPolicy"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -135,6 +138,10 @@ type LockServiceClient interface {
 	// names it) without releasing it: an election leader's Proclaim. Holders
 	// and watchers see the new value.
 	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
+	// SetLockPolicy (admin) sets or removes a lock's policy: the hold budget
+	// an acquire gets when it asks none (default_max_hold). The policy is
+	// replicated and outlives the lock's holds; DescribeLock shows it.
+	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -238,6 +245,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("SetValue")),
 			connect.WithClientOptions(opts...),
 		),
+		setLockPolicy: connect.NewClient[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse](
+			httpClient,
+			baseURL+LockServiceSetLockPolicyProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -258,6 +271,7 @@ type lockServiceClient struct {
 	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
 	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
 	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
+	setLockPolicy *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -335,6 +349,11 @@ func (c *lockServiceClient) SetValue(ctx context.Context, req *connect.Request[v
 	return c.setValue.CallUnary(ctx, req)
 }
 
+// SetLockPolicy calls lockd.v1.LockService.SetLockPolicy.
+func (c *lockServiceClient) SetLockPolicy(ctx context.Context, req *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error) {
+	return c.setLockPolicy.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -379,6 +398,10 @@ type LockServiceHandler interface {
 	// names it) without releasing it: an election leader's Proclaim. Holders
 	// and watchers see the new value.
 	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
+	// SetLockPolicy (admin) sets or removes a lock's policy: the hold budget
+	// an acquire gets when it asks none (default_max_hold). The policy is
+	// replicated and outlives the lock's holds; DescribeLock shows it.
+	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -478,6 +501,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("SetValue")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceSetLockPolicyHandler := connect.NewUnaryHandler(
+		LockServiceSetLockPolicyProcedure,
+		svc.SetLockPolicy,
+		connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -510,6 +539,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceClearMarkHandler.ServeHTTP(w, r)
 		case LockServiceSetValueProcedure:
 			lockServiceSetValueHandler.ServeHTTP(w, r)
+		case LockServiceSetLockPolicyProcedure:
+			lockServiceSetLockPolicyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -577,6 +608,10 @@ func (UnimplementedLockServiceHandler) ClearMark(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetValue is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetLockPolicy is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
