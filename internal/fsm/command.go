@@ -34,6 +34,8 @@ const (
 	// version that has them before they are proposed.
 	CmdSetLockPolicy CmdType = 15
 	CmdEndHold       CmdType = 16
+	// CmdAcquireMany: several locks all at once (many.go); the same rule.
+	CmdAcquireMany CmdType = 17
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -131,6 +133,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.SetLockPolicy{}
 	case CmdEndHold:
 		m = &fsmv1.EndHold{}
+	case CmdAcquireMany:
+		m = &fsmv1.AcquireMany{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

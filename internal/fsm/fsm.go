@@ -70,6 +70,9 @@ type Result struct {
 	Token uint64
 	// MaxHold is, for a granted acquire, the hold's budget (0: none).
 	MaxHold time.Duration
+	// Tokens are, for a granted AcquireMany, one per lock in name order
+	// (Token is the first).
+	Tokens []uint64
 	// Position is, for a queued acquire, its 1-based queue position.
 	Position uint32
 	// Released reports, for a cancel, that a raced grant was released.
@@ -279,6 +282,12 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applySetLockPolicy(m.(*fsmv1.SetLockPolicy))
 	case CmdEndHold:
 		return f.applyEndHold(m.(*fsmv1.EndHold), term)
+	case CmdAcquireMany:
+		c := m.(*fsmv1.AcquireMany)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyAcquireMany(c)
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

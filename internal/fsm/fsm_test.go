@@ -74,6 +74,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdSetLockPolicy
 	case *fsmv1.EndHold:
 		return fsm.CmdEndHold
+	case *fsmv1.AcquireMany:
+		return fsm.CmdAcquireMany
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -283,6 +285,16 @@ func checkInvariants(snap *fsmv1.Snapshot) error {
 		}
 		if len(l.Holders) == 0 && len(l.Queue) == 0 && l.Mark == nil && !l.Delayed {
 			return fmt.Errorf("lock %q kept with no holders, waiters or mark", l.Name)
+		}
+		for _, w := range l.Queue {
+			if w.SetSize > 0 {
+				if err := checkSet(snap, w); err != nil {
+					return fmt.Errorf("lock %q: %w", l.Name, err)
+				}
+			}
+		}
+		if len(l.Queue) > 0 && l.Queue[0].SetSize > 0 {
+			continue // checked as a set
 		}
 		if !l.Delayed && len(l.Queue) > 0 && grantable(l, l.Queue[0].Mode) {
 			return fmt.Errorf("lock %q: queue head %s (mode %d) is grantable but waits; holders %v", l.Name, l.Queue[0].SessionId, l.Queue[0].Mode, l.Holders)
@@ -561,6 +573,8 @@ func requestOf(data []byte) (string, uint64, bool) {
 		return m.SessionId, m.Seq, true
 	case *fsmv1.Cancel:
 		return m.SessionId, m.Seq, true
+	case *fsmv1.AcquireMany:
+		return m.SessionId, m.Seq, true
 	}
 	return "", 0, false
 }
@@ -781,4 +795,38 @@ func TestResultFacts(t *testing.T) {
 	if r := mustOK(t, f, &fsmv1.ExpireSession{SessionId: "c"}); !slices.EqualFunc(r.HoldsGrantedAt, []time.Time{time.Unix(0, 40), time.Unix(0, 50)}, time.Time.Equal) {
 		t.Fatalf("expiry: got %+v, want holds granted at 40 and 50", r)
 	}
+}
+
+// checkSet checks the set request (AcquireMany) that head belongs to: it
+// waits in exactly SetSize queues (never part of a set), holds none of
+// them with its seq, and cannot be granted as a whole (it does not head
+// every one of its queues, or one of its locks is busy for it).
+func checkSet(snap *fsmv1.Snapshot, head *fsmv1.Wait) error {
+	waits, grantableAll := 0, true
+	for _, l := range snap.Locks {
+		for i, w := range l.Queue {
+			if w.SessionId != head.SessionId || w.Seq != head.Seq {
+				continue
+			}
+			waits++
+			if w.SetSize != head.SetSize {
+				return fmt.Errorf("set request %s/%d: set sizes %d and %d", head.SessionId, head.Seq, w.SetSize, head.SetSize)
+			}
+			if i != 0 || l.Delayed || !grantable(l, w.Mode) {
+				grantableAll = false
+			}
+		}
+		for _, h := range l.Holders {
+			if h.SessionId == head.SessionId && h.Seq == head.Seq {
+				return fmt.Errorf("set request %s/%d holds %q while it waits: part of a set", head.SessionId, head.Seq, l.Name)
+			}
+		}
+	}
+	switch {
+	case waits != int(head.SetSize):
+		return fmt.Errorf("set request %s/%d waits in %d queues, its set has %d locks", head.SessionId, head.Seq, waits, head.SetSize)
+	case grantableAll:
+		return fmt.Errorf("set request %s/%d heads every queue and fits every lock, but waits", head.SessionId, head.Seq)
+	}
+	return nil
 }

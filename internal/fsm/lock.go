@@ -30,6 +30,10 @@ type wait struct {
 	queued  int64
 	// maxHoldMs is the budget its grant will have, fixed when it queued.
 	maxHoldMs int64
+	// group is the AcquireMany request it is one lock of (nil: a single
+	// acquire); setSize is that request's lock count (snapshots).
+	group   *group
+	setSize uint32
 }
 
 type lock struct {
@@ -201,7 +205,7 @@ func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
 	if l == nil || c.Limit != nil && *c.Limit != l.limit {
 		return nil
 	}
-	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq && w.mode == c.Mode {
+	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq && w.mode == c.Mode && w.group == nil {
 		return &Result{Status: StatusQueued, Position: uint32(slices.Index(l.queue, w) + 1), Duplicate: true}
 	}
 	if h := s.holds[c.Name]; h != nil && h.seq == c.Seq && h.mode == c.Mode {
@@ -224,22 +228,43 @@ func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, n
 
 // promote grants queued waiters from the head while they fit: several shared
 // waiters together, an exclusive one alone. A waiting exclusive request stops
-// shared ones behind it. A lock left empty is deleted.
+// shared ones behind it; so does an AcquireMany request (a group) that
+// cannot take every one of its locks yet. A group granted moves the queues
+// of its other locks: they are promoted next, in the order the grants
+// reached them (many.go). A lock left empty is deleted.
 func (f *FSM) promote(l *lock, now int64) {
-	for !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
-		w := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-		s := f.sessions[w.session]
-		delete(s.waits, l.name)
-		f.grant(l, s, w.mode, w.seq, w.value, now, w.maxHoldMs)
-		f.stats.QueueGrants++
-	}
-	if len(l.queue) == 0 {
-		l.queue = nil // let the backing array go
-	}
-	if l.empty() {
-		f.deleteLock(l)
+	work := []*lock{l}
+	for len(work) > 0 {
+		l := work[0]
+		work = work[1:]
+		if f.locks[l.name] != l {
+			continue // emptied and deleted earlier in this promotion
+		}
+		for !l.delayed && len(l.queue) > 0 {
+			w := l.queue[0]
+			if w.group != nil {
+				if !groupGrantable(f.locks, w.group) {
+					break
+				}
+				work = append(work, f.grantGroup(w.group, l, now)...)
+				continue
+			}
+			if !l.grantable(w.mode) {
+				break
+			}
+			l.queue[0] = nil
+			l.queue = l.queue[1:]
+			s := f.sessions[w.session]
+			delete(s.waits, l.name)
+			f.grant(l, s, w.mode, w.seq, w.value, now, w.maxHoldMs)
+			f.stats.QueueGrants++
+		}
+		if len(l.queue) == 0 {
+			l.queue = nil // let the backing array go
+		}
+		if l.empty() {
+			f.deleteLock(l)
+		}
 	}
 }
 
@@ -313,6 +338,10 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 		return r
 	}
 	l := f.locks[c.Name]
+	if w := s.waits[c.Name]; w != nil && w.seq == c.AcquireSeq && w.group != nil {
+		f.dropGroup(w.group, c.TimeUnixNano) // the whole AcquireMany request
+		return f.remember(s, c.Seq, fp, &Result{})
+	}
 	if w := s.waits[c.Name]; w != nil && w.seq == c.AcquireSeq {
 		f.removeWait(l, w)
 		f.promote(l, c.TimeUnixNano)

@@ -30,6 +30,7 @@ type mWait struct {
 	mode    int32
 	seq     uint64
 	budget  int64
+	setSize uint32 // an AcquireMany's lock count, 0: a single acquire
 }
 
 type mLock struct {
@@ -146,20 +147,154 @@ func (m *model) grant(l *mLock, session string, mode int32, seq uint64, budget i
 }
 
 // settle grants queued requests from the head while they fit, and forgets
-// a lock nobody holds or waits for.
+// a lock nobody holds or waits for. A set request at the head is granted
+// only when it heads every one of its queues and fits every lock; then the
+// queues of its other locks are settled next, in the order reached.
 func (m *model) settle(name string) {
-	l := m.locks[name]
-	if l == nil {
-		return
+	work := []string{name}
+	for len(work) > 0 {
+		n := work[0]
+		work = work[1:]
+		l := m.locks[n]
+		if l == nil {
+			continue
+		}
+		for len(l.queue) > 0 {
+			w := l.queue[0]
+			if w.setSize > 0 {
+				names := m.groupNames(w.session, w.seq)
+				if !m.groupFits(names, w.session, w.seq) {
+					break
+				}
+				for _, gn := range names {
+					gl := m.locks[gn]
+					gw := gl.queue[0]
+					gl.queue = gl.queue[1:]
+					m.grant(gl, gw.session, gw.mode, gw.seq, gw.budget)
+					if gn != n {
+						work = append(work, gn)
+					}
+				}
+				continue
+			}
+			if !l.fits(w.mode) {
+				break
+			}
+			l.queue = l.queue[1:]
+			m.grant(l, w.session, w.mode, w.seq, w.budget)
+		}
+		if len(l.holders) == 0 && len(l.queue) == 0 && l.mark == 0 {
+			delete(m.locks, n)
+		}
 	}
-	for len(l.queue) > 0 && l.fits(l.queue[0].mode) {
-		w := l.queue[0]
-		l.queue = l.queue[1:]
-		m.grant(l, w.session, w.mode, w.seq, w.budget)
+}
+
+// groupNames returns, by name, the locks whose queues hold a wait of the
+// set request (session, seq).
+func (m *model) groupNames(session string, seq uint64) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(m.locks)) {
+		if slices.ContainsFunc(m.locks[name].queue, func(w mWait) bool { return w.session == session && w.seq == seq && w.setSize > 0 }) {
+			out = append(out, name)
+		}
 	}
-	if len(l.holders) == 0 && len(l.queue) == 0 && l.mark == 0 {
-		delete(m.locks, name)
+	return out
+}
+
+// groupFits reports whether the set request heads each of names' queues
+// and fits each lock.
+func (m *model) groupFits(names []string, session string, seq uint64) bool {
+	for _, n := range names {
+		l := m.locks[n]
+		if l == nil || len(l.queue) == 0 || l.queue[0].session != session || l.queue[0].seq != seq || !l.fits(l.queue[0].mode) {
+			return false
+		}
 	}
+	return true
+}
+
+// dropGroup removes the set request's waits from names' queues.
+func (m *model) dropGroup(names []string, session string, seq uint64) {
+	for _, n := range names {
+		l := m.locks[n]
+		l.queue = slices.DeleteFunc(l.queue, func(w mWait) bool { return w.session == session && w.seq == seq })
+	}
+}
+
+// acquireMany predicts AcquireMany: all at once, one queued request, or a
+// refusal that changes nothing.
+func (m *model) acquireMany(a *fsmv1.AcquireMany) outcome {
+	revoked, ok := m.revoked[a.SessionId]
+	switch {
+	case !ok:
+		return outcome{code: fsm.CodeSessionUnknown}
+	case fsm.ValidateAcquireMany(a) != nil:
+		return outcome{code: fsm.CodeInvalid}
+	case revoked:
+		return outcome{code: fsm.CodeRevoked}
+	case m.used(a.SessionId)+len(a.Locks) > m.caps.LocksPerSession:
+		return outcome{code: fsm.CodeTooMany}
+	}
+	ls := slices.Clone(a.Locks)
+	slices.SortFunc(ls, func(x, y *fsmv1.ManyLock) int { return strings.Compare(x.Name, y.Name) })
+	locks := make([]*mLock, len(ls))
+	free := true
+	for i, ml := range ls {
+		l := m.locks[ml.Name]
+		if l != nil && l.has(a.SessionId) {
+			return outcome{code: fsm.CodeAlreadyHeld}
+		}
+		if l == nil {
+			l = &mLock{limit: 1}
+			if ml.Limit != nil {
+				l.limit = *ml.Limit
+			}
+		} else if ml.Limit != nil && *ml.Limit != l.limit {
+			return outcome{code: fsm.CodeLimitMismatch}
+		}
+		if l.mark != 0 {
+			return outcome{code: fsm.CodeAlreadyDone}
+		}
+		if len(l.queue) > 0 || !l.fits(ml.Mode) {
+			free = false
+		}
+		locks[i] = l
+	}
+	budget := a.MaxHoldMs
+	if budget == 0 {
+		for _, ml := range ls {
+			if p := m.policies[ml.Name]; p != 0 && (budget == 0 || p < budget) {
+				budget = p
+			}
+		}
+	}
+	if c := a.MaxHoldCeilingMs; c > 0 && (budget == 0 || c < budget) {
+		budget = c
+	}
+	if free {
+		var first uint64
+		for i, l := range locks {
+			m.locks[ls[i].Name] = l
+			tok := m.grant(l, a.SessionId, ls[i].Mode, a.Seq, budget)
+			if i == 0 {
+				first = tok
+			}
+		}
+		return outcome{status: fsm.StatusGranted, token: first}
+	}
+	if !a.Wait {
+		return outcome{code: fsm.CodeBusy}
+	}
+	for _, l := range locks {
+		if len(l.queue) >= m.caps.Waiters {
+			return outcome{code: fsm.CodeTooMany}
+		}
+	}
+	for i, l := range locks {
+		m.locks[ls[i].Name] = l
+		l.queue = append(l.queue, mWait{a.SessionId, ls[i].Mode, a.Seq, budget, uint32(len(ls))})
+	}
+	return outcome{status: fsm.StatusQueued, position: uint32(len(locks[0].queue))}
 }
 
 func (m *model) acquire(a *fsmv1.Acquire) outcome {
@@ -199,7 +334,7 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 		return outcome{code: fsm.CodeTooMany}
 	}
 	m.locks[a.Name] = l
-	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq, m.budget(a)})
+	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq, m.budget(a), 0})
 	return outcome{status: fsm.StatusQueued, position: uint32(len(l.queue))}
 }
 
@@ -243,7 +378,20 @@ func (m *model) complete(c *fsmv1.Complete) outcome {
 	if m.marks() >= m.caps.Marks {
 		return outcome{code: fsm.CodeTooMany}
 	}
+	queue := l.queue
 	l.holders, l.queue, l.mark, l.markBy = nil, nil, c.Token, c.SessionId
+	var others []string
+	for _, w := range queue {
+		if w.setSize > 0 {
+			names := m.groupNames(w.session, w.seq)
+			m.dropGroup(names, w.session, w.seq)
+			others = append(others, names...)
+		}
+	}
+	slices.Sort(others)
+	for _, n := range slices.Compact(others) {
+		m.settle(n)
+	}
 	return outcome{}
 }
 
@@ -262,6 +410,14 @@ func (m *model) cancel(c *fsmv1.Cancel) outcome {
 	if l == nil {
 		return outcome{}
 	}
+	if i := slices.IndexFunc(l.queue, func(w mWait) bool { return w.session == c.SessionId && w.seq == c.AcquireSeq }); i >= 0 && l.queue[i].setSize > 0 {
+		names := m.groupNames(c.SessionId, c.AcquireSeq)
+		m.dropGroup(names, c.SessionId, c.AcquireSeq)
+		for _, n := range names {
+			m.settle(n)
+		}
+		return outcome{}
+	}
 	if i := slices.IndexFunc(l.queue, func(w mWait) bool { return w.session == c.SessionId && w.seq == c.AcquireSeq }); i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 		m.settle(c.Name)
@@ -277,10 +433,15 @@ func (m *model) cancel(c *fsmv1.Cancel) outcome {
 
 // dropWaits drops a revoked session's waits, then grants what became free.
 func (m *model) dropWaits(id string) {
-	for _, l := range m.locks {
+	var affected []string
+	for name, l := range m.locks {
+		if slices.ContainsFunc(l.queue, func(w mWait) bool { return w.session == id }) {
+			affected = append(affected, name)
+		}
 		l.queue = slices.DeleteFunc(l.queue, func(w mWait) bool { return w.session == id })
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.locks)) {
+	slices.Sort(affected)
+	for _, name := range affected {
 		m.settle(name)
 	}
 }
@@ -292,11 +453,16 @@ func (m *model) remove(id string) {
 		return
 	}
 	delete(m.revoked, id)
-	for _, l := range m.locks {
+	var affected []string
+	for name, l := range m.locks {
+		if l.has(id) {
+			affected = append(affected, name)
+		}
 		l.queue = slices.DeleteFunc(l.queue, func(w mWait) bool { return w.session == id })
 		l.holders = slices.DeleteFunc(l.holders, func(h mHold) bool { return h.session == id })
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.locks)) {
+	slices.Sort(affected)
+	for _, name := range affected {
 		m.settle(name)
 	}
 }
@@ -329,7 +495,7 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 		}
 		var queue []mWait
 		for _, w := range pl.Queue {
-			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq, w.MaxHoldMs})
+			queue = append(queue, mWait{w.SessionId, w.Mode, w.Seq, w.MaxHoldMs, w.SetSize})
 		}
 		if mark := pl.GetMark().GetToken(); mark != l.mark {
 			return fmt.Errorf("lock %q: completion mark %d, want %d", pl.Name, mark, l.mark)
@@ -756,6 +922,37 @@ func (m *machine) clearMark(t *rapid.T) {
 	m.exec(t, x, outcome{}, false)
 }
 
+// acquireMany takes two or three locks at once, or queues one request on
+// each.
+func (m *machine) acquireMany(t *rapid.T) {
+	c := m.pickClient(t)
+	seq, ack := m.nextSeq(t, c)
+	names := slices.Clone(lockNames)
+	n := rapid.IntRange(2, 3).Draw(t, "manyN")
+	a := &fsmv1.AcquireMany{SessionId: c.id, Seq: seq, Ack: ack, Wait: rapid.Bool().Draw(t, "wait"), Value: []byte(c.id), TimeUnixNano: m.now,
+		MaxHoldMs: rapid.SampledFrom([]int64{0, 0, 1000}).Draw(t, "maxHold")}
+	for range n {
+		i := rapid.IntRange(0, len(names)-1).Draw(t, "manyName")
+		ml := &fsmv1.ManyLock{Name: names[i], Mode: rapid.SampledFrom([]int32{excl, shrd}).Draw(t, "mode")}
+		names = slices.Delete(names, i, i+1)
+		if l := rapid.IntRange(-4, 3).Draw(t, "limit"); l >= 0 {
+			ml.Limit = proto.Uint32(uint32(l))
+		}
+		a.Locks = append(a.Locks, ml)
+	}
+	r := m.exec(t, a, m.model.acquireMany(a), false)
+	if r.Status == fsm.StatusGranted {
+		ls := slices.Clone(a.Locks)
+		slices.SortFunc(ls, func(x, y *fsmv1.ManyLock) int { return strings.Compare(x.Name, y.Name) })
+		if len(r.Tokens) != len(ls) {
+			t.Fatalf("granted set of %d locks with tokens %v", len(ls), r.Tokens)
+		}
+		for i, ml := range ls {
+			c.granted[ml.Name] = append(c.granted[ml.Name], r.Tokens[i])
+		}
+	}
+}
+
 // setPolicy sets or removes a lock's default hold budget.
 func (m *machine) setPolicy(t *rapid.T) {
 	p := &fsmv1.SetLockPolicy{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), DefaultMaxHoldMs: rapid.SampledFrom([]int64{0, 3000, 7000}).Draw(t, "defaultMaxHold")}
@@ -899,6 +1096,8 @@ func (m *machine) reuse(t *rapid.T) {
 		x.Name = other(x.Name)
 	case *fsmv1.Complete:
 		x.Name = other(x.Name)
+	case *fsmv1.AcquireMany:
+		x.Locks[0].Mode = excl + shrd - x.Locks[0].Mode
 	}
 	session, seq, _ := requestOf(a.data)
 	_, live := m.model.revoked[session]
@@ -920,6 +1119,9 @@ type liveAnswer struct {
 // liveAcquire finds the live wait or hold made by the acquire (session,
 // seq) in the state pre, if msg is such an acquire.
 func liveAcquire(pre *fsmv1.Snapshot, msg proto.Message, session string, seq uint64) *liveAnswer {
+	if many, ok := msg.(*fsmv1.AcquireMany); ok {
+		return liveMany(pre, many, session, seq)
+	}
 	acq, ok := msg.(*fsmv1.Acquire)
 	if !ok {
 		return nil
@@ -985,6 +1187,7 @@ func TestProperties(t *testing.T) {
 			{"restore", 1, m.restoreMain},
 			{"list", 1, m.list},
 			{"setPolicy", 1, m.setPolicy},
+			{"acquireMany", 4, m.acquireMany},
 			{"endHold", 2, m.endHold},
 		}
 		var deck []int
@@ -1167,4 +1370,50 @@ func TestPropertyNameIndex(t *testing.T) {
 			checkPage(t, f, names, prefix, after, rapid.IntRange(0, 5).Draw(t, "n"))
 		}
 	})
+}
+
+// liveMany finds the live holds (all of them) or queued set request made
+// by the AcquireMany (session, seq) in the state pre.
+func liveMany(pre *fsmv1.Snapshot, a *fsmv1.AcquireMany, session string, seq uint64) *liveAnswer {
+	if fsm.ValidateAcquireMany(a) != nil {
+		return nil
+	}
+	names := map[string]int32{}
+	first := ""
+	for _, ml := range a.Locks {
+		names[ml.Name] = ml.Mode
+		if first == "" || ml.Name < first {
+			first = ml.Name
+		}
+	}
+	var firstToken uint64
+	held := 0
+	for _, l := range pre.Locks {
+		mode, ok := names[l.Name]
+		if !ok {
+			continue
+		}
+		for _, h := range l.Holders {
+			if h.SessionId == session && h.Seq == seq && h.Mode == mode {
+				held++
+				if l.Name == first {
+					firstToken = h.Token
+				}
+			}
+		}
+	}
+	if held == len(names) {
+		return &liveAnswer{status: fsm.StatusGranted, token: firstToken}
+	}
+	for _, l := range pre.Locks {
+		if l.Name != first {
+			continue
+		}
+		for i, w := range l.Queue {
+			if w.SessionId == session && w.Seq == seq && w.SetSize > 0 {
+				return &liveAnswer{status: fsm.StatusQueued, position: uint32(i + 1)}
+			}
+		}
+	}
+	return nil
 }

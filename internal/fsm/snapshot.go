@@ -44,7 +44,7 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 			pl.Holders = append(pl.Holders, &fsmv1.Hold{SessionId: h.session, Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedUnixNano: h.granted, MaxHoldMs: h.maxHoldMs})
 		}
 		for _, w := range l.queue {
-			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued, MaxHoldMs: w.maxHoldMs})
+			pl.Queue = append(pl.Queue, &fsmv1.Wait{SessionId: w.session, Mode: w.mode, Seq: w.seq, Value: w.value, QueuedUnixNano: w.queued, MaxHoldMs: w.maxHoldMs, SetSize: setSize(w)})
 		}
 		if m := l.mark; m != nil {
 			pl.Mark = &fsmv1.Mark{SessionId: m.session, Owner: m.owner, Token: m.token, CompletedUnixNano: m.completed, RetentionMs: m.retentionMs}
@@ -280,6 +280,9 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 	if err := checkStateCaps(snap, sessions, &cs); err != nil {
 		return nil, err
 	}
+	if err := decodeGroups(sessions, locks); err != nil {
+		return nil, err
+	}
 	members, err := decodeMembers(snap.Members)
 	if err != nil {
 		return nil, err
@@ -366,7 +369,7 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		if checkHoldMs("", pw.MaxHoldMs) != nil {
 			return nil, fmt.Errorf("snapshot: lock %q: waiter %q: %w", pl.Name, pw.SessionId, errBadBudget)
 		}
-		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs}
+		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs, setSize: pw.SetSize}
 		l.queue = append(l.queue, w)
 		s.waits[l.name] = w
 	}
@@ -380,7 +383,7 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		l.mark = &mark{session: pm.SessionId, owner: pm.Owner, token: pm.Token, completed: pm.CompletedUnixNano, retentionMs: pm.RetentionMs}
 	}
 	switch {
-	case !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode):
+	case !l.delayed && len(l.queue) > 0 && l.queue[0].setSize == 0 && l.grantable(l.queue[0].mode):
 		// Apply never leaves a head waiter that fits: it would wait on a
 		// lock nothing will ever release.
 		return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)

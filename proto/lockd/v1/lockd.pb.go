@@ -4105,6 +4105,313 @@ func (x *WatchResponse) GetEntryEnd() bool {
 	return false
 }
 
+// LockRequest is one lock of an AcquireMany.
+type LockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode  Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
+	// As AcquireRequest.limit.
+	Limit         *uint32 `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *LockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *LockRequest) GetLimit() uint32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+type AcquireManyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	// 2 to 32 distinct locks.
+	Locks []*LockRequest `protobuf:"bytes,4,rep,name=locks,proto3" json:"locks,omitempty"`
+	// Queue when not every lock is free instead of failing with BUSY.
+	Wait bool `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As AcquireRequest.poll_timeout.
+	PollTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=poll_timeout,json=pollTimeout,proto3" json:"poll_timeout,omitempty"`
+	// Kept with every hold of the set (at most 1 KiB).
+	Value  []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Secret string `protobuf:"bytes,8,opt,name=secret,proto3" json:"secret,omitempty"`
+	// As AcquireRequest.max_hold, for every hold of the set.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireManyRequest) Reset() {
+	*x = AcquireManyRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireManyRequest) ProtoMessage() {}
+
+func (x *AcquireManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireManyRequest.ProtoReflect.Descriptor instead.
+func (*AcquireManyRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *AcquireManyRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireManyRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AcquireManyRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *AcquireManyRequest) GetLocks() []*LockRequest {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *AcquireManyRequest) GetPollTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.PollTimeout
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *AcquireManyRequest) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
+// LockGrant is one granted lock of an AcquireMany.
+type LockGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockGrant) Reset() {
+	*x = LockGrant{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockGrant) ProtoMessage() {}
+
+func (x *LockGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockGrant.ProtoReflect.Descriptor instead.
+func (*LockGrant) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *LockGrant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockGrant) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type AcquireManyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status AcquireStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=lockd.v1.AcquireStatus" json:"status,omitempty"`
+	// When GRANTED: one per lock, in the request's order.
+	Grants []*LockGrant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	// When QUEUED: the request's position in its first lock's queue.
+	Position  uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// As AcquireResponse.max_hold (the same for every lock of the set).
+	MaxHold       *durationpb.Duration `protobuf:"bytes,5,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireManyResponse) Reset() {
+	*x = AcquireManyResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireManyResponse) ProtoMessage() {}
+
+func (x *AcquireManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireManyResponse.ProtoReflect.Descriptor instead.
+func (*AcquireManyResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *AcquireManyResponse) GetStatus() AcquireStatus {
+	if x != nil {
+		return x.Status
+	}
+	return AcquireStatus_ACQUIRE_STATUS_UNSPECIFIED
+}
+
+func (x *AcquireManyResponse) GetGrants() []*LockGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *AcquireManyResponse) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *AcquireManyResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AcquireManyResponse) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -4398,7 +4705,33 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x14\n" +
 	"\x05value\x18\t \x01(\fR\x05value\x12\x1b\n" +
 	"\tentry_end\x18\n" +
-	" \x01(\bR\bentryEnd*A\n" +
+	" \x01(\bR\bentryEnd\"j\n" +
+	"\vLockRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x12\x19\n" +
+	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
+	"\x06_limit\"\xba\x02\n" +
+	"\x12AcquireManyRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12+\n" +
+	"\x05locks\x18\x04 \x03(\v2\x15.lockd.v1.LockRequestR\x05locks\x12\x12\n" +
+	"\x04wait\x18\x05 \x01(\bR\x04wait\x12<\n" +
+	"\fpoll_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vpollTimeout\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x12\x16\n" +
+	"\x06secret\x18\b \x01(\tR\x06secret\x124\n" +
+	"\bmax_hold\x18\t \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"5\n" +
+	"\tLockGrant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xe4\x01\n" +
+	"\x13AcquireManyResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12+\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.lockd.v1.LockGrantR\x06grants\x12\x1a\n" +
+	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x124\n" +
+	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -4447,7 +4780,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
 	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
-	"\x11EVENT_KIND_SYNCED\x10f2\xa8\t\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\xf6\t\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -4465,7 +4798,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
 	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x00\x12C\n" +
 	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x00\x12R\n" +
-	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x002\xfd\x01\n" +
+	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x00\x12L\n" +
+	"\vAcquireMany\x12\x1c.lockd.v1.AcquireManyRequest\x1a\x1d.lockd.v1.AcquireManyResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -4488,7 +4822,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -4549,52 +4883,56 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*SetValueResponse)(nil),           // 56: lockd.v1.SetValueResponse
 	(*WatchRequest)(nil),               // 57: lockd.v1.WatchRequest
 	(*WatchResponse)(nil),              // 58: lockd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil),      // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 60: google.protobuf.Duration
+	(*LockRequest)(nil),                // 59: lockd.v1.LockRequest
+	(*AcquireManyRequest)(nil),         // 60: lockd.v1.AcquireManyRequest
+	(*LockGrant)(nil),                  // 61: lockd.v1.LockGrant
+	(*AcquireManyResponse)(nil),        // 62: lockd.v1.AcquireManyResponse
+	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 64: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	59, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	60, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	60, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	60, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	60, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	63, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	64, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	64, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	64, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	64, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	60, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	59, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	59, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	64, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	63, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	63, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	60, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	60, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	60, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	64, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	64, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	64, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
 	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	60, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	64, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
 	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	59, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	60, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	63, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	64, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
 	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	59, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	63, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	60, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	64, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
-	60, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	64, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
 	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
 	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	60, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	64, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
 	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
 	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
 	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
 	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	60, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	64, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
 	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
 	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
 	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
@@ -4615,53 +4953,62 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	52, // 59: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
 	4,  // 60: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
 	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	7,  // 62: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 63: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 64: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 65: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 66: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 67: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 68: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 69: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 70: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	32, // 71: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	34, // 72: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	40, // 73: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	36, // 74: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	38, // 75: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	55, // 76: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	30, // 77: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
-	43, // 78: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	45, // 79: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	47, // 80: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	53, // 81: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	57, // 82: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 83: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 84: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 85: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 86: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 87: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 88: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 89: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 90: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 91: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	33, // 92: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	35, // 93: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	42, // 94: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	37, // 95: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	39, // 96: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	56, // 97: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	31, // 98: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
-	44, // 99: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	46, // 100: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	48, // 101: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	54, // 102: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	58, // 103: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	83, // [83:104] is the sub-list for method output_type
-	62, // [62:83] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	0,  // 62: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
+	59, // 63: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
+	64, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	64, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	3,  // 66: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
+	61, // 67: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
+	64, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	7,  // 69: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 70: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 71: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 72: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 73: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 74: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 75: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 76: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 77: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32, // 78: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34, // 79: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40, // 80: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36, // 81: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38, // 82: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55, // 83: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30, // 84: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	60, // 85: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
+	43, // 86: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45, // 87: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47, // 88: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53, // 89: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57, // 90: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 91: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 92: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 93: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 94: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 95: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 96: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 97: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 98: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 99: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33, // 100: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35, // 101: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42, // 102: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37, // 103: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39, // 104: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56, // 105: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31, // 106: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62, // 107: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	44, // 108: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46, // 109: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48, // 110: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54, // 111: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58, // 112: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	91, // [91:113] is the sub-list for method output_type
+	69, // [69:91] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -4689,13 +5036,14 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamResponse_CloseSession)(nil),
 		(*StreamResponse_Error)(nil),
 	}
+	file_lockd_v1_lockd_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   54,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -1353,8 +1353,12 @@ type Wait struct {
 	Value          []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	QueuedUnixNano int64                  `protobuf:"varint,5,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
 	MaxHoldMs      int64                  `protobuf:"varint,6,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"` // the budget the grant will have, 0: none
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// set_size is, for a member of an AcquireMany request, how many locks
+	// the request asks (its members share session and seq); 0: a single
+	// acquire.
+	SetSize       uint32 `protobuf:"varint,7,opt,name=set_size,json=setSize,proto3" json:"set_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Wait) Reset() {
@@ -1425,6 +1429,13 @@ func (x *Wait) GetQueuedUnixNano() int64 {
 func (x *Wait) GetMaxHoldMs() int64 {
 	if x != nil {
 		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *Wait) GetSetSize() uint32 {
+	if x != nil {
+		return x.SetSize
 	}
 	return 0
 }
@@ -2163,6 +2174,194 @@ func (x *SetValue) GetIdentity() string {
 	return ""
 }
 
+// AcquireMany takes a set of locks all at once or queues one request on
+// every one of them, granted only when it can take them all at once.
+type AcquireMany struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	SessionId        string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq              uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack              uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Locks            []*ManyLock            `protobuf:"bytes,4,rep,name=locks,proto3" json:"locks,omitempty"`
+	Wait             bool                   `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	Value            []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	TimeUnixNano     int64                  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	SecretHash       []byte                 `protobuf:"bytes,8,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity         string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	MaxHoldMs        int64                  `protobuf:"varint,10,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
+	MaxHoldCeilingMs int64                  `protobuf:"varint,11,opt,name=max_hold_ceiling_ms,json=maxHoldCeilingMs,proto3" json:"max_hold_ceiling_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AcquireMany) Reset() {
+	*x = AcquireMany{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireMany) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireMany) ProtoMessage() {}
+
+func (x *AcquireMany) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireMany.ProtoReflect.Descriptor instead.
+func (*AcquireMany) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AcquireMany) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireMany) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetLocks() []*ManyLock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *AcquireMany) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AcquireMany) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetMaxHoldCeilingMs() int64 {
+	if x != nil {
+		return x.MaxHoldCeilingMs
+	}
+	return 0
+}
+
+// ManyLock is one lock of an AcquireMany: its name, mode and limit (absent:
+// the lock's, 1 for a new lock).
+type ManyLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          int32                  `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Limit         *uint32                `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ManyLock) Reset() {
+	*x = ManyLock{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ManyLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ManyLock) ProtoMessage() {}
+
+func (x *ManyLock) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ManyLock.ProtoReflect.Descriptor instead.
+func (*ManyLock) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ManyLock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ManyLock) GetMode() int32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ManyLock) GetLimit() uint32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -2299,7 +2498,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12*\n" +
 	"\x11granted_unix_nano\x18\x06 \x01(\x03R\x0fgrantedUnixNano\x12\x1e\n" +
-	"\vmax_hold_ms\x18\a \x01(\x03R\tmaxHoldMs\"\xab\x01\n" +
+	"\vmax_hold_ms\x18\a \x01(\x03R\tmaxHoldMs\"\xc6\x01\n" +
 	"\x04Wait\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2307,7 +2506,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12(\n" +
 	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\x12\x1e\n" +
-	"\vmax_hold_ms\x18\x06 \x01(\x03R\tmaxHoldMs\"\x8f\x02\n" +
+	"\vmax_hold_ms\x18\x06 \x01(\x03R\tmaxHoldMs\x12\x19\n" +
+	"\bset_size\x18\a \x01(\rR\asetSize\"\x8f\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
@@ -2373,7 +2573,27 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1f\n" +
 	"\vsecret_hash\x18\a \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\b \x01(\tR\bidentityB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xda\x02\n" +
+	"\vAcquireMany\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12,\n" +
+	"\x05locks\x18\x04 \x03(\v2\x16.lockd.fsm.v1.ManyLockR\x05locks\x12\x12\n" +
+	"\x04wait\x18\x05 \x01(\bR\x04wait\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12$\n" +
+	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\b \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x12\x1e\n" +
+	"\vmax_hold_ms\x18\n" +
+	" \x01(\x03R\tmaxHoldMs\x12-\n" +
+	"\x13max_hold_ceiling_ms\x18\v \x01(\x03R\x10maxHoldCeilingMs\"W\n" +
+	"\bManyLock\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x19\n" +
+	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
+	"\x06_limitB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2387,7 +2607,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),          // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
@@ -2414,6 +2634,8 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*MemberInfo)(nil),    // 22: lockd.fsm.v1.MemberInfo
 	(*Restore)(nil),       // 23: lockd.fsm.v1.Restore
 	(*SetValue)(nil),      // 24: lockd.fsm.v1.SetValue
+	(*AcquireMany)(nil),   // 25: lockd.fsm.v1.AcquireMany
+	(*ManyLock)(nil),      // 26: lockd.fsm.v1.ManyLock
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
@@ -2424,11 +2646,12 @@ var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	14, // 5: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
 	15, // 6: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
 	18, // 7: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	26, // 8: lockd.fsm.v1.AcquireMany.locks:type_name -> lockd.fsm.v1.ManyLock
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lockd_fsm_v1_fsm_proto_init() }
@@ -2437,13 +2660,14 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 		return
 	}
 	file_lockd_fsm_v1_fsm_proto_msgTypes[5].OneofWrappers = []any{}
+	file_lockd_fsm_v1_fsm_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

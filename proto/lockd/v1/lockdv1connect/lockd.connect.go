@@ -80,6 +80,8 @@ const (
 	// LockServiceSetLockPolicyProcedure is the fully-qualified name of the LockService's SetLockPolicy
 	// RPC.
 	LockServiceSetLockPolicyProcedure = "/lockd.v1.LockService/SetLockPolicy"
+	// LockServiceAcquireManyProcedure is the fully-qualified name of the LockService's AcquireMany RPC.
+	LockServiceAcquireManyProcedure = "/lockd.v1.LockService/AcquireMany"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -142,6 +144,11 @@ type LockServiceClient interface {
 	// an acquire gets when it asks none (default_max_hold). The policy is
 	// replicated and outlives the lock's holds; DescribeLock shows it.
 	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
+	// AcquireMany takes several locks all at once, or queues one request on
+	// each of them that is granted only when it can take them all at once:
+	// it never holds part of the set while waiting for the rest. One token
+	// per lock; release them one by one with Release.
+	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -251,6 +258,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
 			connect.WithClientOptions(opts...),
 		),
+		acquireMany: connect.NewClient[v1.AcquireManyRequest, v1.AcquireManyResponse](
+			httpClient,
+			baseURL+LockServiceAcquireManyProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -272,6 +285,7 @@ type lockServiceClient struct {
 	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
 	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
 	setLockPolicy *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
+	acquireMany   *connect.Client[v1.AcquireManyRequest, v1.AcquireManyResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -354,6 +368,11 @@ func (c *lockServiceClient) SetLockPolicy(ctx context.Context, req *connect.Requ
 	return c.setLockPolicy.CallUnary(ctx, req)
 }
 
+// AcquireMany calls lockd.v1.LockService.AcquireMany.
+func (c *lockServiceClient) AcquireMany(ctx context.Context, req *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error) {
+	return c.acquireMany.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -402,6 +421,11 @@ type LockServiceHandler interface {
 	// an acquire gets when it asks none (default_max_hold). The policy is
 	// replicated and outlives the lock's holds; DescribeLock shows it.
 	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
+	// AcquireMany takes several locks all at once, or queues one request on
+	// each of them that is granted only when it can take them all at once:
+	// it never holds part of the set while waiting for the rest. One token
+	// per lock; release them one by one with Release.
+	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -507,6 +531,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceAcquireManyHandler := connect.NewUnaryHandler(
+		LockServiceAcquireManyProcedure,
+		svc.AcquireMany,
+		connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -541,6 +571,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceSetValueHandler.ServeHTTP(w, r)
 		case LockServiceSetLockPolicyProcedure:
 			lockServiceSetLockPolicyHandler.ServeHTTP(w, r)
+		case LockServiceAcquireManyProcedure:
+			lockServiceAcquireManyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -612,6 +644,10 @@ func (UnimplementedLockServiceHandler) SetValue(context.Context, *connect.Reques
 
 func (UnimplementedLockServiceHandler) SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetLockPolicy is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.AcquireMany is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
