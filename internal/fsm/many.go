@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
@@ -360,4 +361,25 @@ func setSize(w *wait) uint32 {
 		return 0
 	}
 	return uint32(len(w.group.names))
+}
+
+// HeldBySeq returns the tokens of the holds of names (sorted) the request
+// seq of session made, in names' order, and their budget; false unless it
+// holds them all.
+func (f *FSM) HeldBySeq(session string, seq uint64, names []string) ([]uint64, time.Duration, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.sessions[session]
+	if s == nil {
+		return nil, 0, false
+	}
+	tokens := make([]uint64, len(names))
+	for i, n := range names {
+		h := s.holds[n]
+		if h == nil || h.seq != seq {
+			return nil, 0, false
+		}
+		tokens[i] = h.token
+	}
+	return tokens, ms(s.holds[names[0]].maxHoldMs), true
 }

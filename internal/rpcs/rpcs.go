@@ -111,6 +111,9 @@ var Methods = []*Method{
 	{Service: lockService, Name: "SetValue", Retry: Dedup, Dedup: "seq", Perm: Lock, Subject: "name"},
 	// Setting the same policy again changes nothing.
 	{Service: lockService, Name: "SetLockPolicy", Retry: Always, Perm: Admin, Subject: "name"},
+	// Several names: any lock grant passes here, and the handler checks
+	// each name (Guard.CheckLock).
+	{Service: lockService, Name: "AcquireMany", Retry: Dedup, Dedup: "seq", Perm: Lock, AnyName: true},
 	{Service: clusterService, Name: "Join", Retry: Always, Perm: Admin, Member: "node_id"},
 	{Service: clusterService, Name: "RemoveMember", Retry: Always, Perm: Admin, Member: "node_id"},
 	{Service: clusterService, Name: "TransferLeadership", Retry: Never, Perm: Admin, Member: "node_id"},

@@ -81,17 +81,11 @@ func (s *Server) endHold(key string, term uint64) {
 // acquireBudget reads an Acquire request's max_hold and the caller's
 // ceiling into cmd.
 func (a *api) acquireBudget(ctx context.Context, m *lockdv1.AcquireRequest, cmd *fsmv1.Acquire) error {
-	if m.MaxHold != nil {
-		d := m.MaxHold.AsDuration()
-		if m.MaxHold.CheckValid() != nil || d < 0 || d > fsm.MaxHoldMs*time.Millisecond {
-			return a.s.invalid("max_hold must be a duration from 0 to 720h")
-		}
-		if d > 0 && d < time.Millisecond {
-			d = time.Millisecond // the log keeps milliseconds; never 0 (none) for a budget asked
-		}
-		cmd.MaxHoldMs = d.Milliseconds()
+	holdMs, err := a.budgetMs(m.MaxHold)
+	if err != nil {
+		return err
 	}
-	cmd.MaxHoldCeilingMs = a.s.guard.MaxHold(ctx).Milliseconds()
+	cmd.MaxHoldMs, cmd.MaxHoldCeilingMs = holdMs, a.s.guard.MaxHold(ctx).Milliseconds()
 	return nil
 }
 

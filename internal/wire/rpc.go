@@ -76,6 +76,7 @@ var (
 	ForceRelease       = row(onLock(lockdv1connect.LockServiceClient.ForceRelease))
 	ClearMark          = row(onLock(lockdv1connect.LockServiceClient.ClearMark))
 	SetLockPolicy      = row(onLock(lockdv1connect.LockServiceClient.SetLockPolicy))
+	AcquireMany        = withPoll(row(onLock(lockdv1connect.LockServiceClient.AcquireMany)), maxLongPoll)
 	Status             = row(onLock(lockdv1connect.LockServiceClient.Status))
 	Join               = row(onCluster(lockdv1connect.ClusterServiceClient.Join))
 	RemoveMember       = row(onCluster(lockdv1connect.ClusterServiceClient.RemoveMember))
@@ -261,6 +262,10 @@ func (s *service) ClearMark(ctx context.Context, req *connect.Request[lockdv1.Cl
 
 func (s *service) SetLockPolicy(ctx context.Context, req *connect.Request[lockdv1.SetLockPolicyRequest]) (*connect.Response[lockdv1.SetLockPolicyResponse], error) {
 	return raw(ctx, s.c, SetLockPolicy, req)
+}
+
+func (s *service) AcquireMany(ctx context.Context, req *connect.Request[lockdv1.AcquireManyRequest]) (*connect.Response[lockdv1.AcquireManyResponse], error) {
+	return raw(ctx, s.c, AcquireMany, req)
 }
 
 // NewService returns the raw API over c (lockd's Client.Service).
