@@ -46,7 +46,7 @@ func ServerExpiry(received time.Time, ttl, grace time.Duration) time.Time {
 	return received.Add(ttl + grace)
 }
 
-// Hold budgets follow the same rule (docs/hold-budgets.md). Server half
+// Hold budgets follow the same rule (docs/lock-semantics.md). Server half
 // (ServerHoldEnd): the leader starts a hold's budget when it applies the
 // grant, on its monotonic clock, and ends the hold no sooner than applied +
 // budget; a new leader restarts every budget in full from its own

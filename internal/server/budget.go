@@ -17,7 +17,7 @@ import (
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
 
-// Hold budgets on the leader (docs/hold-budgets.md). A hold with a budget
+// Hold budgets on the leader (docs/lock-semantics.md). A hold with a budget
 // gets a timer in s.holds when the leader applies its grant (the grant
 // event carries the budget); a new leader restarts every budget in full
 // from its establish time, so the server ends a hold only later than its
