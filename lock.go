@@ -202,7 +202,7 @@ func definitive(err error) bool {
 	if errors.As(err, &be) {
 		return true
 	}
-	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch, ErrAlreadyDone} {
+	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch, ErrAlreadyDone, ErrDeadlock} {
 		if errors.Is(err, k) {
 			return true
 		}

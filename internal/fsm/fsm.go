@@ -43,6 +43,9 @@ const (
 	// CodeIdentityLimit: the identity is at its cap of live sessions
 	// (CreateSession.identity_sessions_cap).
 	CodeIdentityLimit Code = 13
+	// CodeDeadlock: the acquire would wait, and its wait would close a
+	// cycle of sessions waiting for each other (deadlock.go).
+	CodeDeadlock Code = 14
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.

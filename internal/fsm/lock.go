@@ -175,6 +175,11 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if len(l.queue) >= limits.waiters {
 		return refuse(fail(CodeTooMany, "lock %q has %d waiters already", c.Name, limits.waiters))
 	}
+	if c.RefuseDeadlock {
+		if r := f.deadlock(s, blockersOf(l, s.id, c.Mode, len(l.queue), false)); r != nil {
+			return refuse(r)
+		}
+	}
 	if f.locks[c.Name] == nil {
 		f.addLock(l)
 	}

@@ -216,10 +216,15 @@ func (f *FSM) applyAcquireMany(c *fsmv1.AcquireMany) *Result {
 			}
 		}
 	}
-	for _, l := range locks {
+	var edges []edge
+	for i, l := range locks {
 		if len(l.queue) >= limits.waiters {
 			return refuse(fail(CodeTooMany, "lock %q has %d waiters already", l.name, limits.waiters))
 		}
+		edges = append(edges, blockersOf(l, s.id, ls[i].Mode, len(l.queue), true)...)
+	}
+	if r := f.deadlock(s, edges); r != nil {
+		return refuse(r)
 	}
 	g := &group{session: s.id, seq: c.Seq}
 	for i, l := range locks {

@@ -285,10 +285,15 @@ func (m *model) acquireMany(a *fsmv1.AcquireMany) outcome {
 	if !a.Wait {
 		return outcome{code: fsm.CodeBusy}
 	}
-	for _, l := range locks {
+	var blockers []string
+	for i, l := range locks {
 		if len(l.queue) >= m.caps.Waiters {
 			return outcome{code: fsm.CodeTooMany}
 		}
+		blockers = append(blockers, mBlockers(l, a.SessionId, mWait{mode: ls[i].Mode, setSize: uint32(len(ls))}, len(l.queue))...)
+	}
+	if m.reaches(blockers, a.SessionId) {
+		return outcome{code: fsm.CodeDeadlock}
 	}
 	for i, l := range locks {
 		m.locks[ls[i].Name] = l
@@ -332,6 +337,9 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 	}
 	if len(l.queue) >= m.caps.Waiters {
 		return outcome{code: fsm.CodeTooMany}
+	}
+	if a.RefuseDeadlock && m.reaches(mBlockers(l, a.SessionId, mWait{mode: a.Mode}, len(l.queue)), a.SessionId) {
+		return outcome{code: fsm.CodeDeadlock}
 	}
 	m.locks[a.Name] = l
 	l.queue = append(l.queue, mWait{a.SessionId, a.Mode, a.Seq, m.budget(a), 0})
@@ -543,6 +551,9 @@ type machine struct {
 	maxToken       uint64
 	now            int64
 	queueGrantsObs int
+	// noCycles: every acquire is exclusive and refuses deadlocks, and no
+	// cycle of waiting sessions may survive any command.
+	noCycles bool
 }
 
 func newMachine(t *rapid.T) *machine {
@@ -632,6 +643,9 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 	}
 	if err := m.model.compare(post); err != nil {
 		t.Fatalf("after %T %v: %v", msg, msg, err)
+	}
+	if m.noCycles && m.model.cycles() {
+		t.Fatalf("after %T %v: sessions wait for each other in a cycle", msg, msg)
 	}
 	return r
 }
@@ -824,6 +838,10 @@ func (m *machine) acquire(t *rapid.T) {
 		a.Limit = proto.Uint32(uint32(l))
 	}
 	a.MaxHoldMs = rapid.SampledFrom([]int64{0, 0, 1000, 5000}).Draw(t, "maxHold")
+	a.RefuseDeadlock = rapid.IntRange(0, 3).Draw(t, "refuseDeadlock") > 0
+	if m.noCycles {
+		a.Mode, a.RefuseDeadlock = excl, true
+	}
 	a.MaxHoldCeilingMs = rapid.SampledFrom([]int64{0, 0, 2000}).Draw(t, "maxHoldCeiling")
 	r := m.exec(t, a, m.model.acquire(a), false)
 	if r.Token != 0 {
@@ -934,6 +952,9 @@ func (m *machine) acquireMany(t *rapid.T) {
 	for range n {
 		i := rapid.IntRange(0, len(names)-1).Draw(t, "manyName")
 		ml := &fsmv1.ManyLock{Name: names[i], Mode: rapid.SampledFrom([]int32{excl, shrd}).Draw(t, "mode")}
+		if m.noCycles {
+			ml.Mode = excl
+		}
 		names = slices.Delete(names, i, i+1)
 		if l := rapid.IntRange(-4, 3).Draw(t, "limit"); l >= 0 {
 			ml.Limit = proto.Uint32(uint32(l))
@@ -1416,4 +1437,86 @@ func liveMany(pre *fsmv1.Snapshot, a *fsmv1.AcquireMany, session string, seq uin
 		}
 	}
 	return nil
+}
+
+// mBlocks reports whether the earlier queued q keeps w behind it (the
+// FIFO rule): always, unless both are single shared requests.
+func mBlocks(q, w mWait) bool {
+	return q.setSize > 0 || w.setSize > 0 || q.mode == excl || w.mode == excl
+}
+
+// blockers returns the sessions a request w of session on l, queued at pos,
+// waits for: l's holders and the earlier requests that block it.
+func mBlockers(l *mLock, session string, w mWait, pos int) []string {
+	var out []string
+	for _, h := range l.holders {
+		if h.session != session {
+			out = append(out, h.session)
+		}
+	}
+	for _, q := range l.queue[:min(pos, len(l.queue))] {
+		if q.session != session && mBlocks(q, w) {
+			out = append(out, q.session)
+		}
+	}
+	return out
+}
+
+// reaches reports whether some session of from waits, directly or through
+// others, for target.
+func (m *model) reaches(from []string, target string) bool {
+	seen := map[string]bool{}
+	stack := slices.Clone(from)
+	for len(stack) > 0 {
+		s := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if s == target {
+			return true
+		}
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		for _, l := range m.locks {
+			for i, w := range l.queue {
+				if w.session == s {
+					stack = append(stack, mBlockers(l, s, w, i)...)
+				}
+			}
+		}
+	}
+	return false
+}
+
+// cycles reports whether any waiting session waits, through others, for
+// itself.
+func (m *model) cycles() bool {
+	for _, l := range m.locks {
+		for i, w := range l.queue {
+			if m.reaches(mBlockers(l, w.session, w, i), w.session) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestPropertyNoDeadlockCycle runs the random commands with exclusive
+// acquires that all refuse deadlocks (as a server of this version sends
+// them), single and sets: after every command no waiting session waits,
+// through others, for itself. Each refused acquire is predicted by the
+// model's own walk of the waits-for graph.
+func TestPropertyNoDeadlockCycle(t *testing.T) {
+	fsm.SetCaps(t, propertyCaps)
+	rapid.Check(t, func(t *rapid.T) {
+		m := newMachine(t)
+		m.noCycles = true
+		for range 4 {
+			m.createSession(t)
+		}
+		actions := []func(*rapid.T){m.acquire, m.acquire, m.acquire, m.acquireMany, m.acquireMany, m.release, m.release, m.cancel, m.closeOrExpire, m.endHold}
+		for range rapid.IntRange(1, 80).Draw(t, "steps") {
+			rapid.SampledFrom(actions).Draw(t, "action")(t)
+		}
+	})
 }

@@ -49,7 +49,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	cmd := &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
+		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(), RefuseDeadlock: true,
 		SecretHash: hashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := a.acquireBudget(ctx, m, cmd); err != nil {

@@ -106,6 +106,8 @@ func (s *Server) resultError(r *fsm.Result) *connect.Error {
 	case fsm.CodeIdentityLimit:
 		s.metrics.limitHits.WithLabelValues("sessions").Inc()
 		return s.apiError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, r.Msg)
+	case fsm.CodeDeadlock:
+		return s.apiError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_DEADLOCK, r.Msg)
 	case fsm.CodeCancelled:
 		return s.apiError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the acquire was cancelled before it arrived")
 	case fsm.CodeNotInitialized:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +177,52 @@ func TestMultiLockNoDeadlock(t *testing.T) {
 		t.Fatalf("%d sets granted, want %d", grants, clients*rounds)
 	}
 	t.Logf("%d sets of 2–3 of 5 locks in random order by %d clients in %v", grants, clients, time.Since(start))
+}
+
+// TestDeadlockRefusedInOneRoundTrip on a real 3-node cluster: two
+// sessions each hold one lock and ask for the other's; the first waits, the
+// second is refused at once with ErrDeadlock naming both locks, and the
+// first is granted once the second session lets go.
+func TestDeadlockRefusedInOneRoundTrip(t *testing.T) {
+	leakCheck(t)
+	c := newTestCluster(t, 3, defaultClusterOpts())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := newMember(t, c, "a", "la", 5*time.Second)
+	b := newMember(t, c, "b", "lb", 5*time.Second)
+	if err := a.m.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.m.TryLock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	aWants := a.s.NewMutex("lb")
+	granted := make(chan error, 1)
+	go func() { granted <- aWants.Lock(ctx) }()
+	obs := c.newClient("observer")
+	deadline := time.Now().Add(10 * time.Second)
+	for len(describe(t, obs, "lb", 5*time.Second).Waiters) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a did not queue for lb")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	err := b.s.NewMutex("la").Lock(ctx)
+	if !errors.Is(err, lockd.ErrDeadlock) {
+		t.Fatalf("b's wait for la: %v, want ErrDeadlock", err)
+	}
+	for _, want := range []string{`"la"`, `"lb"`, a.s.ID(), b.s.ID()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if w := describe(t, obs, "la", 5*time.Second).Waiters; len(w) != 0 {
+		t.Fatalf("the refused wait queued: %v", w)
+	}
+	if err := b.m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-granted; err != nil {
+		t.Fatalf("a's wait for lb: %v", err)
+	}
 }

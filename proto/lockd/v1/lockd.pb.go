@@ -149,6 +149,7 @@ const (
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14 // wrong session secret, or the identity may not do this
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED   ErrorReason = 15 // no or unknown credentials while authentication is on
 	ErrorReason_ERROR_REASON_RATE_LIMITED      ErrorReason = 16 // a per-identity rate limit or cap was reached
+	ErrorReason_ERROR_REASON_DEADLOCK          ErrorReason = 17 // the wait would close a cycle of sessions waiting for each other (the message names it)
 )
 
 // Enum value maps for ErrorReason.
@@ -171,6 +172,7 @@ var (
 		14: "ERROR_REASON_PERMISSION_DENIED",
 		15: "ERROR_REASON_UNAUTHENTICATED",
 		16: "ERROR_REASON_RATE_LIMITED",
+		17: "ERROR_REASON_DEADLOCK",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -190,6 +192,7 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED": 14,
 		"ERROR_REASON_UNAUTHENTICATED":   15,
 		"ERROR_REASON_RATE_LIMITED":      16,
+		"ERROR_REASON_DEADLOCK":          17,
 	}
 )
 
@@ -4739,7 +4742,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12 \n" +
 	"\x1cREAD_CONSISTENCY_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREAD_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x02*\x9f\x04\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x02*\xba\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -4758,7 +4761,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19ERROR_REASON_ALREADY_DONE\x10\r\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x0f\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x10*f\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x10\x12\x19\n" +
+	"\x15ERROR_REASON_DEADLOCK\x10\x11*f\n" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +

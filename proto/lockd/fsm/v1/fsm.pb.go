@@ -413,8 +413,12 @@ type Acquire struct {
 	// Apply grants min of the nonzero of the two.
 	MaxHoldMs        int64 `protobuf:"varint,13,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
 	MaxHoldCeilingMs int64 `protobuf:"varint,14,opt,name=max_hold_ceiling_ms,json=maxHoldCeilingMs,proto3" json:"max_hold_ceiling_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// refuse_deadlock: refuse (CodeDeadlock) a wait that would close a cycle
+	// of sessions waiting for each other. Set by every server that knows it;
+	// false in entries written before, which so decide as before.
+	RefuseDeadlock bool `protobuf:"varint,15,opt,name=refuse_deadlock,json=refuseDeadlock,proto3" json:"refuse_deadlock,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Acquire) Reset() {
@@ -543,6 +547,13 @@ func (x *Acquire) GetMaxHoldCeilingMs() int64 {
 		return x.MaxHoldCeilingMs
 	}
 	return 0
+}
+
+func (x *Acquire) GetRefuseDeadlock() bool {
+	if x != nil {
+		return x.RefuseDeadlock
+	}
+	return false
 }
 
 type Release struct {
@@ -2400,7 +2411,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\x99\x03\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xc2\x03\n" +
 	"\aAcquire\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -2418,7 +2429,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\f \x01(\tR\bidentity\x12\x1e\n" +
 	"\vmax_hold_ms\x18\r \x01(\x03R\tmaxHoldMs\x12-\n" +
-	"\x13max_hold_ceiling_ms\x18\x0e \x01(\x03R\x10maxHoldCeilingMsB\b\n" +
+	"\x13max_hold_ceiling_ms\x18\x0e \x01(\x03R\x10maxHoldCeilingMs\x12'\n" +
+	"\x0frefuse_deadlock\x18\x0f \x01(\bR\x0erefuseDeadlockB\b\n" +
 	"\x06_limit\"\xd9\x01\n" +
 	"\aRelease\x12\x1d\n" +
 	"\n" +

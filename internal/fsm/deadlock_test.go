@@ -1,0 +1,77 @@
+package fsm_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lockd-dev/lockd/internal/fsm"
+)
+
+// TestDeadlockRefused: two sessions each holding one lock and asking for
+// the other's: the second wait is refused with CodeDeadlock in the same
+// entry, naming both locks and both sessions, and changes nothing; the
+// same acquire from an entry written before deadlock detection
+// (refuse_deadlock unset) queues, as it always did.
+func TestDeadlockRefused(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	mustOK(t, f, newSession("s2"))
+	mustOK(t, f, acq("s1", 1, "a", excl, false))
+	mustOK(t, f, acq("s2", 1, "b", excl, false))
+	w := acq("s1", 2, "b", excl, true)
+	w.RefuseDeadlock = true
+	if r := mustOK(t, f, w); r.Status != fsm.StatusQueued {
+		t.Fatalf("s1 waits for b: %+v", r)
+	}
+	before := f.State().String()
+	c := acq("s2", 2, "a", excl, true)
+	c.RefuseDeadlock = true
+	r := apply(t, f, c)
+	if r.Code != fsm.CodeDeadlock {
+		t.Fatalf("closing acquire: %+v", r)
+	}
+	for _, want := range []string{`"a"`, `"b"`, "s1", "s2"} {
+		if !strings.Contains(r.Msg, want) {
+			t.Errorf("message %q does not name %s", r.Msg, want)
+		}
+	}
+	// Only the duplicate table moved (the refusal is remembered).
+	after := f.State()
+	for _, s := range after.Sessions {
+		if s.Id == "s2" {
+			s.Results = s.Results[:len(s.Results)-1]
+		}
+	}
+	if after.String() != before {
+		t.Fatal("the refused acquire changed the lock table")
+	}
+	old := acq("s2", 3, "a", excl, true) // refuse_deadlock unset: an old entry
+	if r := mustOK(t, f, old); r.Status != fsm.StatusQueued {
+		t.Fatalf("old entry: %+v, want queued as before", r)
+	}
+}
+
+// TestDeadlockRefusedSet: a set that would wait for a lock held by a
+// session that waits (behind the set's own queued request) for one the
+// set's session holds is refused too; nothing of it queues.
+func TestDeadlockRefusedSet(t *testing.T) {
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	mustOK(t, f, newSession("s2"))
+	mustOK(t, f, acq("s1", 1, "a", excl, false))
+	mustOK(t, f, acq("s2", 1, "b", excl, false))
+	if r := mustOK(t, f, many("s1", 2, true, "b", "c")); r.Status != fsm.StatusQueued {
+		t.Fatalf("s1's set: %+v", r)
+	}
+	r := apply(t, f, many("s2", 2, true, "a", "c"))
+	if r.Code != fsm.CodeDeadlock {
+		t.Fatalf("closing set: %+v", r)
+	}
+	if l, _ := f.Describe("a"); len(l.Waiters) != 0 {
+		t.Fatalf("the refused set queued on a: %+v", l.Waiters)
+	}
+	if l, _ := f.Describe("c"); len(l.Waiters) != 1 {
+		t.Fatalf("c: %+v, want s1's set alone", l.Waiters)
+	}
+}
+
