@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Deadlock detection. The waits-for graph over sessions is computed on
@@ -122,4 +123,63 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// WaitStep is one link of Explain's chain: Session waits for Lock, which
+// BlockedBy holds (Holding) or is queued before it on.
+type WaitStep struct {
+	// Depth is 1 for a holder of the lock explained, then one more per
+	// link.
+	Depth int
+	// Session and Owner are the waiting session.
+	Session, Owner string
+	// Lock is the lock it waits for, QueuedAt since when.
+	Lock     string
+	QueuedAt time.Time
+	// BlockedBy and BlockedByOwner are what it waits for.
+	BlockedBy, BlockedByOwner string
+	// Holding reports that BlockedBy holds Lock (else it is queued before).
+	Holding bool
+	// Cycle reports that BlockedBy appears earlier in the chain.
+	Cycle bool
+}
+
+// maxExplainSteps bounds Explain's chain.
+const maxExplainSteps = 1000
+
+// Explain returns the lock named name (false when it does not exist) and
+// the chain of what each of its holders waits for, depth first across
+// locks, each session followed once; truncated when cut at 1000 steps.
+func (f *FSM) Explain(name string) (info LockInfo, chain []WaitStep, truncated, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	l := f.locks[name]
+	if l == nil {
+		return LockInfo{}, nil, false, false
+	}
+	seen := map[string]bool{}
+	var walk func(s *session, depth int)
+	walk = func(s *session, depth int) {
+		for _, e := range f.waitsOf(s) {
+			if len(chain) >= maxExplainSteps {
+				truncated = true
+				return
+			}
+			chain = append(chain, WaitStep{Depth: depth, Session: s.id, Owner: s.owner, Lock: e.name, QueuedAt: time.Unix(0, s.waits[e.name].queued),
+				BlockedBy: e.to, BlockedByOwner: f.ownerOf(e.to), Holding: e.holds, Cycle: seen[e.to]})
+			if !seen[e.to] {
+				seen[e.to] = true
+				if next := f.sessions[e.to]; next != nil {
+					walk(next, depth+1)
+				}
+			}
+		}
+	}
+	for _, h := range l.holders {
+		if !seen[h.session] {
+			seen[h.session] = true
+			walk(f.sessions[h.session], 1)
+		}
+	}
+	return f.lockInfo(l), chain, truncated, true
 }

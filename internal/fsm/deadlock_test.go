@@ -75,3 +75,37 @@ func TestDeadlockRefusedSet(t *testing.T) {
 	}
 }
 
+// TestExplain: the chain follows what each holder waits for, across
+// locks, and marks a session seen before as a cycle (here from an old
+// entry that did not refuse the closing wait).
+func TestExplain(t *testing.T) {
+	f := initFSM(t, nil)
+	for _, id := range []string{"s1", "s2", "s3"} {
+		mustOK(t, f, newSession(id))
+	}
+	mustOK(t, f, acq("s1", 1, "a", excl, false))
+	mustOK(t, f, acq("s2", 1, "b", excl, false))
+	mustOK(t, f, acq("s3", 1, "c", excl, false))
+	mustOK(t, f, acq("s1", 2, "b", excl, true)) // s1 waits for b (s2)
+	mustOK(t, f, acq("s2", 2, "c", excl, true)) // s2 waits for c (s3)
+	mustOK(t, f, acq("s3", 2, "a", excl, true)) // old entry: closes the cycle
+	_, chain, truncated, ok := f.Explain("a")
+	if !ok || truncated || len(chain) != 3 {
+		t.Fatalf("chain %+v", chain)
+	}
+	want := []struct {
+		depth         int
+		session, lock string
+		by            string
+		cycle         bool
+	}{{1, "s1", "b", "s2", false}, {2, "s2", "c", "s3", false}, {3, "s3", "a", "s1", true}}
+	for i, w := range want {
+		st := chain[i]
+		if st.Depth != w.depth || st.Session != w.session || st.Lock != w.lock || st.BlockedBy != w.by || !st.Holding || st.Cycle != w.cycle {
+			t.Errorf("step %d: %+v, want %+v", i, st, w)
+		}
+	}
+	if _, _, _, ok := f.Explain("free"); ok {
+		t.Fatal("explain of a lock that does not exist")
+	}
+}

@@ -25,7 +25,7 @@ func TestHoldBudgetEndsLiveHolderAcrossLeaderKill(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
 	const (
-		ttl    = 5 * time.Second
+		ttl    = 10 * time.Second // well past the budget, and keepalives on a busy machine
 		budget = 3 * time.Second
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/lockd-dev/lockd"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // TestMultiLockAllOrNothing on a real 3-node cluster: a set whose lock x is
@@ -121,7 +124,7 @@ func TestMultiLockNoDeadlock(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for i := range clients {
-		mem := newMember(t, c, fmt.Sprintf("c%d", i), "unused", 5*time.Second)
+		mem := newMember(t, c, fmt.Sprintf("c%d", i), "unused", 15*time.Second) // long: a busy 2-core machine delays keepalives
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(i), 7))
 			for range rounds {
@@ -207,7 +210,15 @@ func TestDeadlockRefusedInOneRoundTrip(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	err := b.s.NewMutex("la").Lock(ctx)
+	// Explain: la's holder (a) waits for lb, which b holds.
+	ex, err := obs.Service().Explain(ctx, connect.NewRequest(&lockdv1.ExplainRequest{Name: "la"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := ex.Msg.GetChain(); len(ch) != 1 || ch[0].GetSessionId() != a.s.ID() || ch[0].GetLock() != "lb" || ch[0].GetBlockedBy() != b.s.ID() || !ch[0].GetHolding() || ch[0].GetDepth() != 1 {
+		t.Fatalf("explain la: chain %v", ch)
+	}
+	err = b.s.NewMutex("la").Lock(ctx)
 	if !errors.Is(err, lockd.ErrDeadlock) {
 		t.Fatalf("b's wait for la: %v, want ErrDeadlock", err)
 	}

@@ -76,6 +76,7 @@ var (
 	ForceRelease       = row(onLock(lockdv1connect.LockServiceClient.ForceRelease))
 	ClearMark          = row(onLock(lockdv1connect.LockServiceClient.ClearMark))
 	SetLockPolicy      = row(onLock(lockdv1connect.LockServiceClient.SetLockPolicy))
+	Explain            = row(onLock(lockdv1connect.LockServiceClient.Explain))
 	AcquireMany        = withPoll(row(onLock(lockdv1connect.LockServiceClient.AcquireMany)), maxLongPoll)
 	Status             = row(onLock(lockdv1connect.LockServiceClient.Status))
 	Join               = row(onCluster(lockdv1connect.ClusterServiceClient.Join))
@@ -266,6 +267,10 @@ func (s *service) SetLockPolicy(ctx context.Context, req *connect.Request[lockdv
 
 func (s *service) AcquireMany(ctx context.Context, req *connect.Request[lockdv1.AcquireManyRequest]) (*connect.Response[lockdv1.AcquireManyResponse], error) {
 	return raw(ctx, s.c, AcquireMany, req)
+}
+
+func (s *service) Explain(ctx context.Context, req *connect.Request[lockdv1.ExplainRequest]) (*connect.Response[lockdv1.ExplainResponse], error) {
+	return raw(ctx, s.c, Explain, req)
 }
 
 // NewService returns the raw API over c (lockd's Client.Service).

@@ -4415,6 +4415,237 @@ func (x *AcquireManyResponse) GetMaxHold() *durationpb.Duration {
 	return nil
 }
 
+type ExplainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Consistency   ReadConsistency        `protobuf:"varint,2,opt,name=consistency,proto3,enum=lockd.v1.ReadConsistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ExplainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetConsistency() ReadConsistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return ReadConsistency_READ_CONSISTENCY_UNSPECIFIED
+}
+
+// WaitStep is one link of a chain of waits: session waits for lock, which
+// blocked_by holds (or is queued before it on).
+type WaitStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for a holder of the lock explained, 2 for a session that one waits
+	// for, and so on.
+	Depth          uint32 `protobuf:"varint,1,opt,name=depth,proto3" json:"depth,omitempty"`
+	SessionId      string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner          string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Lock           string `protobuf:"bytes,4,opt,name=lock,proto3" json:"lock,omitempty"`
+	BlockedBy      string `protobuf:"bytes,5,opt,name=blocked_by,json=blockedBy,proto3" json:"blocked_by,omitempty"`
+	BlockedByOwner string `protobuf:"bytes,6,opt,name=blocked_by_owner,json=blockedByOwner,proto3" json:"blocked_by_owner,omitempty"`
+	// blocked_by holds the lock (else it is queued before session_id).
+	Holding bool `protobuf:"varint,7,opt,name=holding,proto3" json:"holding,omitempty"`
+	// When session_id's wait for lock was queued.
+	QueuedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`
+	// blocked_by appears earlier in the chain: the sessions wait in a cycle.
+	Cycle         bool `protobuf:"varint,9,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitStep) Reset() {
+	*x = WaitStep{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitStep) ProtoMessage() {}
+
+func (x *WaitStep) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitStep.ProtoReflect.Descriptor instead.
+func (*WaitStep) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *WaitStep) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *WaitStep) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WaitStep) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *WaitStep) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *WaitStep) GetBlockedBy() string {
+	if x != nil {
+		return x.BlockedBy
+	}
+	return ""
+}
+
+func (x *WaitStep) GetBlockedByOwner() string {
+	if x != nil {
+		return x.BlockedByOwner
+	}
+	return ""
+}
+
+func (x *WaitStep) GetHolding() bool {
+	if x != nil {
+		return x.Holding
+	}
+	return false
+}
+
+func (x *WaitStep) GetQueuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QueuedAt
+	}
+	return nil
+}
+
+func (x *WaitStep) GetCycle() bool {
+	if x != nil {
+		return x.Cycle
+	}
+	return false
+}
+
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absent when no such lock exists (free, no waiters).
+	Lock *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	// Depth first from each holder (token order), each session followed
+	// once; at most 1000 steps.
+	Chain []*WaitStep `protobuf:"bytes,2,rep,name=chain,proto3" json:"chain,omitempty"`
+	// The chain was cut at 1000 steps.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ExplainResponse) GetLock() *LockInfo {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetChain() []*WaitStep {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -4734,7 +4965,26 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\x124\n" +
-	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold*A\n" +
+	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"a\n" +
+	"\x0eExplainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\x9b\x02\n" +
+	"\bWaitStep\x12\x14\n" +
+	"\x05depth\x18\x01 \x01(\rR\x05depth\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04lock\x18\x04 \x01(\tR\x04lock\x12\x1d\n" +
+	"\n" +
+	"blocked_by\x18\x05 \x01(\tR\tblockedBy\x12(\n" +
+	"\x10blocked_by_owner\x18\x06 \x01(\tR\x0eblockedByOwner\x12\x18\n" +
+	"\aholding\x18\a \x01(\bR\aholding\x127\n" +
+	"\tqueued_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x12\x14\n" +
+	"\x05cycle\x18\t \x01(\bR\x05cycle\"\x81\x01\n" +
+	"\x0fExplainResponse\x12&\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12(\n" +
+	"\x05chain\x18\x02 \x03(\v2\x12.lockd.v1.WaitStepR\x05chain\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -4784,7 +5034,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
 	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
-	"\x11EVENT_KIND_SYNCED\x10f2\xf6\t\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\xb8\n" +
+	"\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -4803,7 +5054,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x00\x12C\n" +
 	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x00\x12R\n" +
 	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x00\x12L\n" +
-	"\vAcquireMany\x12\x1c.lockd.v1.AcquireManyRequest\x1a\x1d.lockd.v1.AcquireManyResponse\"\x002\xfd\x01\n" +
+	"\vAcquireMany\x12\x1c.lockd.v1.AcquireManyRequest\x1a\x1d.lockd.v1.AcquireManyResponse\"\x00\x12@\n" +
+	"\aExplain\x12\x18.lockd.v1.ExplainRequest\x1a\x19.lockd.v1.ExplainResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -4826,7 +5078,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -4891,52 +5143,55 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*AcquireManyRequest)(nil),         // 60: lockd.v1.AcquireManyRequest
 	(*LockGrant)(nil),                  // 61: lockd.v1.LockGrant
 	(*AcquireManyResponse)(nil),        // 62: lockd.v1.AcquireManyResponse
-	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 64: google.protobuf.Duration
+	(*ExplainRequest)(nil),             // 63: lockd.v1.ExplainRequest
+	(*WaitStep)(nil),                   // 64: lockd.v1.WaitStep
+	(*ExplainResponse)(nil),            // 65: lockd.v1.ExplainResponse
+	(*timestamppb.Timestamp)(nil),      // 66: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 67: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	63, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	64, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	64, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	64, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	64, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	66, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	67, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	67, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	67, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	67, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	64, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	63, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	63, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	67, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	66, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	66, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	64, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	64, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	64, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	67, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	67, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	67, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
 	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	64, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	67, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
 	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	63, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	64, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	66, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	67, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
 	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	63, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	66, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	64, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	67, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
-	64, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	67, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
 	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
 	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	64, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	67, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
 	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
 	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
 	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
 	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	64, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	67, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
 	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
 	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
 	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
@@ -4959,60 +5214,66 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
 	0,  // 62: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
 	59, // 63: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
-	64, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
-	64, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	67, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	67, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
 	3,  // 66: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
 	61, // 67: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
-	64, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
-	7,  // 69: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 70: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 71: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 72: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 73: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 74: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 75: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 76: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 77: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	32, // 78: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	34, // 79: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	40, // 80: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	36, // 81: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	38, // 82: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	55, // 83: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	30, // 84: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
-	60, // 85: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
-	43, // 86: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	45, // 87: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	47, // 88: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	53, // 89: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	57, // 90: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 91: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 92: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 93: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 94: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 95: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 96: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 97: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 98: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 99: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	33, // 100: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	35, // 101: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	42, // 102: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	37, // 103: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	39, // 104: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	56, // 105: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	31, // 106: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
-	62, // 107: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
-	44, // 108: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	46, // 109: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	48, // 110: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	54, // 111: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	58, // 112: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	91, // [91:113] is the sub-list for method output_type
-	69, // [69:91] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	67, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	1,  // 69: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	66, // 70: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
+	27, // 71: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
+	64, // 72: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
+	7,  // 73: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 74: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 75: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 76: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 77: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 78: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 79: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 80: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 81: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32, // 82: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34, // 83: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40, // 84: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36, // 85: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38, // 86: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55, // 87: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30, // 88: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	60, // 89: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
+	63, // 90: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
+	43, // 91: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45, // 92: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47, // 93: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53, // 94: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57, // 95: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 96: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 97: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 98: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 99: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 100: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 101: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 102: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 103: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 104: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33, // 105: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35, // 106: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42, // 107: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37, // 108: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39, // 109: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56, // 110: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31, // 111: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62, // 112: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	65, // 113: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
+	44, // 114: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46, // 115: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48, // 116: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54, // 117: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58, // 118: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	96, // [96:119] is the sub-list for method output_type
+	73, // [73:96] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -5047,7 +5308,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   58,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -82,6 +82,8 @@ const (
 	LockServiceSetLockPolicyProcedure = "/lockd.v1.LockService/SetLockPolicy"
 	// LockServiceAcquireManyProcedure is the fully-qualified name of the LockService's AcquireMany RPC.
 	LockServiceAcquireManyProcedure = "/lockd.v1.LockService/AcquireMany"
+	// LockServiceExplainProcedure is the fully-qualified name of the LockService's Explain RPC.
+	LockServiceExplainProcedure = "/lockd.v1.LockService/Explain"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -149,6 +151,9 @@ type LockServiceClient interface {
 	// it never holds part of the set while waiting for the rest. One token
 	// per lock; release them one by one with Release.
 	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
+	// Explain tells who holds a lock, who waits for it and since when, and
+	// the chain of what each holder itself waits for, across locks.
+	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -264,6 +269,12 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
 			connect.WithClientOptions(opts...),
 		),
+		explain: connect.NewClient[v1.ExplainRequest, v1.ExplainResponse](
+			httpClient,
+			baseURL+LockServiceExplainProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Explain")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -286,6 +297,7 @@ type lockServiceClient struct {
 	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
 	setLockPolicy *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
 	acquireMany   *connect.Client[v1.AcquireManyRequest, v1.AcquireManyResponse]
+	explain       *connect.Client[v1.ExplainRequest, v1.ExplainResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -373,6 +385,11 @@ func (c *lockServiceClient) AcquireMany(ctx context.Context, req *connect.Reques
 	return c.acquireMany.CallUnary(ctx, req)
 }
 
+// Explain calls lockd.v1.LockService.Explain.
+func (c *lockServiceClient) Explain(ctx context.Context, req *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error) {
+	return c.explain.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -426,6 +443,9 @@ type LockServiceHandler interface {
 	// it never holds part of the set while waiting for the rest. One token
 	// per lock; release them one by one with Release.
 	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
+	// Explain tells who holds a lock, who waits for it and since when, and
+	// the chain of what each holder itself waits for, across locks.
+	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -537,6 +557,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceExplainHandler := connect.NewUnaryHandler(
+		LockServiceExplainProcedure,
+		svc.Explain,
+		connect.WithSchema(lockServiceMethods.ByName("Explain")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -573,6 +599,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceSetLockPolicyHandler.ServeHTTP(w, r)
 		case LockServiceAcquireManyProcedure:
 			lockServiceAcquireManyHandler.ServeHTTP(w, r)
+		case LockServiceExplainProcedure:
+			lockServiceExplainHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -648,6 +676,10 @@ func (UnimplementedLockServiceHandler) SetLockPolicy(context.Context, *connect.R
 
 func (UnimplementedLockServiceHandler) AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.AcquireMany is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Explain is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
