@@ -51,6 +51,8 @@ type RunCommand struct {
 type heldLock interface {
 	Token() uint64
 	Done() <-chan struct{}
+	// Deadline is the earlier of the lease's and the hold budget's end.
+	Deadline() time.Time
 }
 
 // Run acquires the lock, runs the command under a supervisor, releases the
@@ -147,15 +149,22 @@ var errInterrupted = errors.New("interrupted")
 // it (exit 69).
 func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFlags) (heldLock, error) {
 	try := f.waitSet && f.wait == 0
+	// --max-hold of a second or more is also the hold's budget on the
+	// server: a stuck run loses the lock even while this process keeps its
+	// session alive. Shorter ones stay the supervisor's alone.
+	var budget lockd.LockOption
+	if f.maxHold >= time.Second {
+		budget = lockd.WithMaxHold(f.maxHold)
+	}
 	switch {
 	case f.limitSet:
-		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay))
+		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay), budget)
 		if try {
 			return l, l.TryLock(ctx)
 		}
 		return l, l.Lock(ctx)
 	case f.shared:
-		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay))
+		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay), budget)
 		if try {
 			return l, l.TryRLock(ctx)
 		}
@@ -163,7 +172,7 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 	default:
 		// An election's leader is the holder of its exclusive lock, its
 		// value what the leader announces (lockd elect, Election.Campaign).
-		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay), lockd.WithValue(f.value))
+		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay), lockd.WithValue(f.value), budget)
 		if try {
 			return l, l.TryLock(ctx)
 		}
@@ -288,6 +297,11 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:
+		// Before the release below ends the session.
+		reason := killReason(res.Killed, f)
+		if res.Killed == supervise.ReasonDeadline && f.maxHold >= time.Second && budgetFirst(l) {
+			reason = fmt.Sprintf("the hold's budget (--max-hold %v, on the server too) runs out: stopped %v before it", f.maxHold, f.killGrace)
+		}
 		if res.Killed == supervise.ReasonDeadline {
 			// The lease is in jeopardy, most likely lost: release if the
 			// server answers quickly, without outliving the deadline, and
@@ -297,7 +311,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		} else {
 			c.release(l, releaseTimeout)
 		}
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, killReason(res.Killed, f)))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, reason))
 	case res.ExecError != "":
 		c.release(l, releaseTimeout)
 		return exitWith(res.ExitCode, errors.New(res.ExecError))
@@ -420,4 +434,18 @@ func killReason(r supervise.Reason, f *runFlags) string {
 		return fmt.Sprintf("--max-hold %v ran out", f.maxHold)
 	}
 	return string(r)
+}
+
+// budgetFirst reports whether l's deadline is its hold budget's rather than
+// its lease's (lockd only: a Redis hold has no budget on the server).
+func budgetFirst(l lease) bool {
+	ll, ok := l.(*lockdLease)
+	if !ok {
+		return false
+	}
+	d := ll.dl.get()
+	if d.IsZero() {
+		d = ll.sess.Deadline()
+	}
+	return ll.deadline().Before(d)
 }

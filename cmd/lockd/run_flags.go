@@ -150,7 +150,7 @@ func (f *runFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		return nil
 	})
 	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
-	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace; on lockd, 1s or more is also the hold's budget on the server (0: no limit)")
 	fs.StringVar(&f.killGraceText, "kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
 	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
 	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
