@@ -36,6 +36,8 @@ const (
 	CmdEndHold       CmdType = 16
 	// CmdAcquireMany: several locks all at once (many.go); the same rule.
 	CmdAcquireMany CmdType = 17
+	// CmdRequestRelease: a notice to a lock's holders (revoke.go).
+	CmdRequestRelease CmdType = 18
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -135,6 +137,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.EndHold{}
 	case CmdAcquireMany:
 		m = &fsmv1.AcquireMany{}
+	case CmdRequestRelease:
+		m = &fsmv1.RequestRelease{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

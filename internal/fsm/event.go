@@ -28,6 +28,7 @@ const (
 	EventForceReleased EventKind = 10 // its holder's force-released session ended
 	EventValueChanged  EventKind = 11 // its holder changed the hold's value (Proclaim)
 	EventHoldExpired   EventKind = 12 // the hold's budget ran out (EndHold); its session lives on
+	EventReleaseAsked  EventKind = 13 // someone asked the holder to let go (RequestRelease); no change
 	// EventHeld is not a change: a hold as it is (Holding).
 	EventHeld EventKind = 101
 

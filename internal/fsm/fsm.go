@@ -82,7 +82,8 @@ type Result struct {
 	Released bool
 	// SessionID is, for a create session, the session's id.
 	SessionID string
-	// Holders are, for CodeBusy, the lock's holders.
+	// Holders are, for CodeBusy, the lock's holders; for RequestRelease,
+	// the holds asked.
 	Holders []HolderInfo
 	// Mark is, for CodeAlreadyDone, the lock's completion mark.
 	Mark *Mark
@@ -285,6 +286,8 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applySetLockPolicy(m.(*fsmv1.SetLockPolicy))
 	case CmdEndHold:
 		return f.applyEndHold(m.(*fsmv1.EndHold), term)
+	case CmdRequestRelease:
+		return f.applyRequestRelease(m.(*fsmv1.RequestRelease))
 	case CmdAcquireMany:
 		c := m.(*fsmv1.AcquireMany)
 		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {

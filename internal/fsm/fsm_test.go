@@ -76,6 +76,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdEndHold
 	case *fsmv1.AcquireMany:
 		return fsm.CmdAcquireMany
+	case *fsmv1.RequestRelease:
+		return fsm.CmdRequestRelease
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }

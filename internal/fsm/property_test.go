@@ -974,6 +974,12 @@ func (m *machine) acquireMany(t *rapid.T) {
 	}
 }
 
+// requestRelease asks a lock's holders to let go: no change (the model
+// stays as it is, and exec compares).
+func (m *machine) requestRelease(t *rapid.T) {
+	m.exec(t, &fsmv1.RequestRelease{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), Reason: "r"}, outcome{}, false)
+}
+
 // setPolicy sets or removes a lock's default hold budget.
 func (m *machine) setPolicy(t *rapid.T) {
 	p := &fsmv1.SetLockPolicy{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), DefaultMaxHoldMs: rapid.SampledFrom([]int64{0, 3000, 7000}).Draw(t, "defaultMaxHold")}
@@ -1209,6 +1215,7 @@ func TestProperties(t *testing.T) {
 			{"list", 1, m.list},
 			{"setPolicy", 1, m.setPolicy},
 			{"acquireMany", 4, m.acquireMany},
+			{"requestRelease", 1, m.requestRelease},
 			{"endHold", 2, m.endHold},
 		}
 		var deck []int

@@ -113,6 +113,8 @@ var Methods = []*Method{
 	{Service: lockService, Name: "SetLockPolicy", Retry: Always, Perm: Admin, Subject: "name"},
 	// Several names: any lock grant passes here, and the handler checks
 	// each name (Guard.CheckLock).
+	// A notice, no change: asking again asks again, harmlessly.
+	{Service: lockService, Name: "RequestRelease", Retry: Always, Perm: Lock, Subject: "name"},
 	{Service: lockService, Name: "Explain", Retry: Always, Perm: Read, Subject: "name"},
 	{Service: lockService, Name: "AcquireMany", Retry: Dedup, Dedup: "seq", Perm: Lock, AnyName: true},
 	{Service: clusterService, Name: "Join", Retry: Always, Perm: Admin, Member: "node_id"},

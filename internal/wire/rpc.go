@@ -76,6 +76,7 @@ var (
 	ForceRelease       = row(onLock(lockdv1connect.LockServiceClient.ForceRelease))
 	ClearMark          = row(onLock(lockdv1connect.LockServiceClient.ClearMark))
 	SetLockPolicy      = row(onLock(lockdv1connect.LockServiceClient.SetLockPolicy))
+	RequestRelease     = row(onLock(lockdv1connect.LockServiceClient.RequestRelease))
 	Explain            = row(onLock(lockdv1connect.LockServiceClient.Explain))
 	AcquireMany        = withPoll(row(onLock(lockdv1connect.LockServiceClient.AcquireMany)), maxLongPoll)
 	Status             = row(onLock(lockdv1connect.LockServiceClient.Status))
@@ -271,6 +272,10 @@ func (s *service) AcquireMany(ctx context.Context, req *connect.Request[lockdv1.
 
 func (s *service) Explain(ctx context.Context, req *connect.Request[lockdv1.ExplainRequest]) (*connect.Response[lockdv1.ExplainResponse], error) {
 	return raw(ctx, s.c, Explain, req)
+}
+
+func (s *service) RequestRelease(ctx context.Context, req *connect.Request[lockdv1.RequestReleaseRequest]) (*connect.Response[lockdv1.RequestReleaseResponse], error) {
+	return raw(ctx, s.c, RequestRelease, req)
 }
 
 // NewService returns the raw API over c (lockd's Client.Service).

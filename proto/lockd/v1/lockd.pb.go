@@ -303,6 +303,9 @@ const (
 	// The hold's budget (max_hold) ran out: the leader ended the hold as an
 	// expiry ends it, while its session lives on.
 	EventKind_EVENT_KIND_HOLD_EXPIRED EventKind = 12
+	// Someone asked the holder (session, token) to let go (RequestRelease);
+	// value is the reason. Nothing changed: the holder decides.
+	EventKind_EVENT_KIND_RELEASE_REQUESTED EventKind = 13
 	// Not a lock event: events were lost to this stream (position too old,
 	// snapshot restore, or the consumer fell behind). Re-list the locks, then
 	// watch again from this event's position.
@@ -329,27 +332,29 @@ var (
 		10:  "EVENT_KIND_FORCE_RELEASED",
 		11:  "EVENT_KIND_VALUE_CHANGED",
 		12:  "EVENT_KIND_HOLD_EXPIRED",
+		13:  "EVENT_KIND_RELEASE_REQUESTED",
 		100: "EVENT_KIND_RESET",
 		101: "EVENT_KIND_HELD",
 		102: "EVENT_KIND_SYNCED",
 	}
 	EventKind_value = map[string]int32{
-		"EVENT_KIND_UNSPECIFIED":    0,
-		"EVENT_KIND_GRANTED":        1,
-		"EVENT_KIND_RELEASED":       2,
-		"EVENT_KIND_EXPIRED":        3,
-		"EVENT_KIND_QUEUED":         4,
-		"EVENT_KIND_DEQUEUED":       5,
-		"EVENT_KIND_COMPLETED":      6,
-		"EVENT_KIND_MARK_CLEARED":   7,
-		"EVENT_KIND_DELAY_STARTED":  8,
-		"EVENT_KIND_DELAY_ENDED":    9,
-		"EVENT_KIND_FORCE_RELEASED": 10,
-		"EVENT_KIND_VALUE_CHANGED":  11,
-		"EVENT_KIND_HOLD_EXPIRED":   12,
-		"EVENT_KIND_RESET":          100,
-		"EVENT_KIND_HELD":           101,
-		"EVENT_KIND_SYNCED":         102,
+		"EVENT_KIND_UNSPECIFIED":       0,
+		"EVENT_KIND_GRANTED":           1,
+		"EVENT_KIND_RELEASED":          2,
+		"EVENT_KIND_EXPIRED":           3,
+		"EVENT_KIND_QUEUED":            4,
+		"EVENT_KIND_DEQUEUED":          5,
+		"EVENT_KIND_COMPLETED":         6,
+		"EVENT_KIND_MARK_CLEARED":      7,
+		"EVENT_KIND_DELAY_STARTED":     8,
+		"EVENT_KIND_DELAY_ENDED":       9,
+		"EVENT_KIND_FORCE_RELEASED":    10,
+		"EVENT_KIND_VALUE_CHANGED":     11,
+		"EVENT_KIND_HOLD_EXPIRED":      12,
+		"EVENT_KIND_RELEASE_REQUESTED": 13,
+		"EVENT_KIND_RESET":             100,
+		"EVENT_KIND_HELD":              101,
+		"EVENT_KIND_SYNCED":            102,
 	}
 )
 
@@ -4646,6 +4651,104 @@ func (x *ExplainResponse) GetTruncated() bool {
 	return false
 }
 
+type RequestReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Why, for the holder and watchers (at most 256 bytes).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseRequest) Reset() {
+	*x = RequestReleaseRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseRequest) ProtoMessage() {}
+
+func (x *RequestReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RequestReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *RequestReleaseRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RequestReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RequestReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holds asked (0 when the lock had no holder).
+	Holders       uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseResponse) Reset() {
+	*x = RequestReleaseResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseResponse) ProtoMessage() {}
+
+func (x *RequestReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RequestReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *RequestReleaseResponse) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -4984,7 +5087,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fExplainResponse\x12&\n" +
 	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12(\n" +
 	"\x05chain\x18\x02 \x03(\v2\x12.lockd.v1.WaitStepR\x05chain\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated*A\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"C\n" +
+	"\x15RequestReleaseRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
+	"\x16RequestReleaseResponse\x12\x18\n" +
+	"\aholders\x18\x01 \x01(\rR\aholders*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -5016,7 +5124,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\xad\x03\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\xcf\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_GRANTED\x10\x01\x12\x17\n" +
@@ -5031,11 +5139,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19EVENT_KIND_FORCE_RELEASED\x10\n" +
 	"\x12\x1c\n" +
 	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x1b\n" +
-	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12\x14\n" +
+	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12 \n" +
+	"\x1cEVENT_KIND_RELEASE_REQUESTED\x10\r\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
 	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
-	"\x11EVENT_KIND_SYNCED\x10f2\xb8\n" +
-	"\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\x8f\v\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -5055,7 +5163,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x00\x12R\n" +
 	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x00\x12L\n" +
 	"\vAcquireMany\x12\x1c.lockd.v1.AcquireManyRequest\x1a\x1d.lockd.v1.AcquireManyResponse\"\x00\x12@\n" +
-	"\aExplain\x12\x18.lockd.v1.ExplainRequest\x1a\x19.lockd.v1.ExplainResponse\"\x002\xfd\x01\n" +
+	"\aExplain\x12\x18.lockd.v1.ExplainRequest\x1a\x19.lockd.v1.ExplainResponse\"\x00\x12U\n" +
+	"\x0eRequestRelease\x12\x1f.lockd.v1.RequestReleaseRequest\x1a .lockd.v1.RequestReleaseResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -5078,7 +5187,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -5146,52 +5255,54 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*ExplainRequest)(nil),             // 63: lockd.v1.ExplainRequest
 	(*WaitStep)(nil),                   // 64: lockd.v1.WaitStep
 	(*ExplainResponse)(nil),            // 65: lockd.v1.ExplainResponse
-	(*timestamppb.Timestamp)(nil),      // 66: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 67: google.protobuf.Duration
+	(*RequestReleaseRequest)(nil),      // 66: lockd.v1.RequestReleaseRequest
+	(*RequestReleaseResponse)(nil),     // 67: lockd.v1.RequestReleaseResponse
+	(*timestamppb.Timestamp)(nil),      // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 69: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	66, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	67, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	67, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	67, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	67, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	68, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	69, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	69, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	69, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	69, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	67, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	66, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	66, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	68, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	68, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	67, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	67, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	67, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	69, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	69, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	69, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
 	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	67, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	69, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
 	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
 	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	66, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	67, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	68, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	69, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
 	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	66, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	68, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
 	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
 	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
 	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	67, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	69, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
 	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
 	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
-	67, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	69, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
 	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
 	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
 	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	67, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	69, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
 	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
 	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
 	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
 	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	67, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	69, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
 	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
 	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
 	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
@@ -5214,13 +5325,13 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
 	0,  // 62: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
 	59, // 63: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
-	67, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
-	67, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	69, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	69, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
 	3,  // 66: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
 	61, // 67: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
-	67, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	69, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
 	1,  // 69: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	66, // 70: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
+	68, // 70: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
 	27, // 71: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
 	64, // 72: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
 	7,  // 73: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
@@ -5241,36 +5352,38 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	30, // 88: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
 	60, // 89: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
 	63, // 90: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
-	43, // 91: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	45, // 92: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	47, // 93: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	53, // 94: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	57, // 95: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 96: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 97: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 98: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 99: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 100: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 101: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 102: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 103: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 104: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	33, // 105: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	35, // 106: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	42, // 107: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	37, // 108: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	39, // 109: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	56, // 110: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	31, // 111: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
-	62, // 112: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
-	65, // 113: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
-	44, // 114: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	46, // 115: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	48, // 116: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	54, // 117: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	58, // 118: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	96, // [96:119] is the sub-list for method output_type
-	73, // [73:96] is the sub-list for method input_type
+	66, // 91: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
+	43, // 92: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45, // 93: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47, // 94: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53, // 95: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57, // 96: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 97: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 98: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 99: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 100: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 101: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 102: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 103: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 104: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 105: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33, // 106: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35, // 107: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42, // 108: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37, // 109: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39, // 110: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56, // 111: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31, // 112: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62, // 113: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	65, // 114: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
+	67, // 115: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
+	44, // 116: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46, // 117: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48, // 118: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54, // 119: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58, // 120: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	97, // [97:121] is the sub-list for method output_type
+	73, // [73:97] is the sub-list for method input_type
 	73, // [73:73] is the sub-list for extension type_name
 	73, // [73:73] is the sub-list for extension extendee
 	0,  // [0:73] is the sub-list for field type_name
@@ -5308,7 +5421,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   61,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

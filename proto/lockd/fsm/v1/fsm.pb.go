@@ -2373,6 +2373,77 @@ func (x *ManyLock) GetLimit() uint32 {
 	return 0
 }
 
+// RequestRelease asks a lock's holders to let go: one event per hold, no
+// change of state.
+type RequestRelease struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who asked: their identity ("" with authentication off).
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	TimeUnixNano  int64  `protobuf:"varint,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRelease) Reset() {
+	*x = RequestRelease{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRelease) ProtoMessage() {}
+
+func (x *RequestRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRelease.ProtoReflect.Descriptor instead.
+func (*RequestRelease) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RequestRelease) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -2605,7 +2676,12 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x19\n" +
 	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
-	"\x06_limitB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\x06_limit\"~\n" +
+	"\x0eRequestRelease\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12$\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNanoB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2619,35 +2695,36 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
-	(*Init)(nil),          // 0: lockd.fsm.v1.Init
-	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
-	(*CloseSession)(nil),  // 2: lockd.fsm.v1.CloseSession
-	(*ExpireSession)(nil), // 3: lockd.fsm.v1.ExpireSession
-	(*RevokeSession)(nil), // 4: lockd.fsm.v1.RevokeSession
-	(*Acquire)(nil),       // 5: lockd.fsm.v1.Acquire
-	(*Release)(nil),       // 6: lockd.fsm.v1.Release
-	(*Cancel)(nil),        // 7: lockd.fsm.v1.Cancel
-	(*Snapshot)(nil),      // 8: lockd.fsm.v1.Snapshot
-	(*LockPolicy)(nil),    // 9: lockd.fsm.v1.LockPolicy
-	(*SetLockPolicy)(nil), // 10: lockd.fsm.v1.SetLockPolicy
-	(*EndHold)(nil),       // 11: lockd.fsm.v1.EndHold
-	(*Result)(nil),        // 12: lockd.fsm.v1.Result
-	(*Session)(nil),       // 13: lockd.fsm.v1.Session
-	(*Hold)(nil),          // 14: lockd.fsm.v1.Hold
-	(*Wait)(nil),          // 15: lockd.fsm.v1.Wait
-	(*Lock)(nil),          // 16: lockd.fsm.v1.Lock
-	(*Undelay)(nil),       // 17: lockd.fsm.v1.Undelay
-	(*Mark)(nil),          // 18: lockd.fsm.v1.Mark
-	(*Complete)(nil),      // 19: lockd.fsm.v1.Complete
-	(*ClearMark)(nil),     // 20: lockd.fsm.v1.ClearMark
-	(*SetMember)(nil),     // 21: lockd.fsm.v1.SetMember
-	(*MemberInfo)(nil),    // 22: lockd.fsm.v1.MemberInfo
-	(*Restore)(nil),       // 23: lockd.fsm.v1.Restore
-	(*SetValue)(nil),      // 24: lockd.fsm.v1.SetValue
-	(*AcquireMany)(nil),   // 25: lockd.fsm.v1.AcquireMany
-	(*ManyLock)(nil),      // 26: lockd.fsm.v1.ManyLock
+	(*Init)(nil),           // 0: lockd.fsm.v1.Init
+	(*CreateSession)(nil),  // 1: lockd.fsm.v1.CreateSession
+	(*CloseSession)(nil),   // 2: lockd.fsm.v1.CloseSession
+	(*ExpireSession)(nil),  // 3: lockd.fsm.v1.ExpireSession
+	(*RevokeSession)(nil),  // 4: lockd.fsm.v1.RevokeSession
+	(*Acquire)(nil),        // 5: lockd.fsm.v1.Acquire
+	(*Release)(nil),        // 6: lockd.fsm.v1.Release
+	(*Cancel)(nil),         // 7: lockd.fsm.v1.Cancel
+	(*Snapshot)(nil),       // 8: lockd.fsm.v1.Snapshot
+	(*LockPolicy)(nil),     // 9: lockd.fsm.v1.LockPolicy
+	(*SetLockPolicy)(nil),  // 10: lockd.fsm.v1.SetLockPolicy
+	(*EndHold)(nil),        // 11: lockd.fsm.v1.EndHold
+	(*Result)(nil),         // 12: lockd.fsm.v1.Result
+	(*Session)(nil),        // 13: lockd.fsm.v1.Session
+	(*Hold)(nil),           // 14: lockd.fsm.v1.Hold
+	(*Wait)(nil),           // 15: lockd.fsm.v1.Wait
+	(*Lock)(nil),           // 16: lockd.fsm.v1.Lock
+	(*Undelay)(nil),        // 17: lockd.fsm.v1.Undelay
+	(*Mark)(nil),           // 18: lockd.fsm.v1.Mark
+	(*Complete)(nil),       // 19: lockd.fsm.v1.Complete
+	(*ClearMark)(nil),      // 20: lockd.fsm.v1.ClearMark
+	(*SetMember)(nil),      // 21: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),     // 22: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),        // 23: lockd.fsm.v1.Restore
+	(*SetValue)(nil),       // 24: lockd.fsm.v1.SetValue
+	(*AcquireMany)(nil),    // 25: lockd.fsm.v1.AcquireMany
+	(*ManyLock)(nil),       // 26: lockd.fsm.v1.ManyLock
+	(*RequestRelease)(nil), // 27: lockd.fsm.v1.RequestRelease
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
@@ -2679,7 +2756,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

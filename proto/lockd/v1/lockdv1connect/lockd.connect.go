@@ -84,6 +84,9 @@ const (
 	LockServiceAcquireManyProcedure = "/lockd.v1.LockService/AcquireMany"
 	// LockServiceExplainProcedure is the fully-qualified name of the LockService's Explain RPC.
 	LockServiceExplainProcedure = "/lockd.v1.LockService/Explain"
+	// LockServiceRequestReleaseProcedure is the fully-qualified name of the LockService's
+	// RequestRelease RPC.
+	LockServiceRequestReleaseProcedure = "/lockd.v1.LockService/RequestRelease"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -154,6 +157,10 @@ type LockServiceClient interface {
 	// Explain tells who holds a lock, who waits for it and since when, and
 	// the chain of what each holder itself waits for, across locks.
 	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
+	// RequestRelease asks a lock's holders to let go: an event every watcher
+	// of the lock sees (EVENT_KIND_RELEASE_REQUESTED, one per hold, with the
+	// reason as its value). It changes no hold: the holder decides.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -275,29 +282,36 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("Explain")),
 			connect.WithClientOptions(opts...),
 		),
+		requestRelease: connect.NewClient[v1.RequestReleaseRequest, v1.RequestReleaseResponse](
+			httpClient,
+			baseURL+LockServiceRequestReleaseProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	createSession *connect.Client[v1.CreateSessionRequest, v1.CreateSessionResponse]
-	keepAlive     *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	closeSession  *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
-	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
-	acquire       *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	release       *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	cancel        *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	checkToken    *connect.Client[v1.CheckTokenRequest, v1.CheckTokenResponse]
-	describeLock  *connect.Client[v1.DescribeLockRequest, v1.DescribeLockResponse]
-	listLocks     *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
-	forceRelease  *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
-	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
-	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
-	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
-	setLockPolicy *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
-	acquireMany   *connect.Client[v1.AcquireManyRequest, v1.AcquireManyResponse]
-	explain       *connect.Client[v1.ExplainRequest, v1.ExplainResponse]
+	createSession  *connect.Client[v1.CreateSessionRequest, v1.CreateSessionResponse]
+	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession   *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	listSessions   *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	cancel         *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	checkToken     *connect.Client[v1.CheckTokenRequest, v1.CheckTokenResponse]
+	describeLock   *connect.Client[v1.DescribeLockRequest, v1.DescribeLockResponse]
+	listLocks      *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
+	forceRelease   *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
+	status         *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	complete       *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	clearMark      *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
+	setValue       *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
+	setLockPolicy  *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
+	acquireMany    *connect.Client[v1.AcquireManyRequest, v1.AcquireManyResponse]
+	explain        *connect.Client[v1.ExplainRequest, v1.ExplainResponse]
+	requestRelease *connect.Client[v1.RequestReleaseRequest, v1.RequestReleaseResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -390,6 +404,11 @@ func (c *lockServiceClient) Explain(ctx context.Context, req *connect.Request[v1
 	return c.explain.CallUnary(ctx, req)
 }
 
+// RequestRelease calls lockd.v1.LockService.RequestRelease.
+func (c *lockServiceClient) RequestRelease(ctx context.Context, req *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return c.requestRelease.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -446,6 +465,10 @@ type LockServiceHandler interface {
 	// Explain tells who holds a lock, who waits for it and since when, and
 	// the chain of what each holder itself waits for, across locks.
 	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
+	// RequestRelease asks a lock's holders to let go: an event every watcher
+	// of the lock sees (EVENT_KIND_RELEASE_REQUESTED, one per hold, with the
+	// reason as its value). It changes no hold: the holder decides.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -563,6 +586,12 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("Explain")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceRequestReleaseHandler := connect.NewUnaryHandler(
+		LockServiceRequestReleaseProcedure,
+		svc.RequestRelease,
+		connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -601,6 +630,8 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceAcquireManyHandler.ServeHTTP(w, r)
 		case LockServiceExplainProcedure:
 			lockServiceExplainHandler.ServeHTTP(w, r)
+		case LockServiceRequestReleaseProcedure:
+			lockServiceRequestReleaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -680,6 +711,10 @@ func (UnimplementedLockServiceHandler) AcquireMany(context.Context, *connect.Req
 
 func (UnimplementedLockServiceHandler) Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Explain is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.RequestRelease is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.
