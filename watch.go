@@ -89,7 +89,8 @@ type Event struct {
 	Shared bool
 	// Limit is the lock's limit: 1 for a mutex, more for a semaphore.
 	Limit uint32
-	// Value is the hold's or wait's value (granted, queued, value changed).
+	// Value is the hold's or wait's value (granted, queued, value changed),
+	// or a release request's reason.
 	Value []byte
 	// EntryEnd is set on the last event of its log entry: one entry can
 	// change many locks, or one lock twice (a release and the grant to the
