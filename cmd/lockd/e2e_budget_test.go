@@ -48,3 +48,38 @@ func TestRunMaxHoldOnServer(t *testing.T) {
 	}
 	t.Logf("granted %v after the holder stopped (budget 4s, lease 60s)", took)
 }
+
+// TestRunLockSet: `lockd run --lock b --lock a -- CMD` takes both locks at
+// once and gives CMD every token (LOCKD_TOKENS, in --lock order); with one
+// of them held elsewhere, `--no-wait` is refused (exit 75) holding
+// neither.
+func TestRunLockSet(t *testing.T) {
+	srv := startServer(t)
+	out, errOut, code := lockdCLI(t, srv.url, "run", "--lock", "set/b", "--lock", "set/a", "--", "sh", "-c", `echo "$LOCKD_TOKENS|$LOCKD_LOCK"`)
+	if code != 0 {
+		t.Fatalf("run: exit %d: %s %s", code, out, errOut)
+	}
+	line := strings.TrimSpace(out)
+	toks, lock, _ := strings.Cut(line, "|")
+	parts := strings.Split(toks, ",")
+	if len(parts) != 2 || !strings.HasPrefix(parts[0], "set/b=") || !strings.HasPrefix(parts[1], "set/a=") || parts[0][len("set/b="):] == parts[1][len("set/a="):] || lock != "set/b,set/a" {
+		t.Fatalf("command saw %q", line)
+	}
+	holder := startLockd(t, srv.url, "run", "set/a", "--", "sleep", "600")
+	if !pollEvery(20*time.Second, 20*time.Millisecond, func() bool {
+		o, _, c := lockdCLI(t, srv.url, "describe", "--json", "set/a")
+		return c == 0 && strings.Contains(o, `"holders"`)
+	}) {
+		t.Fatalf("set/a not held; holder printed %q", holder.lines())
+	}
+	out, errOut, code = lockdCLI(t, srv.url, "run", "--no-wait", "--lock", "set/a", "--lock", "set/c", "--", "true")
+	if code != exitConflict {
+		t.Fatalf("run with set/a held: exit %d (want %d): %s %s", code, exitConflict, out, errOut)
+	}
+	if o, _, _ := lockdCLI(t, srv.url, "describe", "--json", "set/c"); strings.Contains(o, `"holders"`) {
+		t.Fatalf("set/c held after a refused set: %s", o)
+	}
+	if _, errOut, code := lockdCLI(t, srv.url, "run", "--lock", "set/a", "--", "true"); code != exitUsage || !strings.Contains(errOut, "2 to 32") {
+		t.Fatalf("one --lock: exit %d: %s", code, errOut)
+	}
+}

@@ -22,6 +22,7 @@ const (
 	envLock    = "LOCKD_LOCK"
 	envToken   = "LOCKD_TOKEN"
 	envSession = "LOCKD_SESSION"
+	envTokens  = "LOCKD_TOKENS" // --lock sets: NAME=TOKEN,… in --lock order
 )
 
 // releaseTimeout bounds the release after the command ended normally.
@@ -157,6 +158,12 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 		budget = lockd.WithMaxHold(f.maxHold)
 	}
 	switch {
+	case len(f.locks) > 0:
+		l := sess.NewMultiLock(f.locks, budget)
+		if try {
+			return multiHeld{l}, l.TryLock(ctx)
+		}
+		return multiHeld{l}, l.Lock(ctx)
 	case f.limitSet:
 		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay), budget)
 		if try {
@@ -225,6 +232,9 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 	if id := l.sessionID(); id != "" {
 		set[envSession] = id
+	}
+	if ts := tokensEnv(l, f.locks); ts != "" {
+		set[envTokens] = ts
 	}
 	env := withEnv(os.Environ(), set)
 	deadline := l.deadline()
@@ -389,11 +399,11 @@ func withEnv(env []string, set map[string]string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		_, ok := set[k]
-		if !ok && k != envLock && k != envToken && k != envSession {
+		if !ok && k != envLock && k != envToken && k != envSession && k != envTokens {
 			out = append(out, kv)
 		}
 	}
-	for _, k := range []string{envLock, envToken, envSession} {
+	for _, k := range []string{envLock, envToken, envSession, envTokens} {
 		if v, ok := set[k]; ok {
 			out = append(out, k+"="+v)
 		}
@@ -448,4 +458,29 @@ func budgetFirst(l lease) bool {
 		d = ll.sess.Deadline()
 	}
 	return ll.deadline().Before(d)
+}
+
+// multiHeld is a --lock set as a heldLock: its token is its first lock's
+// (LOCKD_TOKEN, messages); LOCKD_TOKENS has them all.
+type multiHeld struct{ *lockd.MultiLock }
+
+func (m multiHeld) Token() uint64 { return m.Tokens()[m.Names()[0]] }
+
+// tokensEnv renders a --lock set's tokens as NAME=TOKEN,… in names' order,
+// "" when l holds no set.
+func tokensEnv(l lease, names []string) string {
+	ll, ok := l.(*lockdLease)
+	if !ok {
+		return ""
+	}
+	m, ok := ll.lock.(multiHeld)
+	if !ok {
+		return ""
+	}
+	toks := m.Tokens()
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + strconv.FormatUint(toks[n], 10)
+	}
+	return strings.Join(parts, ",")
 }
