@@ -3,9 +3,12 @@ package codec
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -71,7 +74,12 @@ func TestWrongWireTypeAsProtobuf(t *testing.T) {
 // refused) by the codec exactly as protobuf-go reads them.
 func TestMutationsAsProtobuf(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, m := range samples() {
+	more := []proto.Message{
+		&lockdv1.ListSessionsResponse{Sessions: []*lockdv1.SessionInfo{{SessionId: "a", Owner: "o", Ttl: durationpb.New(3e9), CreatedAt: timestamppb.New(time.Unix(5, 6)), Holding: []string{"x", "y"}, Waiting: []string{"z"}}}},
+		&lockdv1.DescribeLockResponse{Lock: &lockdv1.LockInfo{Name: "n", Holders: []*lockdv1.Holder{{SessionId: "s", Token: 4, Value: []byte{0xff}, Owner: "w"}}, LockDelay: durationpb.New(1e9)}},
+		&lockdv1.StreamRequest{CallId: 9, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: &lockdv1.KeepAliveBatch{Sessions: []*lockdv1.KeepAliveRequest{{SessionId: "a", Secret: "b"}, {SessionId: "c"}}}}},
+	}
+	for _, m := range append(samples(), more...) {
 		base, err := proto.Marshal(m)
 		if err != nil {
 			t.Fatal(err)
