@@ -87,7 +87,7 @@ func TestMutationsAsProtobuf(t *testing.T) {
 		if len(base) == 0 {
 			continue
 		}
-		for range 20000 {
+		for range 5000 {
 			data := append([]byte(nil), base...)
 			for range 1 + r.IntN(3) {
 				i := r.IntN(len(data))

@@ -45,15 +45,15 @@ type fieldTable struct {
 	strict bool
 }
 
-var tables sync.Map // protoreflect.FullName → *fieldTable
+var tables sync.Map // protoreflect.MessageDescriptor → *fieldTable (a descriptor hashes faster than its name)
 
 // tableOf returns md's table.
 func tableOf(md protoreflect.MessageDescriptor) *fieldTable {
-	if t, ok := tables.Load(md.FullName()); ok {
+	if t, ok := tables.Load(md); ok {
 		return t.(*fieldTable)
 	}
 	t := buildTable(md, map[protoreflect.FullName]*fieldTable{})
-	tables.Store(md.FullName(), t)
+	tables.Store(md, t)
 	return t
 }
 
