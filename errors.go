@@ -97,6 +97,11 @@ var (
 	// rate, its sessions or its waiting acquires. The message says which.
 	// It also matches ErrTooMany.
 	ErrRateLimited = errors.New("lockd: rate limited")
+	// ErrDeadlock means the server refused a wait that would close a cycle
+	// of sessions waiting for each other (each holding what the next one
+	// waits for); the message names the cycle. Nothing was queued. Release
+	// what the session holds, or take every lock in one MultiLock.
+	ErrDeadlock = errors.New("lockd: deadlock")
 )
 
 // Holder describes one current holder of a lock, as reported in a
@@ -222,6 +227,8 @@ func mapError(err error, name string) error {
 			return wrap(ErrUnauthenticated, err)
 		case lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED:
 			return wrap(ErrRateLimited, wrap(ErrTooMany, err))
+		case lockdv1.ErrorReason_ERROR_REASON_DEADLOCK:
+			return wrap(ErrDeadlock, err)
 		}
 	}
 	switch ce.Code() {

@@ -30,7 +30,8 @@ type lock struct {
 	limit     *uint32 // nil: the lock's existing limit (1 for a new lock)
 	value     []byte
 	lockDelay time.Duration
-	bad       error // a bad option, reported by every acquire
+	maxHold   time.Duration // asked hold budget, 0: the server's default
+	bad       error         // a bad option, reported by every acquire
 
 	mu   sync.Mutex
 	busy bool  // an acquire is in flight
@@ -45,6 +46,8 @@ type hold struct {
 	// would cost a child of the session's context. nil until then.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// deadline is the client's end of the hold's budget (zero: none).
+	deadline time.Time
 }
 
 // end cancels the hold's context, if one was made. The hold is no longer
@@ -66,7 +69,7 @@ func newLock(s *Session, name string, limit *uint32, opts []LockOption) *lock {
 	if err != nil {
 		err = fmt.Errorf("lock %q: %w", name, err)
 	}
-	return &lock{s: s, name: name, limit: limit, value: cfg.value, lockDelay: cfg.lockDelay, bad: err}
+	return &lock{s: s, name: name, limit: limit, value: cfg.value, lockDelay: cfg.lockDelay, maxHold: cfg.maxHold, bad: err}
 }
 
 // acquire takes the lock in a mode. With wait it queues on the server until
@@ -107,13 +110,25 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 	// takes it over ends.
 	seq := s.seqs.Begin()
 	defer seq.End()
+	// since is the send time of a call known to precede the grant: this
+	// seq's first call, then each call the leader answered "queued" (it
+	// reads its state after the call was sent, and grants after that).
+	// A hold budget is counted from it (the lease rule's client half).
+	var since time.Time
 	for {
+		sent := time.Now()
+		if since.IsZero() {
+			since = sent
+		}
 		msg := &lockdv1.AcquireRequest{
 			SessionId: s.id, Secret: s.secret, Seq: seq.Seq, Ack: s.seqs.Ack(), Name: l.name, Mode: mode,
 			Limit: l.limit, Wait: wait, Value: l.value,
 		}
 		if l.lockDelay > 0 {
 			msg.LockDelay = durationpb.New(l.lockDelay)
+		}
+		if l.maxHold > 0 {
+			msg.MaxHold = durationpb.New(l.maxHold)
 		}
 		p := s.policy(wire.Acquire.PolicyOf(msg))
 		if wait {
@@ -156,9 +171,10 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		}
 		switch st := resp.GetStatus(); st {
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED:
-			return l.granted(resp.GetToken(), shared)
+			return l.granted(resp.GetToken(), shared, since, resp.GetMaxHold().AsDuration())
 		case lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED:
 			if wait {
+				since = sent
 				continue
 			}
 			fallthrough
@@ -198,7 +214,7 @@ func definitive(err error) bool {
 	if errors.As(err, &be) {
 		return true
 	}
-	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch, ErrAlreadyDone} {
+	for _, k := range []error{ErrInvalidArgument, ErrAlreadyHeld, ErrLimitMismatch, ErrWaitDropped, ErrTooMany, ErrNotHeld, ErrClosed, ErrClusterMismatch, ErrAlreadyDone, ErrDeadlock} {
 		if errors.Is(err, k) {
 			return true
 		}
@@ -209,7 +225,7 @@ func definitive(err error) bool {
 // granted installs a hold, unless the session ended meanwhile: a grant is
 // never reported after the session's Done was closed (the server releases
 // such a hold when it ends the session).
-func (l *lock) granted(token uint64, shared bool) error {
+func (l *lock) granted(token uint64, shared bool, since time.Time, budget time.Duration) error {
 	if err := l.s.live(); err != nil {
 		return err
 	}
@@ -218,7 +234,15 @@ func (l *lock) granted(token uint64, shared bool) error {
 	if l.s.ctx.Err() != nil {
 		return l.s.Err()
 	}
-	l.h = &hold{token: token, shared: shared}
+	dl := holdDeadline(since, budget)
+	if !dl.IsZero() && !time.Now().Before(dl) {
+		// Granted, but the budget's client end has passed already (a
+		// short budget, a slow answer): never report it held. The server
+		// ends it on its own timer; release it now for the next waiter.
+		l.s.keepTrying(func() error { return l.releaseToken(context.Background(), token) }, func() {})
+		return fmt.Errorf("acquire %q: granted after the hold's client deadline: %w", l.name, ErrHoldExpired)
+	}
+	l.h = &hold{token: token, shared: shared, deadline: dl}
 	if l.s.c.logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.s.c.logger.Debug("lock granted", "lock", l.name, "session", l.s.id, "token", token)
 	}
@@ -289,6 +313,9 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrNotHeld) && !h.deadline.IsZero() && !time.Now().Before(h.deadline):
+		// The budget ran out: the server ended the hold (or will).
+		return fmt.Errorf("release %q: %w", l.name, ErrHoldExpired)
 	case s.ctx.Err() != nil:
 		return fmt.Errorf("release %q: %w", l.name, s.Err())
 	case definitive(err):
@@ -377,8 +404,9 @@ func (l *lock) context() context.Context {
 		return notHeldCtx
 	}
 	if h.ctx == nil {
-		// A child of the session's: it ends when the session does.
-		h.ctx, h.cancel = context.WithCancelCause(l.s.ctx)
+		// A child of the session's: it ends when the session does, and at
+		// the hold budget's client deadline if it has one.
+		h.ctx, h.cancel = holdCtx(l.s.ctx, h.deadline)
 	}
 	return h.ctx
 }
@@ -388,6 +416,9 @@ func (l *lock) err() error {
 	if ctx.Err() == nil {
 		if err := l.s.live(); err != nil {
 			return err // past the deadline: the context is about to end
+		}
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			return ErrHoldExpired // the hold's budget: its context is about to end
 		}
 		return nil
 	}

@@ -258,6 +258,7 @@ func WithDeadlineFunc(f func(deadline time.Time)) SessionOption {
 type lockConfig struct {
 	value     []byte
 	lockDelay time.Duration
+	maxHold   time.Duration // WithMaxHold (budget.go)
 }
 
 // LockOption configures a Mutex, Semaphore or RWMutex. Like the other

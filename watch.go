@@ -45,6 +45,13 @@ const (
 	EventForceReleased EventKind = 10
 	// EventValueChanged: the holder changed its value (Proclaim).
 	EventValueChanged EventKind = 11
+	// EventHoldExpired: the hold's budget (WithMaxHold, a lock policy, an
+	// identity's ceiling) ran out; the leader ended it as an expiry does,
+	// while its session lives on.
+	EventHoldExpired EventKind = 12
+	// EventReleaseRequested: someone asked the holder (Session, Token) to
+	// let go (RequestRelease); Value is the reason. Nothing changed.
+	EventReleaseRequested EventKind = 13
 	// EventReset: not a lock event; events were lost (see ErrWatchReset).
 	EventReset EventKind = 100
 	// EventHeld: not a change; a hold as it is at the event's position
@@ -82,7 +89,8 @@ type Event struct {
 	Shared bool
 	// Limit is the lock's limit: 1 for a mutex, more for a semaphore.
 	Limit uint32
-	// Value is the hold's or wait's value (granted, queued, value changed).
+	// Value is the hold's or wait's value (granted, queued, value changed),
+	// or a release request's reason.
 	Value []byte
 	// EntryEnd is set on the last event of its log entry: one entry can
 	// change many locks, or one lock twice (a release and the grant to the

@@ -101,6 +101,14 @@ func goldenOutputs(t *testing.T) []struct{ name, doc, out string } {
 		{"describe", "docs/cli.md", render(func(b *bytes.Buffer) error {
 			return writeLock(b, &lockdv1.DescribeLockResponse{Lock: goldenQueuedLock()}, []string{"invoices/2026-11"}, goldenNow)
 		})},
+		{"explain", "docs/lock-semantics.md", render(func(b *bytes.Buffer) error {
+			return writeExplain(b, &lockdv1.ExplainResponse{Lock: goldenQueuedLock(), Chain: []*lockdv1.WaitStep{
+				{Depth: 1, SessionId: goldenHolder, Owner: "host/6416", Lock: "ledger/eu", QueuedAt: timestamppb.New(goldenNow.Add(-12 * time.Second)),
+					BlockedBy: "5b0e9d2c47a13f8e6c1d0a9b8f7e6d5c", BlockedByOwner: "host/7120", Holding: true},
+				{Depth: 2, SessionId: "5b0e9d2c47a13f8e6c1d0a9b8f7e6d5c", Owner: "host/7120", Lock: "ledger/us", QueuedAt: timestamppb.New(goldenNow.Add(-30 * time.Second)),
+					BlockedBy: "a7c3e5f1d9b2846e0c4a8f6d2b1e9c7a", BlockedByOwner: "host/7311", Holding: true},
+			}}, []string{"invoices/2026-11"}, goldenNow)
+		})},
 		{"sessions", "docs/cli.md", render(func(b *bytes.Buffer) error {
 			return writeSessions(b, &lockdv1.ListSessionsResponse{Sessions: goldenSessions()}, nil, goldenNow)
 		})},

@@ -110,6 +110,7 @@ var commands = []commandSpec{
 	{"cron", "run a command once per period of a cron schedule across a fleet", true, func(e commandEnv) command { return &CronCommand{Stderr: e.stderr, Getenv: e.getenv} }},
 	{"ls", "list locks", false, func(e commandEnv) command { return &LsCommand{env: e} }},
 	{"describe", "show a lock's holders and queue", false, func(e commandEnv) command { return &DescribeCommand{env: e} }},
+	{"explain", "show a lock's holders and queue, and what each holder itself waits for", false, func(e commandEnv) command { return &ExplainCommand{env: e} }},
 	{"check", `"check NAME TOKEN": exit 0 if TOKEN is a current grant of NAME, 1 if stale`, false, func(e commandEnv) command { return &CheckCommand{env: e} }},
 	{"mark", `"mark clear NAME" ends a lock's completion mark early (admin)`, false, func(e commandEnv) command { return &MarkCommand{env: e} }},
 	{"sessions", "list sessions", false, func(e commandEnv) command { return &SessionsCommand{env: e} }},

@@ -22,6 +22,7 @@ const (
 	envLock    = "LOCKD_LOCK"
 	envToken   = "LOCKD_TOKEN"
 	envSession = "LOCKD_SESSION"
+	envTokens  = "LOCKD_TOKENS" // --lock sets: NAME=TOKEN,… in --lock order
 )
 
 // releaseTimeout bounds the release after the command ended normally.
@@ -51,6 +52,8 @@ type RunCommand struct {
 type heldLock interface {
 	Token() uint64
 	Done() <-chan struct{}
+	// Deadline is the earlier of the lease's and the hold budget's end.
+	Deadline() time.Time
 }
 
 // Run acquires the lock, runs the command under a supervisor, releases the
@@ -147,15 +150,28 @@ var errInterrupted = errors.New("interrupted")
 // it (exit 69).
 func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFlags) (heldLock, error) {
 	try := f.waitSet && f.wait == 0
+	// --max-hold of a second or more is also the hold's budget on the
+	// server: a stuck run loses the lock even while this process keeps its
+	// session alive. Shorter ones stay the supervisor's alone.
+	var budget lockd.LockOption
+	if f.maxHold >= time.Second {
+		budget = lockd.WithMaxHold(f.maxHold)
+	}
 	switch {
+	case len(f.locks) > 0:
+		l := sess.NewMultiLock(f.locks, budget)
+		if try {
+			return multiHeld{l}, l.TryLock(ctx)
+		}
+		return multiHeld{l}, l.Lock(ctx)
 	case f.limitSet:
-		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay))
+		l := sess.NewSemaphore(f.name, uint32(f.limit), lockd.WithLockDelay(f.lockDelay), budget)
 		if try {
 			return l, l.TryLock(ctx)
 		}
 		return l, l.Lock(ctx)
 	case f.shared:
-		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay))
+		l := sess.NewRWMutex(f.name, lockd.WithLockDelay(f.lockDelay), budget)
 		if try {
 			return l, l.TryRLock(ctx)
 		}
@@ -163,7 +179,7 @@ func (c *RunCommand) acquire(ctx context.Context, sess *lockd.Session, f *runFla
 	default:
 		// An election's leader is the holder of its exclusive lock, its
 		// value what the leader announces (lockd elect, Election.Campaign).
-		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay), lockd.WithValue(f.value))
+		l := sess.NewMutex(f.name, lockd.WithLockDelay(f.lockDelay), lockd.WithValue(f.value), budget)
 		if try {
 			return l, l.TryLock(ctx)
 		}
@@ -216,6 +232,9 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 	if id := l.sessionID(); id != "" {
 		set[envSession] = id
+	}
+	if ts := tokensEnv(l, f.locks); ts != "" {
+		set[envTokens] = ts
 	}
 	env := withEnv(os.Environ(), set)
 	deadline := l.deadline()
@@ -288,6 +307,11 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 	switch {
 	case res.Killed != supervise.ReasonNone:
+		// Before the release below ends the session.
+		reason := killReason(res.Killed, f)
+		if res.Killed == supervise.ReasonDeadline && f.maxHold >= time.Second && budgetFirst(l) {
+			reason = fmt.Sprintf("the hold's budget (--max-hold %v, on the server too) runs out: stopped %v before it", f.maxHold, f.killGrace)
+		}
 		if res.Killed == supervise.ReasonDeadline {
 			// The lease is in jeopardy, most likely lost: release if the
 			// server answers quickly, without outliving the deadline, and
@@ -297,7 +321,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		} else {
 			c.release(l, releaseTimeout)
 		}
-		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, killReason(res.Killed, f)))
+		return exitWith(exitStopped, fmt.Errorf("stopped %s (lock %q, token %d): %s", f.command[0], f.name, token, reason))
 	case res.ExecError != "":
 		c.release(l, releaseTimeout)
 		return exitWith(res.ExitCode, errors.New(res.ExecError))
@@ -375,11 +399,11 @@ func withEnv(env []string, set map[string]string) []string {
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		_, ok := set[k]
-		if !ok && k != envLock && k != envToken && k != envSession {
+		if !ok && k != envLock && k != envToken && k != envSession && k != envTokens {
 			out = append(out, kv)
 		}
 	}
-	for _, k := range []string{envLock, envToken, envSession} {
+	for _, k := range []string{envLock, envToken, envSession, envTokens} {
 		if v, ok := set[k]; ok {
 			out = append(out, k+"="+v)
 		}
@@ -420,4 +444,43 @@ func killReason(r supervise.Reason, f *runFlags) string {
 		return fmt.Sprintf("--max-hold %v ran out", f.maxHold)
 	}
 	return string(r)
+}
+
+// budgetFirst reports whether l's deadline is its hold budget's rather than
+// its lease's (lockd only: a Redis hold has no budget on the server).
+func budgetFirst(l lease) bool {
+	ll, ok := l.(*lockdLease)
+	if !ok {
+		return false
+	}
+	d := ll.dl.get()
+	if d.IsZero() {
+		d = ll.sess.Deadline()
+	}
+	return ll.deadline().Before(d)
+}
+
+// multiHeld is a --lock set as a heldLock: its token is its first lock's
+// (LOCKD_TOKEN, messages); LOCKD_TOKENS has them all.
+type multiHeld struct{ *lockd.MultiLock }
+
+func (m multiHeld) Token() uint64 { return m.Tokens()[m.Names()[0]] }
+
+// tokensEnv renders a --lock set's tokens as NAME=TOKEN,… in names' order,
+// "" when l holds no set.
+func tokensEnv(l lease, names []string) string {
+	ll, ok := l.(*lockdLease)
+	if !ok {
+		return ""
+	}
+	m, ok := ll.lock.(multiHeld)
+	if !ok {
+		return ""
+	}
+	toks := m.Tokens()
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + strconv.FormatUint(toks[n], 10)
+	}
+	return strings.Join(parts, ",")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockd-dev/lockd"
@@ -27,7 +28,8 @@ type runFlags struct {
 	once             time.Duration // --once: complete instead of release after exit 0
 	lockDelay        time.Duration
 	name             string
-	value            []byte // lockd elect: the value announced while leader
+	locks            []string // --lock, repeated: a set taken all at once (NAME is then not given)
+	value            []byte   // lockd elect: the value announced while leader
 	command          []string
 	redis            []string // --backend: Redis URLs; none means lockd
 	noWait           bool     // --no-wait, settled into wait by check
@@ -118,6 +120,13 @@ func (c *RunCommand) parse(args []string) (_ *runFlags, err error) {
 			return nil, usageError{errors.New("lockd elect runs on lockd only: --backend is not supported")}
 		}
 	}
+	if len(f.locks) > 0 && !c.elect {
+		// lockd run --lock A --lock B -- CMD: the set names the locks.
+		if len(pos) != 0 || len(command) == 0 {
+			return nil, usageError{fmt.Errorf("usage: %s (with --lock, no NAME, and CMD after --)", runUsage)}
+		}
+		pos = []string{strings.Join(f.locks, ",")}
+	}
 	if len(pos) != 1 || len(command) == 0 {
 		return nil, usageError{fmt.Errorf("usage: %s", runUsage)}
 	}
@@ -150,11 +159,15 @@ func (f *runFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		return nil
 	})
 	fs.BoolVar(&f.shared, "shared", false, "take a shared (read) lock; exclusive (write) holders wait for all readers")
-	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace (0: no limit)")
+	fs.DurationVar(&f.maxHold, "max-hold", 0, "end the command after this long: SIGTERM, then SIGKILL after --kill-grace; on lockd, 1s or more is also the hold's budget on the server (0: no limit)")
 	fs.StringVar(&f.killGraceText, "kill-grace", "", "time between SIGTERM and SIGKILL, and how long before the lease deadline SIGTERM is sent (default min(2s, TTL/4))")
 	fs.IntVar(&f.conflictExitCode, "conflict-exit-code", exitConflict, "exit status when the lock is not obtained")
 	fs.DurationVar(&f.lockDelay, "lock-delay", 0, "when this run creates the lock: after a holder's session expires (not a clean release), grant it to nobody for this long (at most 1h)")
 	fs.Func("backend", "lock on Redis instead of lockd: redis://HOST:PORT, or several (comma-separated or repeated) for Redlock; see Backends below", f.addBackend)
+	fs.Func("lock", "take this lock too, all at once with every other --lock (repeat it; 2 to 32 locks, exclusive, lockd only; no NAME then, and CMD after --); the command gets LOCKD_TOKENS=NAME=TOKEN,…", func(s string) error {
+		f.locks = append(f.locks, s)
+		return nil
+	})
 	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
 }
 
@@ -214,6 +227,10 @@ func (f *runFlags) check() error {
 		return errors.New("--once needs an exclusive lock: it cannot be used with --shared or --limit")
 	case f.ttl <= 0:
 		return fmt.Errorf("--ttl %v must be positive", f.ttl)
+	case len(f.locks) == 1 || len(f.locks) > 32:
+		return fmt.Errorf("--lock given %d times: a set takes 2 to 32 locks (for one lock, give NAME)", len(f.locks))
+	case len(f.locks) > 0 && (f.shared || f.limitSet || f.once > 0 || f.lockDelay > 0 || len(f.redis) > 0):
+		return errors.New("--lock takes exclusive locks on lockd: it cannot be used with --shared, --limit, --once, --lock-delay or --backend")
 	}
 	if err := f.checkRedis(); err != nil {
 		return err

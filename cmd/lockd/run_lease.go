@@ -57,14 +57,22 @@ func (l *lockdLease) lostReason() string {
 	if l.sess.Err() != nil {
 		return "lease lost"
 	}
+	if d := l.lock.Deadline(); !d.IsZero() && !time.Now().Before(d) && d.Before(l.sess.Deadline()) {
+		return "hold budget (--max-hold) ran out"
+	}
 	return "lock lost"
 }
 
+// deadline is the lease's, or the hold budget's when that ends first.
 func (l *lockdLease) deadline() time.Time {
-	if d := l.dl.get(); !d.IsZero() {
-		return d
+	d := l.dl.get()
+	if d.IsZero() {
+		d = l.sess.Deadline()
 	}
-	return l.sess.Deadline()
+	if hd := l.lock.Deadline(); !hd.IsZero() && hd.Before(d) {
+		return hd
+	}
+	return d
 }
 
 func (l *lockdLease) complete(ctx context.Context, d time.Duration) error {

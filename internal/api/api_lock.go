@@ -50,8 +50,11 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	cmd := &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
+		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(), RefuseDeadlock: true,
 		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
+	}
+	if err := a.acquireBudget(ctx, m, cmd); err != nil {
+		return nil, err
 	}
 	if err := fsm.ValidateAcquire(cmd); err != nil {
 		return nil, a.s.errs.Invalid("%v", err)
@@ -70,7 +73,7 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	cmd.TimeUnixNano = proposed.UnixNano()
 	r, err := a.propose(fsm.CmdAcquire, cmd)
 	if err == nil && r.Status == fsm.StatusGranted {
-		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token}
+		resp := &lockdv1.AcquireResponse{ClusterId: a.clusterID(), Status: lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, Token: r.Token, MaxHold: BudgetPB(r.MaxHold)}
 		return connect.NewResponse(resp), nil
 	}
 	if r != nil && r.Delayed {

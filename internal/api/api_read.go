@@ -53,7 +53,7 @@ func (a lockService) describeLock(ctx context.Context, req *connect.Request[lock
 	if err := a.read(req.Msg.Consistency); err != nil {
 		return nil, err
 	}
-	resp := &lockdv1.DescribeLockResponse{}
+	resp := &lockdv1.DescribeLockResponse{Policy: a.policyPB(req.Msg.Name)}
 	if l, ok := a.s.fsm.Describe(req.Msg.Name); ok {
 		resp.Lock = LockPB(l)
 	}

@@ -26,10 +26,10 @@ import (
 func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, changed <-chan struct{}, resp *lockdv1.AcquireResponse) error {
 	ch, stop := a.s.waiters.Watch(key)
 	defer stop()
-	status, token, _ := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
+	status, token, _, budget := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
 	switch status {
 	case fsm.StatusGranted:
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token, BudgetPB(budget)
 		return nil
 	case 0:
 		return a.dropped(key.Session, key.Name)
@@ -41,9 +41,16 @@ func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, c
 		if o.Dropped {
 			return a.dropped(key.Session, key.Name)
 		}
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.Token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, o.Token, BudgetPB(o.MaxHold)
 		return nil
 	case <-timer.C:
+		// A "queued" answer tells the client its grant comes after this
+		// call was sent; its hold budget is counted from that send
+		// (lease.ClientHoldDeadline). Only a leader still in office may
+		// say so: a deposed one's state may lack a grant made since.
+		if err := a.read(lockdv1.ReadConsistency_READ_CONSISTENCY_LINEARIZABLE); err != nil {
+			return err
+		}
 	case <-ctx.Done():
 		code := connect.CodeCanceled
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -55,10 +62,10 @@ func (a *api) await(ctx context.Context, key node.WaitKey, poll time.Duration, c
 	case <-changed:
 		return a.s.errs.RaftError(raft.ErrLeadershipLost)
 	}
-	status, token, pos := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
+	status, token, pos, budget := a.s.fsm.WaitState(key.Session, key.Name, key.Seq)
 	switch status {
 	case fsm.StatusGranted:
-		resp.Status, resp.Token = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token
+		resp.Status, resp.Token, resp.MaxHold = lockdv1.AcquireStatus_ACQUIRE_STATUS_GRANTED, token, BudgetPB(budget)
 	case fsm.StatusQueued:
 		resp.Status, resp.Position = lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED, pos
 	default:

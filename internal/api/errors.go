@@ -125,6 +125,8 @@ func (s *Errors) ResultError(r *fsm.Result) *connect.Error {
 	case fsm.CodeIdentityLimit:
 		s.limitHits.WithLabelValues("sessions").Inc()
 		return s.APIError(connect.CodeResourceExhausted, lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED, r.Msg)
+	case fsm.CodeDeadlock:
+		return s.APIError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_DEADLOCK, r.Msg)
 	case fsm.CodeCancelled:
 		return s.APIError(connect.CodeAborted, lockdv1.ErrorReason_ERROR_REASON_WAIT_DROPPED, "the acquire was cancelled before it arrived")
 	case fsm.CodeNotInitialized:

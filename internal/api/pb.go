@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -23,7 +25,7 @@ func SessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 func HoldersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	out := make([]*lockdv1.Holder, len(hs))
 	for i, h := range hs {
-		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner}
+		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner, MaxHold: BudgetPB(h.MaxHold)}
 	}
 	return out
 }
@@ -48,4 +50,12 @@ func LockPB(l fsm.LockInfo) *lockdv1.LockInfo {
 		li.Waiters = append(li.Waiters, &lockdv1.Waiter{SessionId: w.Session, Mode: lockdv1.Mode(w.Mode), QueuedAt: timestamppb.New(w.QueuedAt), Owner: w.Owner})
 	}
 	return li
+}
+
+// BudgetPB is a grant's budget for an answer, nil for none.
+func BudgetPB(d time.Duration) *durationpb.Duration {
+	if d <= 0 {
+		return nil
+	}
+	return durationpb.New(d)
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -66,6 +67,10 @@ type Limits struct {
 	// Streams caps the identity's open streams (session streams and
 	// watches) on one node.
 	Streams int
+	// MaxHold is the ceiling of the identity's hold budgets: a hold of
+	// the identity lasts at most this long, whatever its acquire or the
+	// lock's policy asks (0: none).
+	MaxHold time.Duration
 }
 
 // File is a parsed auth file.
@@ -86,6 +91,9 @@ const (
 	maxLineBytes     = 4096
 	MaxIdentityBytes = 128
 	maxPrefixBytes   = 512
+	// maxHoldCeiling is the largest max_hold limit: the FSM's bound on a
+	// hold budget (30 days).
+	maxHoldCeiling = 720 * time.Hour
 )
 
 // ReadFile parses the auth file at path.
@@ -207,6 +215,14 @@ func (a *File) directive(f []string) error {
 			if !ok {
 				return fmt.Errorf("limit %q is not key=value", kv)
 			}
+			if k == "max_hold" {
+				d, err := time.ParseDuration(v)
+				if err != nil || d < time.Millisecond || d > maxHoldCeiling {
+					return fmt.Errorf("max_hold %q is not a duration in [1ms, 720h]", v)
+				}
+				l.MaxHold = d
+				continue
+			}
 			if k == "rate" {
 				r, err := strconv.ParseFloat(v, 64)
 				if err != nil || r <= 0 || r > 1e9 {
@@ -229,7 +245,7 @@ func (a *File) directive(f []string) error {
 			case "streams":
 				l.Streams = n
 			default:
-				return fmt.Errorf("unknown limit %q (rate, burst, sessions, waits or streams)", k)
+				return fmt.Errorf("unknown limit %q (rate, burst, sessions, waits, streams or max_hold)", k)
 			}
 		}
 		a.Limits[f[1]] = l
@@ -326,6 +342,9 @@ func (a *File) LimitsOf(identity string, def Limits) Limits {
 	}
 	if l.Streams == 0 {
 		l.Streams = def.Streams
+	}
+	if l.MaxHold == 0 {
+		l.MaxHold = def.MaxHold
 	}
 	return l
 }

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockd-dev/lockd/internal/auth"
 )
@@ -129,4 +130,31 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMaxHoldLimit: max_hold= is a duration from 1ms to 720h, per identity
+// or for "*", and absent means the server default (none).
+func TestMaxHoldLimit(t *testing.T) {
+	a, err := auth.Parse([]byte("limit * max_hold=10m\nlimit batch max_hold=2h rate=5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.LimitsOf("batch", auth.Limits{}).MaxHold; got != 2*time.Hour {
+		t.Errorf("batch: %v", got)
+	}
+	if got := a.LimitsOf("other", auth.Limits{}).MaxHold; got != 10*time.Minute {
+		t.Errorf("other: %v", got)
+	}
+	b, err := auth.Parse([]byte("limit x rate=5\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.LimitsOf("x", auth.Limits{}).MaxHold; got != 0 {
+		t.Errorf("no max_hold line: %v", got)
+	}
+	for _, bad := range []string{"max_hold=0s", "max_hold=-1m", "max_hold=721h", "max_hold=soon", "max_hold=500us"} {
+		if _, err := auth.Parse([]byte("limit x " + bad + "\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
 }

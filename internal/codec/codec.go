@@ -43,7 +43,15 @@ func (c Codec) Marshal(message any) ([]byte, error) { return c.MarshalAppend(nil
 func (Codec) MarshalAppend(dst []byte, message any) ([]byte, error) {
 	switch m := message.(type) {
 	case vtMessage:
-		return Append(dst, m)
+		// protobuf-go refuses to encode a string field that is not
+		// UTF-8 and the generated code does not check: output it cannot
+		// vouch for is encoded again by protobuf-go, which says why not.
+		l := len(dst)
+		out, err := Append(dst, m)
+		if err != nil || validUTF8(out[l:], tableOf(m.ProtoReflect().Descriptor())) {
+			return out, err
+		}
+		return proto.MarshalOptions{}.MarshalAppend(out[:l], m)
 	case proto.Message:
 		return proto.MarshalOptions{}.MarshalAppend(dst, m)
 	}

@@ -29,6 +29,15 @@ const (
 	CmdClearMark     CmdType = 12
 	CmdUndelay       CmdType = 13
 	CmdSetValue      CmdType = 14
+	// CmdSetLockPolicy and CmdEndHold: hold budgets (budget.go). A node
+	// of an older version cannot decode them: every node must run a
+	// version that has them before they are proposed.
+	CmdSetLockPolicy CmdType = 15
+	CmdEndHold       CmdType = 16
+	// CmdAcquireMany: several locks all at once (many.go); the same rule.
+	CmdAcquireMany CmdType = 17
+	// CmdRequestRelease: a notice to a lock's holders (revoke.go).
+	CmdRequestRelease CmdType = 18
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -54,6 +63,8 @@ const (
 	// in total. It is checked when such a lock is created, since the expiry
 	// that starts a delay cannot be refused.
 	MaxDelayLocks = 1 << 20
+	// MaxPolicies bounds the lock policy table.
+	MaxPolicies = 1 << 16
 	// maxMembers bounds the member table.
 	maxMembers = 1 << 10
 	// MaxLockDelayMs bounds a lock-delay (1 h).
@@ -74,8 +85,8 @@ const (
 // above, made smaller only by tests (export_test.go) so the property test
 // reaches them.
 var limits = struct {
-	sessions, locksPerSession, waiters, results, marks, delayLocks, members int
-}{MaxSessions, MaxLocksPerSession, MaxWaiters, maxResults, MaxMarks, MaxDelayLocks, maxMembers}
+	sessions, locksPerSession, waiters, results, marks, delayLocks, members, policies int
+}{MaxSessions, MaxLocksPerSession, MaxWaiters, maxResults, MaxMarks, MaxDelayLocks, maxMembers, MaxPolicies}
 
 // Encode returns the log entry for a command.
 func Encode(t CmdType, m proto.Message) ([]byte, error) {
@@ -120,6 +131,14 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.Undelay{}
 	case CmdSetValue:
 		m = &fsmv1.SetValue{}
+	case CmdSetLockPolicy:
+		m = &fsmv1.SetLockPolicy{}
+	case CmdEndHold:
+		m = &fsmv1.EndHold{}
+	case CmdAcquireMany:
+		m = &fsmv1.AcquireMany{}
+	case CmdRequestRelease:
+		m = &fsmv1.RequestRelease{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

@@ -115,10 +115,10 @@ func TestLiveWaitOutlivesDuplicateTable(t *testing.T) {
 	}
 	r = apply(t, f, &fsmv1.Acquire{SessionId: "w", Seq: 1, Ack: 1, Name: "a", Mode: excl, Wait: true})
 	t.Logf("re-poll of live wait: code=%d msg=%q status=%d", r.Code, r.Msg, r.Status)
-	st, _, pos := f.WaitState("w", "a", 1)
+	st, _, pos, _ := f.WaitState("w", "a", 1)
 	t.Logf("server still has wait: status=%d pos=%d", st, pos)
 	apply(t, f, &fsmv1.Release{SessionId: "h", Seq: 2, Ack: 2, Name: "a", Token: tok})
-	st, tk, _ := f.WaitState("w", "a", 1)
+	st, tk, _, _ := f.WaitState("w", "a", 1)
 	if r.Code != fsm.OK || r.Status != fsm.StatusQueued {
 		t.Fatalf("live wait re-poll: code %d %q status %d, want queued", r.Code, r.Msg, r.Status)
 	}

@@ -27,6 +27,8 @@ const (
 	EventDelayEnded    EventKind = 9  // the lock-delay ended (or was replaced)
 	EventForceReleased EventKind = 10 // its holder's force-released session ended
 	EventValueChanged  EventKind = 11 // its holder changed the hold's value (Proclaim)
+	EventHoldExpired   EventKind = 12 // the hold's budget ran out (EndHold); its session lives on
+	EventReleaseAsked  EventKind = 13 // someone asked the holder to let go (RequestRelease); no change
 	// EventHeld is not a change: a hold as it is (Holding).
 	EventHeld EventKind = 101
 
@@ -68,8 +70,9 @@ type Event struct {
 	// Seq is the seq of the acquire that was granted, queued or dequeued.
 	Seq uint64
 	// DurationMs is, in the log's milliseconds, a created session's TTL, a
-	// completion mark's retention (completed) or a lock-delay (delay
-	// started): what the leader's timer for it runs.
+	// completion mark's retention (completed), a lock-delay (delay
+	// started) or a hold's budget (granted; 0: none): what the leader's
+	// timer for it runs.
 	DurationMs int64
 }
 

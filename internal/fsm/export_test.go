@@ -10,12 +10,14 @@ import (
 // Caps are the caps Apply enforces, for tests.
 type Caps struct {
 	Sessions, LocksPerSession, Waiters, Results, Marks, DelayLocks, Members int
+	// Policies is the lock policy cap; 0 in SetCaps keeps MaxPolicies.
+	Policies int
 }
 
 // CurrentCaps returns the caps in force.
 func CurrentCaps() Caps {
 	l := limits
-	return Caps{l.sessions, l.locksPerSession, l.waiters, l.results, l.marks, l.delayLocks, l.members}
+	return Caps{l.sessions, l.locksPerSession, l.waiters, l.results, l.marks, l.delayLocks, l.members, l.policies}
 }
 
 // SetCaps replaces the caps until tb ends, so a test reaches them in a few
@@ -25,6 +27,9 @@ func SetCaps(tb testing.TB, c Caps) {
 	tb.Cleanup(func() { limits = old })
 	limits.sessions, limits.locksPerSession, limits.waiters, limits.results = c.Sessions, c.LocksPerSession, c.Waiters, c.Results
 	limits.marks, limits.delayLocks, limits.members = c.Marks, c.DelayLocks, c.Members
+	if c.Policies > 0 {
+		limits.policies = c.Policies
+	}
 }
 
 // CheckCounts reports whether the counts the caps read match the locks they

@@ -43,6 +43,9 @@ const (
 	// CodeIdentityLimit: the identity is at its cap of live sessions
 	// (CreateSession.identity_sessions_cap).
 	CodeIdentityLimit Code = 13
+	// CodeDeadlock: the acquire would wait, and its wait would close a
+	// cycle of sessions waiting for each other (deadlock.go).
+	CodeDeadlock Code = 14
 )
 
 // Mode values, the same numbers as lockd.v1.Mode.
@@ -68,13 +71,19 @@ type Result struct {
 	Status int
 	// Token is, for a granted acquire, the grant's fencing token.
 	Token uint64
+	// MaxHold is, for a granted acquire, the hold's budget (0: none).
+	MaxHold time.Duration
+	// Tokens are, for a granted AcquireMany, one per lock in name order
+	// (Token is the first).
+	Tokens []uint64
 	// Position is, for a queued acquire, its 1-based queue position.
 	Position uint32
 	// Released reports, for a cancel, that a raced grant was released.
 	Released bool
 	// SessionID is, for a create session, the session's id.
 	SessionID string
-	// Holders are, for CodeBusy, the lock's holders.
+	// Holders are, for CodeBusy, the lock's holders; for RequestRelease,
+	// the holds asked.
 	Holders []HolderInfo
 	// Mark is, for CodeAlreadyDone, the lock's completion mark.
 	Mark *Mark
@@ -153,7 +162,8 @@ type FSM struct {
 	locks     map[string]*lock
 	names     *btree.BTreeG[*lock] // the locks ordered by name, for pages; derived from locks
 	members   map[string]Member
-	counts    counts // derived from locks, for the caps
+	policies  map[string]*policy // lock policies by name (budget.go)
+	counts    counts             // derived from locks, for the caps
 	stats     Stats
 	sink      EventSink
 	pending   []Event                // events of the entry being applied
@@ -167,7 +177,7 @@ type FSM struct {
 func New(sink EventSink) *FSM {
 	f := &FSM{sink: sink}
 	f.publicID.Store(new(string))
-	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, counts: newCounts()})
+	f.install(&state{sessions: map[string]*session{}, byRequest: map[string]string{}, locks: map[string]*lock{}, names: newNames(), members: map[string]Member{}, policies: map[string]*policy{}, counts: newCounts()})
 	return f
 }
 
@@ -272,6 +282,18 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 			return r
 		}
 		return f.applySetValue(c)
+	case CmdSetLockPolicy:
+		return f.applySetLockPolicy(m.(*fsmv1.SetLockPolicy))
+	case CmdEndHold:
+		return f.applyEndHold(m.(*fsmv1.EndHold), term)
+	case CmdRequestRelease:
+		return f.applyRequestRelease(m.(*fsmv1.RequestRelease))
+	case CmdAcquireMany:
+		c := m.(*fsmv1.AcquireMany)
+		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {
+			return r
+		}
+		return f.applyAcquireMany(c)
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

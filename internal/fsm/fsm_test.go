@@ -70,6 +70,14 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdUndelay
 	case *fsmv1.SetValue:
 		return fsm.CmdSetValue
+	case *fsmv1.SetLockPolicy:
+		return fsm.CmdSetLockPolicy
+	case *fsmv1.EndHold:
+		return fsm.CmdEndHold
+	case *fsmv1.AcquireMany:
+		return fsm.CmdAcquireMany
+	case *fsmv1.RequestRelease:
+		return fsm.CmdRequestRelease
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }
@@ -280,6 +288,16 @@ func checkInvariants(snap *fsmv1.Snapshot) error {
 		if len(l.Holders) == 0 && len(l.Queue) == 0 && l.Mark == nil && !l.Delayed {
 			return fmt.Errorf("lock %q kept with no holders, waiters or mark", l.Name)
 		}
+		for _, w := range l.Queue {
+			if w.SetSize > 0 {
+				if err := checkSet(snap, w); err != nil {
+					return fmt.Errorf("lock %q: %w", l.Name, err)
+				}
+			}
+		}
+		if len(l.Queue) > 0 && l.Queue[0].SetSize > 0 {
+			continue // checked as a set
+		}
 		if !l.Delayed && len(l.Queue) > 0 && grantable(l, l.Queue[0].Mode) {
 			return fmt.Errorf("lock %q: queue head %s (mode %d) is grantable but waits; holders %v", l.Name, l.Queue[0].SessionId, l.Queue[0].Mode, l.Holders)
 		}
@@ -357,7 +375,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 	if got, want := strings.Join(order, ","), "s2,s3,s4"; got != want {
 		t.Fatalf("queue: got %s, want %s", got, want)
 	}
-	if st, _, pos := f.WaitState("s3", "job", 2); st != fsm.StatusQueued || pos != 2 {
+	if st, _, pos, _ := f.WaitState("s3", "job", 2); st != fsm.StatusQueued || pos != 2 {
 		t.Fatalf("WaitState(s3): got status %d position %d, want queued at 2", st, pos)
 	}
 
@@ -370,7 +388,7 @@ func TestExclusiveQueueFIFO(t *testing.T) {
 		if got := f.Info().Stats.QueueGrants - before; got != 1 {
 			t.Fatalf("release by %s: got %d queue grants, want 1", holder, got)
 		}
-		st, newTok, _ := f.WaitState(next, "job", 2)
+		st, newTok, _, _ := f.WaitState(next, "job", 2)
 		if st != fsm.StatusGranted || newTok != tok+1 {
 			t.Fatalf("after release by %s: %s got status %d token %d, want granted with %d", holder, next, st, newTok, tok+1)
 		}
@@ -401,7 +419,7 @@ func TestSemaphore(t *testing.T) {
 		t.Fatalf("third permit, wait: got status %d, want queued", r.Status)
 	}
 	mustOK(t, f, rel("s1", 2, "sem", t1))
-	if st, _, _ := f.WaitState("s3", "sem", 2); st != fsm.StatusGranted {
+	if st, _, _, _ := f.WaitState("s3", "sem", 2); st != fsm.StatusGranted {
 		t.Fatalf("s3 after a permit was released: got status %d, want granted", st)
 	}
 	if li, _ := f.Describe("sem"); len(li.Holders) != 2 || li.Limit != 2 {
@@ -433,7 +451,7 @@ func TestReadWriteLockWriterPreference(t *testing.T) {
 		t.Fatalf("release of one of two readers: got events %q, want none", ev)
 	}
 	mustOK(t, f, rel("r2", 2, "rw", r2))
-	st, wt, _ := f.WaitState("w", "rw", 1)
+	st, wt, _, _ := f.WaitState("w", "rw", 1)
 	if st != fsm.StatusGranted {
 		t.Fatalf("writer after readers left: got status %d, want granted", st)
 	}
@@ -469,7 +487,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("events: got %q, want %q", got, want)
 	}
 	mustOK(t, f, rel("s1", 2, "a", tok))
-	st, t3, _ := f.WaitState("s3", "a", 1)
+	st, t3, _, _ := f.WaitState("s3", "a", 1)
 	if st != fsm.StatusGranted || t3 != tok+1 {
 		t.Fatalf("s3: got status %d token %d, want granted with %d (s2 cancelled)", st, t3, tok+1)
 	}
@@ -526,7 +544,7 @@ func TestExpireReleasesAndHandsOverInOneEntry(t *testing.T) {
 	mustOK(t, f, &fsmv1.CloseSession{SessionId: "s2", Seq: 9})
 	mustOK(t, f, &fsmv1.CloseSession{SessionId: "nobody"})
 	mustOK(t, f, &fsmv1.ExpireSession{SessionId: "nobody"})
-	if st, _, _ := f.WaitState("s3", "a", 1); st != fsm.StatusGranted {
+	if st, _, _, _ := f.WaitState("s3", "a", 1); st != fsm.StatusGranted {
 		t.Fatalf("s3 after s2 closed: got status %d, want granted", st)
 	}
 	if got := f.Sessions(); len(got) != 1 || got[0].ID != "s3" || got[0].Holds != 1 || got[0].Waits != 0 {
@@ -556,6 +574,8 @@ func requestOf(data []byte) (string, uint64, bool) {
 	case *fsmv1.Release:
 		return m.SessionId, m.Seq, true
 	case *fsmv1.Cancel:
+		return m.SessionId, m.Seq, true
+	case *fsmv1.AcquireMany:
 		return m.SessionId, m.Seq, true
 	}
 	return "", 0, false
@@ -721,7 +741,7 @@ func TestReads(t *testing.T) {
 	if _, ok := f.CheckToken("jobs/b", epoch+2); ok {
 		t.Fatalf("CheckToken with another lock's token: got true")
 	}
-	if st, _, _ := f.WaitState("nobody", "jobs/a", 1); st != 0 {
+	if st, _, _, _ := f.WaitState("nobody", "jobs/a", 1); st != 0 {
 		t.Fatalf("WaitState of an unknown session: got %d, want 0", st)
 	}
 	if s, ok := f.Session("s1"); !ok || s.Holds != 4 || s.Owner != "host/s1" || s.TTL != 10*time.Second {
@@ -777,4 +797,38 @@ func TestResultFacts(t *testing.T) {
 	if r := mustOK(t, f, &fsmv1.ExpireSession{SessionId: "c"}); !slices.EqualFunc(r.HoldsGrantedAt, []time.Time{time.Unix(0, 40), time.Unix(0, 50)}, time.Time.Equal) {
 		t.Fatalf("expiry: got %+v, want holds granted at 40 and 50", r)
 	}
+}
+
+// checkSet checks the set request (AcquireMany) that head belongs to: it
+// waits in exactly SetSize queues (never part of a set), holds none of
+// them with its seq, and cannot be granted as a whole (it does not head
+// every one of its queues, or one of its locks is busy for it).
+func checkSet(snap *fsmv1.Snapshot, head *fsmv1.Wait) error {
+	waits, grantableAll := 0, true
+	for _, l := range snap.Locks {
+		for i, w := range l.Queue {
+			if w.SessionId != head.SessionId || w.Seq != head.Seq {
+				continue
+			}
+			waits++
+			if w.SetSize != head.SetSize {
+				return fmt.Errorf("set request %s/%d: set sizes %d and %d", head.SessionId, head.Seq, w.SetSize, head.SetSize)
+			}
+			if i != 0 || l.Delayed || !grantable(l, w.Mode) {
+				grantableAll = false
+			}
+		}
+		for _, h := range l.Holders {
+			if h.SessionId == head.SessionId && h.Seq == head.Seq {
+				return fmt.Errorf("set request %s/%d holds %q while it waits: part of a set", head.SessionId, head.Seq, l.Name)
+			}
+		}
+	}
+	switch {
+	case waits != int(head.SetSize):
+		return fmt.Errorf("set request %s/%d waits in %d queues, its set has %d locks", head.SessionId, head.Seq, waits, head.SetSize)
+	case grantableAll:
+		return fmt.Errorf("set request %s/%d heads every queue and fits every lock, but waits", head.SessionId, head.Seq)
+	}
+	return nil
 }

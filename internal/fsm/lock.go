@@ -17,6 +17,9 @@ type hold struct {
 	seq     uint64
 	value   []byte
 	granted int64
+	// maxHoldMs is the hold's budget (0: none): the leader ends the hold
+	// (EndHold) when it has run out on its timer.
+	maxHoldMs int64
 }
 
 type wait struct {
@@ -25,6 +28,12 @@ type wait struct {
 	seq     uint64
 	value   []byte
 	queued  int64
+	// maxHoldMs is the budget its grant will have, fixed when it queued.
+	maxHoldMs int64
+	// group is the AcquireMany request it is one lock of (nil: a single
+	// acquire); setSize is that request's lock count (snapshots).
+	group   *group
+	setSize uint32
 }
 
 type lock struct {
@@ -149,8 +158,8 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		if f.locks[c.Name] == nil {
 			f.addLock(l)
 		}
-		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano)
-		return f.remember(s, c.Seq, fp, &Result{Status: StatusGranted, Token: h.token})
+		h := f.grant(l, s, c.Mode, c.Seq, c.Value, c.TimeUnixNano, f.budgetOf(c))
+		return f.remember(s, c.Seq, fp, &Result{Status: StatusGranted, Token: h.token, MaxHold: ms(h.maxHoldMs)})
 	}
 	if !c.Wait {
 		r := fail(CodeBusy, "lock %q is busy", c.Name)
@@ -166,10 +175,15 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 	if len(l.queue) >= limits.waiters {
 		return refuse(fail(CodeTooMany, "lock %q has %d waiters already", c.Name, limits.waiters))
 	}
+	if c.RefuseDeadlock {
+		if r := f.deadlock(s, blockersOf(l, s.id, c.Mode, len(l.queue), false)); r != nil {
+			return refuse(r)
+		}
+	}
 	if f.locks[c.Name] == nil {
 		f.addLock(l)
 	}
-	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano}
+	w := &wait{session: s.id, mode: c.Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano, maxHoldMs: f.budgetOf(c)}
 	l.queue = append(l.queue, w)
 	s.waits[c.Name] = w
 	if e := f.event(EventQueued, l, s.id, 0, c.Mode, c.Value); e != nil {
@@ -196,45 +210,66 @@ func (f *FSM) liveAcquire(c *fsmv1.Acquire) *Result {
 	if l == nil || c.Limit != nil && *c.Limit != l.limit {
 		return nil
 	}
-	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq && w.mode == c.Mode {
+	if w := s.waits[c.Name]; w != nil && w.seq == c.Seq && w.mode == c.Mode && w.group == nil {
 		return &Result{Status: StatusQueued, Position: uint32(slices.Index(l.queue, w) + 1), Duplicate: true}
 	}
 	if h := s.holds[c.Name]; h != nil && h.seq == c.Seq && h.mode == c.Mode {
-		return &Result{Status: StatusGranted, Token: h.token, Duplicate: true}
+		return &Result{Status: StatusGranted, Token: h.token, MaxHold: ms(h.maxHoldMs), Duplicate: true}
 	}
 	return nil
 }
 
-func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, now int64) *hold {
+func (f *FSM) grant(l *lock, s *session, mode int32, seq uint64, value []byte, now, maxHoldMs int64) *hold {
 	f.lastToken++
 	f.stats.Grants++
-	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now}
+	h := &hold{session: s.id, mode: mode, token: f.lastToken, seq: seq, value: value, granted: now, maxHoldMs: maxHoldMs}
 	l.holders = append(l.holders, h)
 	s.holds[l.name] = h
 	if e := f.event(EventGranted, l, s.id, h.token, mode, value); e != nil {
-		e.Seq = seq
+		e.Seq, e.DurationMs = seq, maxHoldMs
 	}
 	return h
 }
 
 // promote grants queued waiters from the head while they fit: several shared
 // waiters together, an exclusive one alone. A waiting exclusive request stops
-// shared ones behind it. A lock left empty is deleted.
+// shared ones behind it; so does an AcquireMany request (a group) that
+// cannot take every one of its locks yet. A group granted moves the queues
+// of its other locks: they are promoted next, in the order the grants
+// reached them (many.go). A lock left empty is deleted.
 func (f *FSM) promote(l *lock, now int64) {
-	for !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode) {
-		w := l.queue[0]
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
-		s := f.sessions[w.session]
-		delete(s.waits, l.name)
-		f.grant(l, s, w.mode, w.seq, w.value, now)
-		f.stats.QueueGrants++
-	}
-	if len(l.queue) == 0 {
-		l.queue = nil // let the backing array go
-	}
-	if l.empty() {
-		f.deleteLock(l)
+	work := []*lock{l}
+	for len(work) > 0 {
+		l := work[0]
+		work = work[1:]
+		if f.locks[l.name] != l {
+			continue // emptied and deleted earlier in this promotion
+		}
+		for !l.delayed && len(l.queue) > 0 {
+			w := l.queue[0]
+			if w.group != nil {
+				if !groupGrantable(f.locks, w.group) {
+					break
+				}
+				work = append(work, f.grantGroup(w.group, l, now)...)
+				continue
+			}
+			if !l.grantable(w.mode) {
+				break
+			}
+			l.queue[0] = nil
+			l.queue = l.queue[1:]
+			s := f.sessions[w.session]
+			delete(s.waits, l.name)
+			f.grant(l, s, w.mode, w.seq, w.value, now, w.maxHoldMs)
+			f.stats.QueueGrants++
+		}
+		if len(l.queue) == 0 {
+			l.queue = nil // let the backing array go
+		}
+		if l.empty() {
+			f.deleteLock(l)
+		}
 	}
 }
 
@@ -276,9 +311,19 @@ func (f *FSM) applyRelease(c *fsmv1.Release) *Result {
 }
 
 // waitFacts adds to the answer r of acquire c, unless granted, whether a
-// lock-delay runs on its lock and when its request was queued, if it waits.
+// lock-delay runs on its lock and when its request was queued, if it waits;
+// to a repeated grant, its hold's budget.
 func (f *FSM) waitFacts(c *fsmv1.Acquire, r *Result) *Result {
 	l := f.locks[c.Name]
+	if r.Status == StatusGranted && r.Duplicate && l != nil {
+		// The duplicate table keeps the token, not the budget: read it
+		// from the hold while that grant still holds.
+		if s := f.sessions[c.SessionId]; s != nil {
+			if h := s.holds[c.Name]; h != nil && h.token == r.Token {
+				r.MaxHold = ms(h.maxHoldMs)
+			}
+		}
+	}
 	if r.Status == StatusGranted || l == nil {
 		return r
 	}
@@ -298,6 +343,10 @@ func (f *FSM) applyCancel(c *fsmv1.Cancel) *Result {
 		return r
 	}
 	l := f.locks[c.Name]
+	if w := s.waits[c.Name]; w != nil && w.seq == c.AcquireSeq && w.group != nil {
+		f.dropGroup(w.group, c.TimeUnixNano) // the whole AcquireMany request
+		return f.remember(s, c.Seq, fp, &Result{})
+	}
 	if w := s.waits[c.Name]; w != nil && w.seq == c.AcquireSeq {
 		f.removeWait(l, w)
 		f.promote(l, c.TimeUnixNano)

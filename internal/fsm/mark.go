@@ -118,13 +118,17 @@ func (f *FSM) applyComplete(c *fsmv1.Complete) *Result {
 	}
 	// Every waiter is answered "already done", in queue order, in one pass
 	// (removeWait per waiter would rescan the queue each time).
-	for _, w := range l.queue {
+	queue := l.queue
+	for _, w := range queue {
 		delete(f.sessions[w.session].waits, l.name)
 		f.dequeued(l, w)
 	}
 	l.queue = nil
 	l.mark = &mark{session: s.id, owner: s.owner, token: h.token, completed: c.TimeUnixNano, retentionMs: c.RetentionMs}
 	f.counts.addMark(l.mark)
+	// An AcquireMany request answered "already done" here leaves its other
+	// queues too: never part of a set.
+	f.dropGroupsOf(queue, l.name, c.TimeUnixNano)
 	return f.remember(s, c.Seq, fp, &Result{GrantedAt: time.Unix(0, h.granted)})
 }
 

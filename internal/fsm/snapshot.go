@@ -36,6 +36,7 @@ func (f *FSM) stateLocked() *fsmv1.Snapshot {
 		return true // in name order already: no sort
 	})
 	snap.Members = f.membersLocked()
+	snap.Policies = f.statePolicies()
 	return snap
 }
 
@@ -190,6 +191,7 @@ type state struct {
 	locks            map[string]*lock
 	names            *btree.BTreeG[*lock] // locks by name (derived)
 	members          map[string]Member
+	policies         map[string]*policy
 	counts           counts
 }
 
@@ -197,7 +199,7 @@ func (f *FSM) install(st *state) {
 	f.clusterID, f.epoch, f.lastToken = st.clusterID, st.epoch, st.lastToken
 	id := st.clusterID
 	f.publicID.Store(&id)
-	f.sessions, f.byRequest, f.locks, f.names, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.counts
+	f.sessions, f.byRequest, f.locks, f.names, f.members, f.policies, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.policies, st.counts
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -288,12 +290,19 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 	if err := checkStateCaps(snap, sessions, &cs); err != nil {
 		return nil, err
 	}
+	if err := decodeGroups(sessions, byName); err != nil {
+		return nil, err
+	}
 	members, err := decodeMembers(snap.Members)
 	if err != nil {
 		return nil, err
 	}
+	policies, err := decodePolicies(snap.Policies)
+	if err != nil {
+		return nil, err
+	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, policies: policies, counts: cs}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or
@@ -367,7 +376,10 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		if !validMode(pw.Mode) {
 			return nil, fmt.Errorf("snapshot: lock %q: waiter %q has mode %d", pl.Name, pw.SessionId, pw.Mode)
 		}
-		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano}
+		if checkHoldMs("", pw.MaxHoldMs) != nil {
+			return nil, fmt.Errorf("snapshot: lock %q: waiter %q: %w", pl.Name, pw.SessionId, errBadBudget)
+		}
+		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs, setSize: pw.SetSize}
 		l.queue = append(l.queue, w)
 		s.waits[l.name] = w
 	}
@@ -381,7 +393,7 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		l.mark = &mark{session: pm.SessionId, owner: pm.Owner, token: pm.Token, completed: pm.CompletedUnixNano, retentionMs: pm.RetentionMs}
 	}
 	switch {
-	case !l.delayed && len(l.queue) > 0 && l.grantable(l.queue[0].mode):
+	case !l.delayed && len(l.queue) > 0 && l.queue[0].setSize == 0 && l.grantable(l.queue[0].mode):
 		// Apply never leaves a head waiter that fits: it would wait on a
 		// lock nothing will ever release.
 		return nil, fmt.Errorf("snapshot: lock %q: head waiter could be granted", pl.Name)
@@ -411,11 +423,13 @@ func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, token
 			return fmt.Errorf("snapshot: lock %q: bad or repeated token %d", pl.Name, ph.Token)
 		case i > 0 && ph.Token < pl.Holders[i-1].Token:
 			return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
+		case checkHoldMs("", ph.MaxHoldMs) != nil:
+			return fmt.Errorf("snapshot: lock %q: holder %q: %w", pl.Name, ph.SessionId, errBadBudget)
 		}
 		tokens[ph.Token] = true
 		// The session's own id string, not the decoded copy: a million
 		// holds then keep 64 strings alive, not a million.
-		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano}
+		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
 		l.holders = append(l.holders, h)
 		s.holds[l.name] = h
 	}

@@ -59,8 +59,8 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot: %w", err)
 	}
-	// Fields 6 and 7.
-	tail := &fsmv1.Snapshot{Members: f.membersLocked(), AppliedIndex: f.applied}
+	// Fields 6 to 8.
+	tail := &fsmv1.Snapshot{Members: f.membersLocked(), AppliedIndex: f.applied, Policies: f.statePolicies()}
 	if buf, err = opts.MarshalAppend(buf, tail); err != nil {
 		return nil, fmt.Errorf("encode snapshot: %w", err)
 	}
@@ -125,7 +125,7 @@ func (p *lockMsgPool) fill(pl *fsmv1.Lock, l *lock) {
 			ph = p.holds[i]
 			ph.Reset()
 		}
-		ph.SessionId, ph.Mode, ph.Token, ph.Seq, ph.Value, ph.GrantedUnixNano = h.session, h.mode, h.token, h.seq, h.value, h.granted
+		ph.SessionId, ph.Mode, ph.Token, ph.Seq, ph.Value, ph.GrantedUnixNano, ph.MaxHoldMs = h.session, h.mode, h.token, h.seq, h.value, h.granted, h.maxHoldMs
 		holders = append(holders, ph)
 	}
 	for i, w := range l.queue {
@@ -139,7 +139,7 @@ func (p *lockMsgPool) fill(pl *fsmv1.Lock, l *lock) {
 			pw = p.waits[i]
 			pw.Reset()
 		}
-		pw.SessionId, pw.Mode, pw.Seq, pw.Value, pw.QueuedUnixNano = w.session, w.mode, w.seq, w.value, w.queued
+		pw.SessionId, pw.Mode, pw.Seq, pw.Value, pw.QueuedUnixNano, pw.MaxHoldMs, pw.SetSize = w.session, w.mode, w.seq, w.value, w.queued, w.maxHoldMs, setSize(w)
 		queue = append(queue, pw)
 	}
 	if p.reuse {

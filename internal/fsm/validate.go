@@ -55,7 +55,8 @@ func ValidateCreateSession(c *fsmv1.CreateSession) error {
 }
 
 // ValidateAcquire reports why Apply refuses c for its fields alone: the
-// name, the mode, the lock-delay's range and the value's size.
+// name, the mode, the lock-delay's range, the hold budget's and ceiling's
+// ranges and the value's size.
 func ValidateAcquire(c *fsmv1.Acquire) error {
 	if err := ValidateName(c.Name); err != nil {
 		return err
@@ -65,6 +66,13 @@ func ValidateAcquire(c *fsmv1.Acquire) error {
 		return fmt.Errorf("unknown mode %d", c.Mode)
 	case c.LockDelayMs < 0 || c.LockDelayMs > MaxLockDelayMs:
 		return fmt.Errorf("lock-delay %d ms is outside [0, %d]", c.LockDelayMs, MaxLockDelayMs)
+	}
+	// Both 0 in an entry written before hold budgets: decided as before.
+	if err := checkHoldMs("max hold", c.MaxHoldMs); err != nil {
+		return err
+	}
+	if err := checkHoldMs("max hold ceiling", c.MaxHoldCeilingMs); err != nil {
+		return err
 	}
 	return validateValue(c.Value)
 }

@@ -25,6 +25,8 @@ type HolderInfo struct {
 	Value []byte
 	// GrantedAt is when (the proposer's wall clock; display only).
 	GrantedAt time.Time
+	// MaxHold is the hold's budget (0: none).
+	MaxHold time.Duration
 }
 
 // WaiterInfo describes one queued request.
@@ -62,7 +64,7 @@ type LockInfo struct {
 func (f *FSM) holderInfos(l *lock) []HolderInfo {
 	out := make([]HolderInfo, len(l.holders))
 	for i, h := range l.holders {
-		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedAt: time.Unix(0, h.granted)}
+		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedAt: time.Unix(0, h.granted), MaxHold: ms(h.maxHoldMs)}
 	}
 	return out
 }
@@ -140,22 +142,23 @@ func (f *FSM) CheckToken(name string, token uint64) (HolderInfo, bool) {
 }
 
 // WaitState tells what became of the acquire (session, name, seq): granted
-// (with its token), still queued (with its 1-based position), or neither.
-func (f *FSM) WaitState(sessionID, name string, seq uint64) (status int, token uint64, position uint32) {
+// (with its token and hold budget), still queued (with its 1-based
+// position), or neither.
+func (f *FSM) WaitState(sessionID, name string, seq uint64) (status int, token uint64, position uint32, maxHold time.Duration) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.sessions[sessionID]
 	if s == nil {
-		return 0, 0, 0
+		return 0, 0, 0, 0
 	}
 	if h := s.holds[name]; h != nil && h.seq == seq {
-		return StatusGranted, h.token, 0
+		return StatusGranted, h.token, 0, ms(h.maxHoldMs)
 	}
 	if w := s.waits[name]; w != nil && w.seq == seq {
 		l := f.locks[name]
-		return StatusQueued, 0, uint32(slices.Index(l.queue, w) + 1)
+		return StatusQueued, 0, uint32(slices.Index(l.queue, w) + 1), 0
 	}
-	return 0, 0, 0
+	return 0, 0, 0, 0
 }
 
 // SessionInfo describes a session.

@@ -359,3 +359,14 @@ func (g *Guard) CheckSessions(ctx context.Context) (uint32, error) {
 // StartWait counts a queued Acquire call in flight of the caller's
 // identity, refusing one over its cap; the returned func ends it.
 func (g *Guard) StartWait(ctx context.Context) (func(), error) { return g.limits.startWait(ctx) }
+
+// MaxHold returns the hold budget ceiling of the caller in ctx from the auth
+// rules (0: none, also without an auth file). The leader puts it in the
+// Acquire command, and Apply caps the hold's budget with it.
+func (g *Guard) MaxHold(ctx context.Context) time.Duration {
+	l := g.limits
+	if l == nil || l.rules() == nil {
+		return 0
+	}
+	return l.limitsOf(IdentityOf(ctx)).MaxHold
+}

@@ -46,6 +46,31 @@ func ServerExpiry(received time.Time, ttl, grace time.Duration) time.Time {
 	return received.Add(ttl + grace)
 }
 
+// Hold budgets follow the same rule (docs/lock-semantics.md). Server half
+// (ServerHoldEnd): the leader starts a hold's budget when it applies the
+// grant, on its monotonic clock, and ends the hold no sooner than applied +
+// budget; a new leader restarts every budget in full from its own
+// establish time. Client half (ClientHoldDeadline): the client counts from
+// the send time of a call known to precede the grant (the first attempt of
+// the latest Acquire call the leader answered "queued", or of the call that
+// was granted at once) and stops believing at sent + budget·(1 − 1 %) −
+// max(100 ms, 2 % budget): the same formula as a lease's, so the same
+// drift and margin hold. TestRuleHoldClientGivesUpFirst checks it.
+
+// ClientHoldDeadline returns the client-side end of a hold of budget whose
+// grant came after a call sent at sent: the lease formula, with the budget
+// as the TTL.
+func ClientHoldDeadline(sent time.Time, budget time.Duration) time.Time {
+	return ClientDeadline(sent, budget)
+}
+
+// ServerHoldEnd returns the earliest time the leader may end a hold of
+// budget whose grant it applied (or whose budget it restarted on taking
+// leadership) at applied.
+func ServerHoldEnd(applied time.Time, budget time.Duration) time.Time {
+	return applied.Add(budget)
+}
+
 // Drift returns the clock drift a lease of ttl allows for: 1 % of it.
 func Drift(ttl time.Duration) time.Duration { return ttl / driftDivisor }
 

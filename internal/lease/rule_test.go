@@ -61,3 +61,32 @@ func TestRuleClientGivesUpFirst(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleHoldClientGivesUpFirst: for a hold budget, the client's end
+// (counted from a send before the grant, with its clock up to 1 % slow)
+// comes strictly before the leader may end the hold (counted from when it
+// applied the grant, or later from a new leader's establish time), with the
+// margin kept.
+func TestRuleHoldClientGivesUpFirst(t *testing.T) {
+	sent := time.Unix(1000, 0)
+	budgets := []time.Duration{time.Second, 2 * time.Second, 10 * time.Second, time.Minute, time.Hour, 720 * time.Hour}
+	for _, b := range budgets {
+		// Between the send and the leader's apply of the grant (a wait in
+		// the queue, a leader change that restarts the budget later).
+		for _, transit := range []time.Duration{0, time.Millisecond, b / 2, 10 * b} {
+			for tenth := range 11 {
+				rho := float64(tenth) / 10 / driftDivisor
+				onClient := ClientHoldDeadline(sent, b).Sub(sent)
+				given := sent.Add(time.Duration(float64(onClient) / (1 - rho)))
+				end := ServerHoldEnd(sent.Add(transit), b)
+				if !given.Before(end) {
+					t.Errorf("budget %v transit %v drift %.3f%%: client gives up at sent+%v, server may end at sent+%v",
+						b, transit, rho*100, given.Sub(sent), end.Sub(sent))
+				}
+				if m := sent.Add(b).Sub(given); m < minMargin-time.Millisecond {
+					t.Errorf("budget %v drift %.3f%%: margin %v", b, rho*100, m)
+				}
+			}
+		}
+	}
+}

@@ -58,6 +58,7 @@ type Node struct {
 	lease   *lease.Manager
 	marks   *lease.Manager
 	delays  *lease.Manager
+	holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	waiters *Waiters
 	metrics *metrics
 	fwd     *Forwarder
@@ -141,8 +142,9 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	// a new leader restarts each retention in full (late, never early).
 	s.marks = lease.New(0, timers.clearMark)
 	s.delays = lease.New(0, timers.undelay)
+	s.holds = lease.New(0, timers.endHold)
 	s.hub = NewHub(cfg.WatchHistory)
-	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Waiters: s.waiters, Hub: s.hub})
+	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Waiters: s.waiters, Hub: s.hub})
 	return s, nil
 }
 

@@ -18,6 +18,7 @@ type Fanout struct {
 	Lease   *lease.Manager // session leases
 	Marks   *lease.Manager // completion marks, keyed by MarkKey
 	Delays  *lease.Manager // lock-delays, keyed by MarkKey(name, token)
+	Holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	Waiters *Waiters
 	Hub     *Hub
 }
@@ -44,6 +45,7 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 func (o *Fanout) Events(index uint64, evs []fsm.Event) {
 	for i := range evs {
 		e := &evs[i]
+		holdEvent(o.Holds, e)
 		switch e.Kind {
 		case fsm.EventSessionCreated:
 			o.Lease.Created(e.Session, ms(e.DurationMs))
@@ -54,7 +56,7 @@ func (o *Fanout) Events(index uint64, evs []fsm.Event) {
 		case fsm.EventGranted:
 			// Only a queued request has a blocked call to wake; a grant at
 			// once finds none.
-			o.Waiters.Notify(WaitKey{e.Session, e.Name, e.Seq}, WaitOutcome{Token: e.Token})
+			o.Waiters.Notify(WaitKey{e.Session, e.Name, e.Seq}, WaitOutcome{Token: e.Token, MaxHold: ms(e.DurationMs)})
 		case fsm.EventDequeued:
 			o.Waiters.Notify(WaitKey{e.Session, e.Name, e.Seq}, WaitOutcome{Dropped: true})
 		case fsm.EventCompleted:

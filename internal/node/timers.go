@@ -60,6 +60,7 @@ func (s leaderTimers) promoteTimers(term uint64) {
 			return lease.Entry{ID: MarkKey(name, d.Token), TTL: d.Delay}
 		})
 	})
+	s.promoteBudgets(term)
 }
 
 // promote starts manager m for term with one entry per item.
@@ -76,6 +77,7 @@ func (s leaderTimers) demoteTimers() {
 	s.lease.Demote()
 	s.marks.Demote()
 	s.delays.Demote()
+	s.holds.Demote()
 }
 
 // expire is the lease manager's callback for a session whose deadline

@@ -2,6 +2,7 @@ package node
 
 import (
 	"sync"
+	"time"
 )
 
 // This file holds blocked Acquire calls: the registry the FSM's events
@@ -15,8 +16,9 @@ type WaitKey struct {
 
 // WaitOutcome is what a blocked Acquire call learns.
 type WaitOutcome struct {
-	Token   uint64 // granted with this token
-	Dropped bool   // left the queue without a grant
+	Token   uint64        // granted with this token
+	MaxHold time.Duration // the grant's hold budget (0: none)
+	Dropped bool          // left the queue without a grant
 }
 
 // Waiters wakes blocked Acquire calls. The FSM tells it of grants and drops

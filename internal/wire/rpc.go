@@ -80,6 +80,10 @@ var (
 	ListLocks          = row(onLock(lockdv1connect.LockServiceClient.ListLocks))
 	ForceRelease       = row(onLock(lockdv1connect.LockServiceClient.ForceRelease))
 	ClearMark          = row(onLock(lockdv1connect.LockServiceClient.ClearMark))
+	SetLockPolicy      = row(onLock(lockdv1connect.LockServiceClient.SetLockPolicy))
+	RequestRelease     = row(onLock(lockdv1connect.LockServiceClient.RequestRelease))
+	Explain            = row(onLock(lockdv1connect.LockServiceClient.Explain))
+	AcquireMany        = withPoll(row(onLock(lockdv1connect.LockServiceClient.AcquireMany)), maxLongPoll)
 	Status             = row(onLock(lockdv1connect.LockServiceClient.Status))
 	Join               = row(onCluster(lockdv1connect.ClusterServiceClient.Join))
 	RemoveMember       = row(onCluster(lockdv1connect.ClusterServiceClient.RemoveMember))
@@ -297,6 +301,22 @@ func (s *service) SetValue(ctx context.Context, req *connect.Request[lockdv1.Set
 
 func (s *service) ClearMark(ctx context.Context, req *connect.Request[lockdv1.ClearMarkRequest]) (*connect.Response[lockdv1.ClearMarkResponse], error) {
 	return raw(ctx, s.c, ClearMark, req)
+}
+
+func (s *service) SetLockPolicy(ctx context.Context, req *connect.Request[lockdv1.SetLockPolicyRequest]) (*connect.Response[lockdv1.SetLockPolicyResponse], error) {
+	return raw(ctx, s.c, SetLockPolicy, req)
+}
+
+func (s *service) AcquireMany(ctx context.Context, req *connect.Request[lockdv1.AcquireManyRequest]) (*connect.Response[lockdv1.AcquireManyResponse], error) {
+	return raw(ctx, s.c, AcquireMany, req)
+}
+
+func (s *service) Explain(ctx context.Context, req *connect.Request[lockdv1.ExplainRequest]) (*connect.Response[lockdv1.ExplainResponse], error) {
+	return raw(ctx, s.c, Explain, req)
+}
+
+func (s *service) RequestRelease(ctx context.Context, req *connect.Request[lockdv1.RequestReleaseRequest]) (*connect.Response[lockdv1.RequestReleaseResponse], error) {
+	return raw(ctx, s.c, RequestRelease, req)
 }
 
 // NewService returns the raw API over c (lockd's Client.Service).

@@ -237,11 +237,13 @@ func (s *Stream) Call(ctx context.Context, req *lockdv1.StreamRequest) (*lockdv1
 		}
 		return r, nil
 	case <-s.done:
+		s.withdraw(req)
 		return nil, s.failure()
 	case <-ctx.Done():
 		s.mu.Lock()
 		delete(s.pending, id)
 		s.mu.Unlock()
+		s.withdraw(req)
 		return nil, CtxError(ctx, ctx.Err())
 	}
 }

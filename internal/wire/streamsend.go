@@ -37,6 +37,20 @@ func (sq *sendQueue) take() []*lockdv1.StreamRequest {
 	return b
 }
 
+// remove takes r off the queue; false if it is not queued (a sender took
+// it).
+func (sq *sendQueue) remove(r *lockdv1.StreamRequest) bool {
+	sq.mu.Lock()
+	defer sq.mu.Unlock()
+	for i, q := range sq.q {
+		if q == r {
+			sq.q = append(sq.q[:i], sq.q[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 func (sq *sendQueue) empty() bool {
 	sq.mu.Lock()
 	defer sq.mu.Unlock()
@@ -94,5 +108,25 @@ func (s *Stream) sendQueued() {
 		if s.more != nil {
 			s.more.Store(0)
 		}
+	}
+}
+
+// withdraw is for a call that returns before its answer (its ctx or the
+// stream ended): once it returns, nothing reads the call's request, whose
+// message is the caller's again. A request still queued is taken off (it
+// is never sent); one a sender has taken is sent, or fails, first, as
+// when each call sent its own request before waiting for the answer.
+func (s *Stream) withdraw(req *lockdv1.StreamRequest) {
+	if s.sendQ.remove(req) {
+		return
+	}
+	s.sendMu.Lock()
+	s.sendQueued()
+	s.sendMu.Unlock()
+	// As in send: a request queued meanwhile by a call that found the
+	// sender busy is this call's to send.
+	for !s.sendQ.empty() && s.sendMu.TryLock() {
+		s.sendQueued()
+		s.sendMu.Unlock()
 	}
 }

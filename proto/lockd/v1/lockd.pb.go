@@ -149,6 +149,7 @@ const (
 	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 14 // wrong session secret, or the identity may not do this
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED   ErrorReason = 15 // no or unknown credentials while authentication is on
 	ErrorReason_ERROR_REASON_RATE_LIMITED      ErrorReason = 16 // a per-identity rate limit or cap was reached
+	ErrorReason_ERROR_REASON_DEADLOCK          ErrorReason = 17 // the wait would close a cycle of sessions waiting for each other (the message names it)
 )
 
 // Enum value maps for ErrorReason.
@@ -171,6 +172,7 @@ var (
 		14: "ERROR_REASON_PERMISSION_DENIED",
 		15: "ERROR_REASON_UNAUTHENTICATED",
 		16: "ERROR_REASON_RATE_LIMITED",
+		17: "ERROR_REASON_DEADLOCK",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -190,6 +192,7 @@ var (
 		"ERROR_REASON_PERMISSION_DENIED": 14,
 		"ERROR_REASON_UNAUTHENTICATED":   15,
 		"ERROR_REASON_RATE_LIMITED":      16,
+		"ERROR_REASON_DEADLOCK":          17,
 	}
 )
 
@@ -297,6 +300,12 @@ const (
 	EventKind_EVENT_KIND_FORCE_RELEASED EventKind = 10
 	// The holder changed its value (Election.Proclaim).
 	EventKind_EVENT_KIND_VALUE_CHANGED EventKind = 11
+	// The hold's budget (max_hold) ran out: the leader ended the hold as an
+	// expiry ends it, while its session lives on.
+	EventKind_EVENT_KIND_HOLD_EXPIRED EventKind = 12
+	// Someone asked the holder (session, token) to let go (RequestRelease);
+	// value is the reason. Nothing changed: the holder decides.
+	EventKind_EVENT_KIND_RELEASE_REQUESTED EventKind = 13
 	// Not a lock event: events were lost to this stream (position too old,
 	// snapshot restore, or the consumer fell behind). Re-list the locks, then
 	// watch again from this event's position.
@@ -322,26 +331,30 @@ var (
 		9:   "EVENT_KIND_DELAY_ENDED",
 		10:  "EVENT_KIND_FORCE_RELEASED",
 		11:  "EVENT_KIND_VALUE_CHANGED",
+		12:  "EVENT_KIND_HOLD_EXPIRED",
+		13:  "EVENT_KIND_RELEASE_REQUESTED",
 		100: "EVENT_KIND_RESET",
 		101: "EVENT_KIND_HELD",
 		102: "EVENT_KIND_SYNCED",
 	}
 	EventKind_value = map[string]int32{
-		"EVENT_KIND_UNSPECIFIED":    0,
-		"EVENT_KIND_GRANTED":        1,
-		"EVENT_KIND_RELEASED":       2,
-		"EVENT_KIND_EXPIRED":        3,
-		"EVENT_KIND_QUEUED":         4,
-		"EVENT_KIND_DEQUEUED":       5,
-		"EVENT_KIND_COMPLETED":      6,
-		"EVENT_KIND_MARK_CLEARED":   7,
-		"EVENT_KIND_DELAY_STARTED":  8,
-		"EVENT_KIND_DELAY_ENDED":    9,
-		"EVENT_KIND_FORCE_RELEASED": 10,
-		"EVENT_KIND_VALUE_CHANGED":  11,
-		"EVENT_KIND_RESET":          100,
-		"EVENT_KIND_HELD":           101,
-		"EVENT_KIND_SYNCED":         102,
+		"EVENT_KIND_UNSPECIFIED":       0,
+		"EVENT_KIND_GRANTED":           1,
+		"EVENT_KIND_RELEASED":          2,
+		"EVENT_KIND_EXPIRED":           3,
+		"EVENT_KIND_QUEUED":            4,
+		"EVENT_KIND_DEQUEUED":          5,
+		"EVENT_KIND_COMPLETED":         6,
+		"EVENT_KIND_MARK_CLEARED":      7,
+		"EVENT_KIND_DELAY_STARTED":     8,
+		"EVENT_KIND_DELAY_ENDED":       9,
+		"EVENT_KIND_FORCE_RELEASED":    10,
+		"EVENT_KIND_VALUE_CHANGED":     11,
+		"EVENT_KIND_HOLD_EXPIRED":      12,
+		"EVENT_KIND_RELEASE_REQUESTED": 13,
+		"EVENT_KIND_RESET":             100,
+		"EVENT_KIND_HELD":              101,
+		"EVENT_KIND_SYNCED":            102,
 	}
 )
 
@@ -1121,7 +1134,12 @@ type AcquireRequest struct {
 	// not granted again for this long. Default 0, at most 1 h.
 	LockDelay *durationpb.Duration `protobuf:"bytes,10,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// The session secret given by CreateSession.
-	Secret        string `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
+	Secret string `protobuf:"bytes,11,opt,name=secret,proto3" json:"secret,omitempty"`
+	// The hold budget asked for: when the hold has lasted this long the
+	// leader ends it as an expiry ends it (lock-delay, next waiter granted),
+	// even while the session lives. Absent or 0: the lock policy's default.
+	// The identity's ceiling (auth file, limit max_hold=) caps either.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,12,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1233,14 +1251,25 @@ func (x *AcquireRequest) GetSecret() string {
 	return ""
 }
 
+func (x *AcquireRequest) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Status AcquireStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=lockd.v1.AcquireStatus" json:"status,omitempty"`
 	// The fencing token of the grant (when GRANTED).
 	Token uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// 1-based position in the queue (when QUEUED).
-	Position      uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
-	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Position  uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The grant's effective hold budget (when GRANTED and one applies):
+	// the client gives the hold up before sent + max_hold (see the lease
+	// rule); the leader ends it no sooner than the grant + max_hold.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,5,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1301,6 +1330,13 @@ func (x *AcquireResponse) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *AcquireResponse) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
 }
 
 type ReleaseRequest struct {
@@ -1719,13 +1755,15 @@ func (x *DescribeLockRequest) GetConsistency() ReadConsistency {
 }
 
 type Holder struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Mode          Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	GrantedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
-	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
-	Owner         string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Mode      Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
+	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	GrantedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	Value     []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
+	Owner     string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The hold's budget; absent: none.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,7,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1800,6 +1838,13 @@ func (x *Holder) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *Holder) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
 }
 
 type Waiter struct {
@@ -1967,7 +2012,9 @@ func (x *LockInfo) GetDelayed() bool {
 type DescribeLockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Absent when no such lock exists (free, no waiters).
-	Lock          *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Lock *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	// The lock's policy; absent when none is set.
+	Policy        *LockPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2009,6 +2056,148 @@ func (x *DescribeLockResponse) GetLock() *LockInfo {
 	return nil
 }
 
+func (x *DescribeLockResponse) GetPolicy() *LockPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// LockPolicy is an admin's per-lock rule, replicated with the lock table.
+type LockPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hold budget of an acquire that asks none (absent or 0: none).
+	DefaultMaxHold *durationpb.Duration `protobuf:"bytes,1,opt,name=default_max_hold,json=defaultMaxHold,proto3" json:"default_max_hold,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *LockPolicy) Reset() {
+	*x = LockPolicy{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockPolicy) ProtoMessage() {}
+
+func (x *LockPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockPolicy.ProtoReflect.Descriptor instead.
+func (*LockPolicy) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *LockPolicy) GetDefaultMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.DefaultMaxHold
+	}
+	return nil
+}
+
+type SetLockPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The new policy; absent or all zero removes the lock's policy.
+	Policy        *LockPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockPolicyRequest) Reset() {
+	*x = SetLockPolicyRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockPolicyRequest) ProtoMessage() {}
+
+func (x *SetLockPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetLockPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetLockPolicyRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetLockPolicyRequest) GetPolicy() *LockPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type SetLockPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockPolicyResponse) Reset() {
+	*x = SetLockPolicyResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockPolicyResponse) ProtoMessage() {}
+
+func (x *SetLockPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockPolicyResponse.ProtoReflect.Descriptor instead.
+func (*SetLockPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+}
+
 type ListLocksRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -2023,7 +2212,7 @@ type ListLocksRequest struct {
 
 func (x *ListLocksRequest) Reset() {
 	*x = ListLocksRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2224,7 @@ func (x *ListLocksRequest) String() string {
 func (*ListLocksRequest) ProtoMessage() {}
 
 func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[24]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2237,7 @@ func (x *ListLocksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksRequest.ProtoReflect.Descriptor instead.
 func (*ListLocksRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{24}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListLocksRequest) GetPrefix() string {
@@ -2090,7 +2279,7 @@ type ListLocksResponse struct {
 
 func (x *ListLocksResponse) Reset() {
 	*x = ListLocksResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2291,7 @@ func (x *ListLocksResponse) String() string {
 func (*ListLocksResponse) ProtoMessage() {}
 
 func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[25]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2304,7 @@ func (x *ListLocksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLocksResponse.ProtoReflect.Descriptor instead.
 func (*ListLocksResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{25}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListLocksResponse) GetLocks() []*LockInfo {
@@ -2144,7 +2333,7 @@ type ForceReleaseRequest struct {
 
 func (x *ForceReleaseRequest) Reset() {
 	*x = ForceReleaseRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2345,7 @@ func (x *ForceReleaseRequest) String() string {
 func (*ForceReleaseRequest) ProtoMessage() {}
 
 func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[26]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2358,7 @@ func (x *ForceReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ForceReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{26}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ForceReleaseRequest) GetName() string {
@@ -2196,7 +2385,7 @@ type ForceReleaseResponse struct {
 
 func (x *ForceReleaseResponse) Reset() {
 	*x = ForceReleaseResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2397,7 @@ func (x *ForceReleaseResponse) String() string {
 func (*ForceReleaseResponse) ProtoMessage() {}
 
 func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[27]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2410,7 @@ func (x *ForceReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ForceReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{27}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ForceReleaseResponse) GetSessionIds() []string {
@@ -2250,7 +2439,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2451,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[28]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2464,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{28}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CompleteRequest) GetSessionId() string {
@@ -2335,7 +2524,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2536,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[29]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2549,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{29}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
 }
 
 type ClearMarkRequest struct {
@@ -2375,7 +2564,7 @@ type ClearMarkRequest struct {
 
 func (x *ClearMarkRequest) Reset() {
 	*x = ClearMarkRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2576,7 @@ func (x *ClearMarkRequest) String() string {
 func (*ClearMarkRequest) ProtoMessage() {}
 
 func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[30]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2589,7 @@ func (x *ClearMarkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMarkRequest.ProtoReflect.Descriptor instead.
 func (*ClearMarkRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{30}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearMarkRequest) GetName() string {
@@ -2427,7 +2616,7 @@ type ClearMarkResponse struct {
 
 func (x *ClearMarkResponse) Reset() {
 	*x = ClearMarkResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2628,7 @@ func (x *ClearMarkResponse) String() string {
 func (*ClearMarkResponse) ProtoMessage() {}
 
 func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[31]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2452,7 +2641,7 @@ func (x *ClearMarkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMarkResponse.ProtoReflect.Descriptor instead.
 func (*ClearMarkResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{31}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearMarkResponse) GetMark() *Mark {
@@ -2470,7 +2659,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2671,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[32]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2684,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{32}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
 }
 
 type Member struct {
@@ -2511,7 +2700,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2712,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[33]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2725,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{33}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Member) GetId() string {
@@ -2594,7 +2783,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2795,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[34]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2808,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{34}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StatusResponse) GetNodeId() string {
@@ -2719,7 +2908,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2920,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[35]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2933,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{35}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -2785,7 +2974,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +2986,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[36]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +2999,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{36}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinResponse) GetClusterId() string {
@@ -2836,7 +3025,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +3037,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[37]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +3050,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{37}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveMemberRequest) GetNodeId() string {
@@ -2879,7 +3068,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3080,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[38]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3093,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{38}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
 }
 
 type TransferLeadershipRequest struct {
@@ -2917,7 +3106,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3118,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[39]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3131,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{39}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -2961,7 +3150,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2973,7 +3162,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[40]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2986,7 +3175,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{40}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TransferLeadershipResponse) GetLeader() string {
@@ -3007,7 +3196,7 @@ type KeepAliveBatch struct {
 
 func (x *KeepAliveBatch) Reset() {
 	*x = KeepAliveBatch{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3208,7 @@ func (x *KeepAliveBatch) String() string {
 func (*KeepAliveBatch) ProtoMessage() {}
 
 func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[41]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3221,7 @@ func (x *KeepAliveBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatch.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatch) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{41}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *KeepAliveBatch) GetSessions() []*KeepAliveRequest {
@@ -3056,7 +3245,7 @@ type KeepAliveResult struct {
 
 func (x *KeepAliveResult) Reset() {
 	*x = KeepAliveResult{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3257,7 @@ func (x *KeepAliveResult) String() string {
 func (*KeepAliveResult) ProtoMessage() {}
 
 func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[42]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3270,7 @@ func (x *KeepAliveResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResult.ProtoReflect.Descriptor instead.
 func (*KeepAliveResult) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{42}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *KeepAliveResult) GetSessionId() string {
@@ -3117,7 +3306,7 @@ type KeepAliveBatchResponse struct {
 
 func (x *KeepAliveBatchResponse) Reset() {
 	*x = KeepAliveBatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3318,7 @@ func (x *KeepAliveBatchResponse) String() string {
 func (*KeepAliveBatchResponse) ProtoMessage() {}
 
 func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[43]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3331,7 @@ func (x *KeepAliveBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveBatchResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveBatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{43}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KeepAliveBatchResponse) GetResults() []*KeepAliveResult {
@@ -3173,7 +3362,7 @@ type StreamError struct {
 
 func (x *StreamError) Reset() {
 	*x = StreamError{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3374,7 @@ func (x *StreamError) String() string {
 func (*StreamError) ProtoMessage() {}
 
 func (x *StreamError) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[44]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3387,7 @@ func (x *StreamError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamError.ProtoReflect.Descriptor instead.
 func (*StreamError) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{44}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *StreamError) GetCode() uint32 {
@@ -3244,7 +3433,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3445,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[45]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3458,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{45}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *StreamRequest) GetCallId() uint64 {
@@ -3418,7 +3607,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3619,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[46]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3632,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{46}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StreamResponse) GetCallId() uint64 {
@@ -3609,7 +3798,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3810,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[47]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3823,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{47}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetValueRequest) GetSessionId() string {
@@ -3694,7 +3883,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3895,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[48]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3908,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{48}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{51}
 }
 
 type WatchRequest struct {
@@ -3741,7 +3930,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3942,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[49]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3955,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{49}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchRequest) GetPrefix() string {
@@ -3826,7 +4015,7 @@ type WatchResponse struct {
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +4027,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_v1_lockd_proto_msgTypes[50]
+	mi := &file_lockd_v1_lockd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +4040,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{50}
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchResponse) GetPosition() string {
@@ -3924,6 +4113,642 @@ func (x *WatchResponse) GetEntryEnd() bool {
 	return false
 }
 
+// LockRequest is one lock of an AcquireMany.
+type LockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode  Mode                   `protobuf:"varint,2,opt,name=mode,proto3,enum=lockd.v1.Mode" json:"mode,omitempty"`
+	// As AcquireRequest.limit.
+	Limit         *uint32 `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *LockRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockRequest) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *LockRequest) GetLimit() uint32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+type AcquireManyRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack       uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	// 2 to 32 distinct locks.
+	Locks []*LockRequest `protobuf:"bytes,4,rep,name=locks,proto3" json:"locks,omitempty"`
+	// Queue when not every lock is free instead of failing with BUSY.
+	Wait bool `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As AcquireRequest.poll_timeout.
+	PollTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=poll_timeout,json=pollTimeout,proto3" json:"poll_timeout,omitempty"`
+	// Kept with every hold of the set (at most 1 KiB).
+	Value  []byte `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
+	Secret string `protobuf:"bytes,8,opt,name=secret,proto3" json:"secret,omitempty"`
+	// As AcquireRequest.max_hold, for every hold of the set.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,9,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireManyRequest) Reset() {
+	*x = AcquireManyRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireManyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireManyRequest) ProtoMessage() {}
+
+func (x *AcquireManyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireManyRequest.ProtoReflect.Descriptor instead.
+func (*AcquireManyRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *AcquireManyRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireManyRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AcquireManyRequest) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *AcquireManyRequest) GetLocks() []*LockRequest {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *AcquireManyRequest) GetPollTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.PollTimeout
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *AcquireManyRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *AcquireManyRequest) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
+// LockGrant is one granted lock of an AcquireMany.
+type LockGrant struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Token         uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockGrant) Reset() {
+	*x = LockGrant{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockGrant) ProtoMessage() {}
+
+func (x *LockGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockGrant.ProtoReflect.Descriptor instead.
+func (*LockGrant) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *LockGrant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockGrant) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type AcquireManyResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status AcquireStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=lockd.v1.AcquireStatus" json:"status,omitempty"`
+	// When GRANTED: one per lock, in the request's order.
+	Grants []*LockGrant `protobuf:"bytes,2,rep,name=grants,proto3" json:"grants,omitempty"`
+	// When QUEUED: the request's position in its first lock's queue.
+	Position  uint32 `protobuf:"varint,3,opt,name=position,proto3" json:"position,omitempty"`
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// As AcquireResponse.max_hold (the same for every lock of the set).
+	MaxHold       *durationpb.Duration `protobuf:"bytes,5,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireManyResponse) Reset() {
+	*x = AcquireManyResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireManyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireManyResponse) ProtoMessage() {}
+
+func (x *AcquireManyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireManyResponse.ProtoReflect.Descriptor instead.
+func (*AcquireManyResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *AcquireManyResponse) GetStatus() AcquireStatus {
+	if x != nil {
+		return x.Status
+	}
+	return AcquireStatus_ACQUIRE_STATUS_UNSPECIFIED
+}
+
+func (x *AcquireManyResponse) GetGrants() []*LockGrant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *AcquireManyResponse) GetPosition() uint32 {
+	if x != nil {
+		return x.Position
+	}
+	return 0
+}
+
+func (x *AcquireManyResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *AcquireManyResponse) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
+type ExplainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Consistency   ReadConsistency        `protobuf:"varint,2,opt,name=consistency,proto3,enum=lockd.v1.ReadConsistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ExplainRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetConsistency() ReadConsistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return ReadConsistency_READ_CONSISTENCY_UNSPECIFIED
+}
+
+// WaitStep is one link of a chain of waits: session waits for lock, which
+// blocked_by holds (or is queued before it on).
+type WaitStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 for a holder of the lock explained, 2 for a session that one waits
+	// for, and so on.
+	Depth          uint32 `protobuf:"varint,1,opt,name=depth,proto3" json:"depth,omitempty"`
+	SessionId      string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Owner          string `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Lock           string `protobuf:"bytes,4,opt,name=lock,proto3" json:"lock,omitempty"`
+	BlockedBy      string `protobuf:"bytes,5,opt,name=blocked_by,json=blockedBy,proto3" json:"blocked_by,omitempty"`
+	BlockedByOwner string `protobuf:"bytes,6,opt,name=blocked_by_owner,json=blockedByOwner,proto3" json:"blocked_by_owner,omitempty"`
+	// blocked_by holds the lock (else it is queued before session_id).
+	Holding bool `protobuf:"varint,7,opt,name=holding,proto3" json:"holding,omitempty"`
+	// When session_id's wait for lock was queued.
+	QueuedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=queued_at,json=queuedAt,proto3" json:"queued_at,omitempty"`
+	// blocked_by appears earlier in the chain: the sessions wait in a cycle.
+	Cycle         bool `protobuf:"varint,9,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitStep) Reset() {
+	*x = WaitStep{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitStep) ProtoMessage() {}
+
+func (x *WaitStep) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitStep.ProtoReflect.Descriptor instead.
+func (*WaitStep) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *WaitStep) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *WaitStep) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *WaitStep) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *WaitStep) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *WaitStep) GetBlockedBy() string {
+	if x != nil {
+		return x.BlockedBy
+	}
+	return ""
+}
+
+func (x *WaitStep) GetBlockedByOwner() string {
+	if x != nil {
+		return x.BlockedByOwner
+	}
+	return ""
+}
+
+func (x *WaitStep) GetHolding() bool {
+	if x != nil {
+		return x.Holding
+	}
+	return false
+}
+
+func (x *WaitStep) GetQueuedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.QueuedAt
+	}
+	return nil
+}
+
+func (x *WaitStep) GetCycle() bool {
+	if x != nil {
+		return x.Cycle
+	}
+	return false
+}
+
+type ExplainResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absent when no such lock exists (free, no waiters).
+	Lock *LockInfo `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	// Depth first from each holder (token order), each session followed
+	// once; at most 1000 steps.
+	Chain []*WaitStep `protobuf:"bytes,2,rep,name=chain,proto3" json:"chain,omitempty"`
+	// The chain was cut at 1000 steps.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ExplainResponse) GetLock() *LockInfo {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetChain() []*WaitStep {
+	if x != nil {
+		return x.Chain
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type RequestReleaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Why, for the holder and watchers (at most 256 bytes).
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseRequest) Reset() {
+	*x = RequestReleaseRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseRequest) ProtoMessage() {}
+
+func (x *RequestReleaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseRequest.ProtoReflect.Descriptor instead.
+func (*RequestReleaseRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *RequestReleaseRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RequestReleaseRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RequestReleaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holds asked (0 when the lock had no holder).
+	Holders       uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestReleaseResponse) Reset() {
+	*x = RequestReleaseResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestReleaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestReleaseResponse) ProtoMessage() {}
+
+func (x *RequestReleaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestReleaseResponse.ProtoReflect.Descriptor instead.
+func (*RequestReleaseResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *RequestReleaseResponse) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
 
 const file_lockd_v1_lockd_proto_rawDesc = "" +
@@ -3990,7 +4815,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	" \x03(\tR\awaiting\x12\x1a\n" +
 	"\bidentity\x18\v \x01(\tR\bidentity\"I\n" +
 	"\x14ListSessionsResponse\x121\n" +
-	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xea\x02\n" +
+	"\bsessions\x18\x01 \x03(\v2\x15.lockd.v1.SessionInfoR\bsessions\"\xa0\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4005,14 +4830,16 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"lock_delay\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x16\n" +
-	"\x06secret\x18\v \x01(\tR\x06secretB\b\n" +
-	"\x06_limit\"\x93\x01\n" +
+	"\x06secret\x18\v \x01(\tR\x06secret\x124\n" +
+	"\bmax_hold\x18\f \x01(\v2\x19.google.protobuf.DurationR\amaxHoldB\b\n" +
+	"\x06_limit\"\xc9\x01\n" +
 	"\x0fAcquireResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x1a\n" +
 	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x04 \x01(\tR\tclusterId\"\x95\x01\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x124\n" +
+	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"\x95\x01\n" +
 	"\x0eReleaseRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -4043,7 +4870,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\"f\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xc8\x01\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xfe\x01\n" +
 	"\x06Holder\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4052,7 +4879,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x14\n" +
-	"\x05owner\x18\x06 \x01(\tR\x05owner\"\x9a\x01\n" +
+	"\x05owner\x18\x06 \x01(\tR\x05owner\x124\n" +
+	"\bmax_hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"\x9a\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4067,9 +4895,17 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x04mark\x18\x05 \x01(\v2\x0e.lockd.v1.MarkR\x04mark\x128\n" +
 	"\n" +
 	"lock_delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x18\n" +
-	"\adelayed\x18\a \x01(\bR\adelayed\">\n" +
+	"\adelayed\x18\a \x01(\bR\adelayed\"l\n" +
 	"\x14DescribeLockResponse\x12&\n" +
-	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\"\xa3\x01\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"Q\n" +
+	"\n" +
+	"LockPolicy\x12C\n" +
+	"\x10default_max_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0edefaultMaxHold\"X\n" +
+	"\x14SetLockPolicyRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"\x17\n" +
+	"\x15SetLockPolicyResponse\"\xa3\x01\n" +
 	"\x10ListLocksRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
@@ -4206,7 +5042,57 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05limit\x18\b \x01(\rR\x05limit\x12\x14\n" +
 	"\x05value\x18\t \x01(\fR\x05value\x12\x1b\n" +
 	"\tentry_end\x18\n" +
-	" \x01(\bR\bentryEnd*A\n" +
+	" \x01(\bR\bentryEnd\"j\n" +
+	"\vLockRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\"\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x0e.lockd.v1.ModeR\x04mode\x12\x19\n" +
+	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
+	"\x06_limit\"\xba\x02\n" +
+	"\x12AcquireManyRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12+\n" +
+	"\x05locks\x18\x04 \x03(\v2\x15.lockd.v1.LockRequestR\x05locks\x12\x12\n" +
+	"\x04wait\x18\x05 \x01(\bR\x04wait\x12<\n" +
+	"\fpoll_timeout\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vpollTimeout\x12\x14\n" +
+	"\x05value\x18\a \x01(\fR\x05value\x12\x16\n" +
+	"\x06secret\x18\b \x01(\tR\x06secret\x124\n" +
+	"\bmax_hold\x18\t \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"5\n" +
+	"\tLockGrant\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xe4\x01\n" +
+	"\x13AcquireManyResponse\x12/\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x17.lockd.v1.AcquireStatusR\x06status\x12+\n" +
+	"\x06grants\x18\x02 \x03(\v2\x13.lockd.v1.LockGrantR\x06grants\x12\x1a\n" +
+	"\bposition\x18\x03 \x01(\rR\bposition\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x124\n" +
+	"\bmax_hold\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"a\n" +
+	"\x0eExplainRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\x9b\x02\n" +
+	"\bWaitStep\x12\x14\n" +
+	"\x05depth\x18\x01 \x01(\rR\x05depth\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x12\n" +
+	"\x04lock\x18\x04 \x01(\tR\x04lock\x12\x1d\n" +
+	"\n" +
+	"blocked_by\x18\x05 \x01(\tR\tblockedBy\x12(\n" +
+	"\x10blocked_by_owner\x18\x06 \x01(\tR\x0eblockedByOwner\x12\x18\n" +
+	"\aholding\x18\a \x01(\bR\aholding\x127\n" +
+	"\tqueued_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bqueuedAt\x12\x14\n" +
+	"\x05cycle\x18\t \x01(\bR\x05cycle\"\x81\x01\n" +
+	"\x0fExplainResponse\x12&\n" +
+	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12(\n" +
+	"\x05chain\x18\x02 \x03(\v2\x12.lockd.v1.WaitStepR\x05chain\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"C\n" +
+	"\x15RequestReleaseRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
+	"\x16RequestReleaseResponse\x12\x18\n" +
+	"\aholders\x18\x01 \x01(\rR\aholders*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -4214,7 +5100,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12 \n" +
 	"\x1cREAD_CONSISTENCY_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREAD_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x02*\x9f\x04\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x02*\xba\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -4233,11 +5119,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x19ERROR_REASON_ALREADY_DONE\x10\r\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x0f\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x10*f\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x10\x12\x19\n" +
+	"\x15ERROR_REASON_DEADLOCK\x10\x11*f\n" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +
-	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\x90\x03\n" +
+	"\x15ACQUIRE_STATUS_QUEUED\x10\x02*\xcf\x03\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_GRANTED\x10\x01\x12\x17\n" +
@@ -4251,10 +5138,12 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x16EVENT_KIND_DELAY_ENDED\x10\t\x12\x1d\n" +
 	"\x19EVENT_KIND_FORCE_RELEASED\x10\n" +
 	"\x12\x1c\n" +
-	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x14\n" +
+	"\x18EVENT_KIND_VALUE_CHANGED\x10\v\x12\x1b\n" +
+	"\x17EVENT_KIND_HOLD_EXPIRED\x10\f\x12 \n" +
+	"\x1cEVENT_KIND_RELEASE_REQUESTED\x10\r\x12\x14\n" +
 	"\x10EVENT_KIND_RESET\x10d\x12\x13\n" +
 	"\x0fEVENT_KIND_HELD\x10e\x12\x15\n" +
-	"\x11EVENT_KIND_SYNCED\x10f2\xd4\b\n" +
+	"\x11EVENT_KIND_SYNCED\x10f2\x8f\v\n" +
 	"\vLockService\x12R\n" +
 	"\rCreateSession\x12\x1e.lockd.v1.CreateSessionRequest\x1a\x1f.lockd.v1.CreateSessionResponse\"\x00\x12F\n" +
 	"\tKeepAlive\x12\x1a.lockd.v1.KeepAliveRequest\x1a\x1b.lockd.v1.KeepAliveResponse\"\x00\x12O\n" +
@@ -4271,7 +5160,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x06Status\x12\x17.lockd.v1.StatusRequest\x1a\x18.lockd.v1.StatusResponse\"\x00\x12C\n" +
 	"\bComplete\x12\x19.lockd.v1.CompleteRequest\x1a\x1a.lockd.v1.CompleteResponse\"\x00\x12F\n" +
 	"\tClearMark\x12\x1a.lockd.v1.ClearMarkRequest\x1a\x1b.lockd.v1.ClearMarkResponse\"\x00\x12C\n" +
-	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x002\xfd\x01\n" +
+	"\bSetValue\x12\x19.lockd.v1.SetValueRequest\x1a\x1a.lockd.v1.SetValueResponse\"\x00\x12R\n" +
+	"\rSetLockPolicy\x12\x1e.lockd.v1.SetLockPolicyRequest\x1a\x1f.lockd.v1.SetLockPolicyResponse\"\x00\x12L\n" +
+	"\vAcquireMany\x12\x1c.lockd.v1.AcquireManyRequest\x1a\x1d.lockd.v1.AcquireManyResponse\"\x00\x12@\n" +
+	"\aExplain\x12\x18.lockd.v1.ExplainRequest\x1a\x19.lockd.v1.ExplainResponse\"\x00\x12U\n" +
+	"\x0eRequestRelease\x12\x1f.lockd.v1.RequestReleaseRequest\x1a .lockd.v1.RequestReleaseResponse\"\x002\xfd\x01\n" +
 	"\x0eClusterService\x127\n" +
 	"\x04Join\x12\x15.lockd.v1.JoinRequest\x1a\x16.lockd.v1.JoinResponse\"\x00\x12O\n" +
 	"\fRemoveMember\x12\x1d.lockd.v1.RemoveMemberRequest\x1a\x1e.lockd.v1.RemoveMemberResponse\"\x00\x12a\n" +
@@ -4294,7 +5187,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -4325,138 +5218,175 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*Waiter)(nil),                     // 26: lockd.v1.Waiter
 	(*LockInfo)(nil),                   // 27: lockd.v1.LockInfo
 	(*DescribeLockResponse)(nil),       // 28: lockd.v1.DescribeLockResponse
-	(*ListLocksRequest)(nil),           // 29: lockd.v1.ListLocksRequest
-	(*ListLocksResponse)(nil),          // 30: lockd.v1.ListLocksResponse
-	(*ForceReleaseRequest)(nil),        // 31: lockd.v1.ForceReleaseRequest
-	(*ForceReleaseResponse)(nil),       // 32: lockd.v1.ForceReleaseResponse
-	(*CompleteRequest)(nil),            // 33: lockd.v1.CompleteRequest
-	(*CompleteResponse)(nil),           // 34: lockd.v1.CompleteResponse
-	(*ClearMarkRequest)(nil),           // 35: lockd.v1.ClearMarkRequest
-	(*ClearMarkResponse)(nil),          // 36: lockd.v1.ClearMarkResponse
-	(*StatusRequest)(nil),              // 37: lockd.v1.StatusRequest
-	(*Member)(nil),                     // 38: lockd.v1.Member
-	(*StatusResponse)(nil),             // 39: lockd.v1.StatusResponse
-	(*JoinRequest)(nil),                // 40: lockd.v1.JoinRequest
-	(*JoinResponse)(nil),               // 41: lockd.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 42: lockd.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 43: lockd.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 44: lockd.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 45: lockd.v1.TransferLeadershipResponse
-	(*KeepAliveBatch)(nil),             // 46: lockd.v1.KeepAliveBatch
-	(*KeepAliveResult)(nil),            // 47: lockd.v1.KeepAliveResult
-	(*KeepAliveBatchResponse)(nil),     // 48: lockd.v1.KeepAliveBatchResponse
-	(*StreamError)(nil),                // 49: lockd.v1.StreamError
-	(*StreamRequest)(nil),              // 50: lockd.v1.StreamRequest
-	(*StreamResponse)(nil),             // 51: lockd.v1.StreamResponse
-	(*SetValueRequest)(nil),            // 52: lockd.v1.SetValueRequest
-	(*SetValueResponse)(nil),           // 53: lockd.v1.SetValueResponse
-	(*WatchRequest)(nil),               // 54: lockd.v1.WatchRequest
-	(*WatchResponse)(nil),              // 55: lockd.v1.WatchResponse
-	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 57: google.protobuf.Duration
+	(*LockPolicy)(nil),                 // 29: lockd.v1.LockPolicy
+	(*SetLockPolicyRequest)(nil),       // 30: lockd.v1.SetLockPolicyRequest
+	(*SetLockPolicyResponse)(nil),      // 31: lockd.v1.SetLockPolicyResponse
+	(*ListLocksRequest)(nil),           // 32: lockd.v1.ListLocksRequest
+	(*ListLocksResponse)(nil),          // 33: lockd.v1.ListLocksResponse
+	(*ForceReleaseRequest)(nil),        // 34: lockd.v1.ForceReleaseRequest
+	(*ForceReleaseResponse)(nil),       // 35: lockd.v1.ForceReleaseResponse
+	(*CompleteRequest)(nil),            // 36: lockd.v1.CompleteRequest
+	(*CompleteResponse)(nil),           // 37: lockd.v1.CompleteResponse
+	(*ClearMarkRequest)(nil),           // 38: lockd.v1.ClearMarkRequest
+	(*ClearMarkResponse)(nil),          // 39: lockd.v1.ClearMarkResponse
+	(*StatusRequest)(nil),              // 40: lockd.v1.StatusRequest
+	(*Member)(nil),                     // 41: lockd.v1.Member
+	(*StatusResponse)(nil),             // 42: lockd.v1.StatusResponse
+	(*JoinRequest)(nil),                // 43: lockd.v1.JoinRequest
+	(*JoinResponse)(nil),               // 44: lockd.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 45: lockd.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 46: lockd.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 47: lockd.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 48: lockd.v1.TransferLeadershipResponse
+	(*KeepAliveBatch)(nil),             // 49: lockd.v1.KeepAliveBatch
+	(*KeepAliveResult)(nil),            // 50: lockd.v1.KeepAliveResult
+	(*KeepAliveBatchResponse)(nil),     // 51: lockd.v1.KeepAliveBatchResponse
+	(*StreamError)(nil),                // 52: lockd.v1.StreamError
+	(*StreamRequest)(nil),              // 53: lockd.v1.StreamRequest
+	(*StreamResponse)(nil),             // 54: lockd.v1.StreamResponse
+	(*SetValueRequest)(nil),            // 55: lockd.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 56: lockd.v1.SetValueResponse
+	(*WatchRequest)(nil),               // 57: lockd.v1.WatchRequest
+	(*WatchResponse)(nil),              // 58: lockd.v1.WatchResponse
+	(*LockRequest)(nil),                // 59: lockd.v1.LockRequest
+	(*AcquireManyRequest)(nil),         // 60: lockd.v1.AcquireManyRequest
+	(*LockGrant)(nil),                  // 61: lockd.v1.LockGrant
+	(*AcquireManyResponse)(nil),        // 62: lockd.v1.AcquireManyResponse
+	(*ExplainRequest)(nil),             // 63: lockd.v1.ExplainRequest
+	(*WaitStep)(nil),                   // 64: lockd.v1.WaitStep
+	(*ExplainResponse)(nil),            // 65: lockd.v1.ExplainResponse
+	(*RequestReleaseRequest)(nil),      // 66: lockd.v1.RequestReleaseRequest
+	(*RequestReleaseResponse)(nil),     // 67: lockd.v1.RequestReleaseResponse
+	(*timestamppb.Timestamp)(nil),      // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 69: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
 	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
 	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	56, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	57, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	57, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	57, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	57, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	68, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	69, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	69, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	69, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	69, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	57, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	56, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	56, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	68, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	68, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
 	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
 	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	57, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	57, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	3,  // 16: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	0,  // 17: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 18: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 19: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	56, // 20: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	0,  // 21: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	56, // 22: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	25, // 23: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	26, // 24: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	6,  // 25: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	57, // 26: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	27, // 27: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	1,  // 28: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	27, // 29: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	57, // 30: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	6,  // 31: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	38, // 32: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	38, // 33: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	9,  // 34: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	57, // 35: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	49, // 36: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	47, // 37: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	5,  // 38: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	7,  // 39: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	46, // 40: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	16, // 41: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	18, // 42: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	20, // 43: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	33, // 44: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	11, // 45: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	8,  // 46: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	48, // 47: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	17, // 48: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	19, // 49: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	21, // 50: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	34, // 51: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	12, // 52: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	49, // 53: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	4,  // 54: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	0,  // 55: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	7,  // 56: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 57: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 58: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 59: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 60: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 61: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 62: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 63: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 64: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	29, // 65: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	31, // 66: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	37, // 67: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	33, // 68: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	35, // 69: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	52, // 70: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	40, // 71: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	42, // 72: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	44, // 73: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	50, // 74: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	54, // 75: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 76: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 77: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 78: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 79: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 80: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 81: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 82: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 83: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 84: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	30, // 85: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	32, // 86: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	39, // 87: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	34, // 88: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	36, // 89: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	53, // 90: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	41, // 91: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	43, // 92: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	45, // 93: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	51, // 94: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	55, // 95: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	76, // [76:96] is the sub-list for method output_type
-	56, // [56:76] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	69, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	69, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	69, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	69, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	68, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	69, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	68, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	69, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
+	69, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
+	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	69, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	69, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,  // 45: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	49, // 46: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16, // 47: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18, // 48: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20, // 49: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	36, // 50: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11, // 51: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	8,  // 52: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	51, // 53: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17, // 54: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19, // 55: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21, // 56: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	37, // 57: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12, // 58: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	52, // 59: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	4,  // 60: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	0,  // 62: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
+	59, // 63: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
+	69, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	69, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	3,  // 66: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
+	61, // 67: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
+	69, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	1,  // 69: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	68, // 70: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
+	27, // 71: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
+	64, // 72: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
+	7,  // 73: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,  // 74: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11, // 75: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13, // 76: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16, // 77: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18, // 78: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20, // 79: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22, // 80: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24, // 81: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32, // 82: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34, // 83: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40, // 84: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36, // 85: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38, // 86: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55, // 87: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30, // 88: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	60, // 89: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
+	63, // 90: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
+	66, // 91: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
+	43, // 92: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45, // 93: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47, // 94: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53, // 95: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57, // 96: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,  // 97: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10, // 98: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12, // 99: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15, // 100: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17, // 101: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19, // 102: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21, // 103: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23, // 104: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28, // 105: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33, // 106: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35, // 107: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42, // 108: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37, // 109: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39, // 110: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56, // 111: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31, // 112: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62, // 113: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	65, // 114: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
+	67, // 115: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
+	44, // 116: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46, // 117: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48, // 118: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54, // 119: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58, // 120: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	97, // [97:121] is the sub-list for method output_type
+	73, // [73:97] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -4465,7 +5395,7 @@ func file_lockd_v1_lockd_proto_init() {
 		return
 	}
 	file_lockd_v1_lockd_proto_msgTypes[11].OneofWrappers = []any{}
-	file_lockd_v1_lockd_proto_msgTypes[45].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[48].OneofWrappers = []any{
 		(*StreamRequest_CreateSession)(nil),
 		(*StreamRequest_KeepAlive)(nil),
 		(*StreamRequest_Acquire)(nil),
@@ -4474,7 +5404,7 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamRequest_Complete)(nil),
 		(*StreamRequest_CloseSession)(nil),
 	}
-	file_lockd_v1_lockd_proto_msgTypes[46].OneofWrappers = []any{
+	file_lockd_v1_lockd_proto_msgTypes[49].OneofWrappers = []any{
 		(*StreamResponse_CreateSession)(nil),
 		(*StreamResponse_KeepAlive)(nil),
 		(*StreamResponse_Acquire)(nil),
@@ -4484,13 +5414,14 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamResponse_CloseSession)(nil),
 		(*StreamResponse_Error)(nil),
 	}
+	file_lockd_v1_lockd_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   51,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

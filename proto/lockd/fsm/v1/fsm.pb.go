@@ -406,10 +406,19 @@ type Acquire struct {
 	LockDelayMs  int64                  `protobuf:"varint,10,opt,name=lock_delay_ms,json=lockDelayMs,proto3" json:"lock_delay_ms,omitempty"`
 	// SHA-256 of the secret the call presented, and the caller's identity:
 	// Apply refuses the command unless they match the session's.
-	SecretHash    []byte `protobuf:"bytes,11,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	Identity      string `protobuf:"bytes,12,opt,name=identity,proto3" json:"identity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SecretHash []byte `protobuf:"bytes,11,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity   string `protobuf:"bytes,12,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The hold budget asked for (0: the lock policy's default), and the
+	// caller's identity's ceiling from the leader's auth rules (0: none).
+	// Apply grants min of the nonzero of the two.
+	MaxHoldMs        int64 `protobuf:"varint,13,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
+	MaxHoldCeilingMs int64 `protobuf:"varint,14,opt,name=max_hold_ceiling_ms,json=maxHoldCeilingMs,proto3" json:"max_hold_ceiling_ms,omitempty"`
+	// refuse_deadlock: refuse (CodeDeadlock) a wait that would close a cycle
+	// of sessions waiting for each other. Set by every server that knows it;
+	// false in entries written before, which so decide as before.
+	RefuseDeadlock bool `protobuf:"varint,15,opt,name=refuse_deadlock,json=refuseDeadlock,proto3" json:"refuse_deadlock,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Acquire) Reset() {
@@ -524,6 +533,27 @@ func (x *Acquire) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *Acquire) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *Acquire) GetMaxHoldCeilingMs() int64 {
+	if x != nil {
+		return x.MaxHoldCeilingMs
+	}
+	return 0
+}
+
+func (x *Acquire) GetRefuseDeadlock() bool {
+	if x != nil {
+		return x.RefuseDeadlock
+	}
+	return false
 }
 
 type Release struct {
@@ -743,7 +773,8 @@ type Snapshot struct {
 	// state, so a node that installs the snapshot knows where the next
 	// entry's events start. 0 in backups (GET /v1/snapshot) and in snapshots
 	// written before it existed.
-	AppliedIndex  uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	AppliedIndex  uint64        `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Policies      []*LockPolicy `protobuf:"bytes,8,rep,name=policies,proto3" json:"policies,omitempty"` // by name
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -827,6 +858,206 @@ func (x *Snapshot) GetAppliedIndex() uint64 {
 	return 0
 }
 
+func (x *Snapshot) GetPolicies() []*LockPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// LockPolicy is an admin's rule for one lock name; it outlives the lock.
+type LockPolicy struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DefaultMaxHoldMs int64                  `protobuf:"varint,2,opt,name=default_max_hold_ms,json=defaultMaxHoldMs,proto3" json:"default_max_hold_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *LockPolicy) Reset() {
+	*x = LockPolicy{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockPolicy) ProtoMessage() {}
+
+func (x *LockPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockPolicy.ProtoReflect.Descriptor instead.
+func (*LockPolicy) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LockPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LockPolicy) GetDefaultMaxHoldMs() int64 {
+	if x != nil {
+		return x.DefaultMaxHoldMs
+	}
+	return 0
+}
+
+// SetLockPolicy sets (or, all zero, removes) a lock name's policy.
+type SetLockPolicy struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DefaultMaxHoldMs int64                  `protobuf:"varint,2,opt,name=default_max_hold_ms,json=defaultMaxHoldMs,proto3" json:"default_max_hold_ms,omitempty"`
+	TimeUnixNano     int64                  `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SetLockPolicy) Reset() {
+	*x = SetLockPolicy{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockPolicy) ProtoMessage() {}
+
+func (x *SetLockPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockPolicy.ProtoReflect.Descriptor instead.
+func (*SetLockPolicy) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetLockPolicy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetLockPolicy) GetDefaultMaxHoldMs() int64 {
+	if x != nil {
+		return x.DefaultMaxHoldMs
+	}
+	return 0
+}
+
+func (x *SetLockPolicy) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+// EndHold ends a hold whose budget ran out on the leader's timer, as an
+// expiry ends it, if that hold (session and token) still exists. Bound to
+// the deciding term like ExpireSession.
+type EndHold struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndHold) Reset() {
+	*x = EndHold{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndHold) ProtoMessage() {}
+
+func (x *EndHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndHold.ProtoReflect.Descriptor instead.
+func (*EndHold) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *EndHold) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EndHold) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *EndHold) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *EndHold) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *EndHold) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 type Result struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -844,7 +1075,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1087,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[9]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1100,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{9}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetSeq() uint64 {
@@ -935,7 +1166,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1178,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[10]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1191,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{10}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Session) GetId() string {
@@ -1041,13 +1272,14 @@ type Hold struct {
 	Seq             uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	Value           []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	GrantedUnixNano int64                  `protobuf:"varint,6,opt,name=granted_unix_nano,json=grantedUnixNano,proto3" json:"granted_unix_nano,omitempty"`
+	MaxHoldMs       int64                  `protobuf:"varint,7,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"` // the hold's budget, 0: none
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
 	*x = Hold{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1291,7 @@ func (x *Hold) String() string {
 func (*Hold) ProtoMessage() {}
 
 func (x *Hold) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[11]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1304,7 @@ func (x *Hold) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hold.ProtoReflect.Descriptor instead.
 func (*Hold) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{11}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Hold) GetSessionId() string {
@@ -1117,6 +1349,13 @@ func (x *Hold) GetGrantedUnixNano() int64 {
 	return 0
 }
 
+func (x *Hold) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
 type Wait struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1124,13 +1363,18 @@ type Wait struct {
 	Seq            uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
 	Value          []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
 	QueuedUnixNano int64                  `protobuf:"varint,5,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	MaxHoldMs      int64                  `protobuf:"varint,6,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"` // the budget the grant will have, 0: none
+	// set_size is, for a member of an AcquireMany request, how many locks
+	// the request asks (its members share session and seq); 0: a single
+	// acquire.
+	SetSize       uint32 `protobuf:"varint,7,opt,name=set_size,json=setSize,proto3" json:"set_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1386,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[12]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1399,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{12}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Wait) GetSessionId() string {
@@ -1193,6 +1437,20 @@ func (x *Wait) GetQueuedUnixNano() int64 {
 	return 0
 }
 
+func (x *Wait) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *Wait) GetSetSize() uint32 {
+	if x != nil {
+		return x.SetSize
+	}
+	return 0
+}
+
 type Lock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1209,7 +1467,7 @@ type Lock struct {
 
 func (x *Lock) Reset() {
 	*x = Lock{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1479,7 @@ func (x *Lock) String() string {
 func (*Lock) ProtoMessage() {}
 
 func (x *Lock) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[13]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1492,7 @@ func (x *Lock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lock.ProtoReflect.Descriptor instead.
 func (*Lock) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{13}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Lock) GetName() string {
@@ -1307,7 +1565,7 @@ type Undelay struct {
 
 func (x *Undelay) Reset() {
 	*x = Undelay{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1577,7 @@ func (x *Undelay) String() string {
 func (*Undelay) ProtoMessage() {}
 
 func (x *Undelay) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[14]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1590,7 @@ func (x *Undelay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Undelay.ProtoReflect.Descriptor instead.
 func (*Undelay) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{14}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Undelay) GetName() string {
@@ -1376,7 +1634,7 @@ type Mark struct {
 
 func (x *Mark) Reset() {
 	*x = Mark{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1646,7 @@ func (x *Mark) String() string {
 func (*Mark) ProtoMessage() {}
 
 func (x *Mark) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[15]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1659,7 @@ func (x *Mark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mark.ProtoReflect.Descriptor instead.
 func (*Mark) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{15}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Mark) GetSessionId() string {
@@ -1459,7 +1717,7 @@ type Complete struct {
 
 func (x *Complete) Reset() {
 	*x = Complete{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1729,7 @@ func (x *Complete) String() string {
 func (*Complete) ProtoMessage() {}
 
 func (x *Complete) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[16]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1742,7 @@ func (x *Complete) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Complete.ProtoReflect.Descriptor instead.
 func (*Complete) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{16}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Complete) GetSessionId() string {
@@ -1563,7 +1821,7 @@ type ClearMark struct {
 
 func (x *ClearMark) Reset() {
 	*x = ClearMark{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1833,7 @@ func (x *ClearMark) String() string {
 func (*ClearMark) ProtoMessage() {}
 
 func (x *ClearMark) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[17]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1846,7 @@ func (x *ClearMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearMark.ProtoReflect.Descriptor instead.
 func (*ClearMark) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{17}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClearMark) GetName() string {
@@ -1630,7 +1888,7 @@ type SetMember struct {
 
 func (x *SetMember) Reset() {
 	*x = SetMember{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1900,7 @@ func (x *SetMember) String() string {
 func (*SetMember) ProtoMessage() {}
 
 func (x *SetMember) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[18]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1913,7 @@ func (x *SetMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
 func (*SetMember) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{18}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetMember) GetNodeId() string {
@@ -1705,7 +1963,7 @@ type MemberInfo struct {
 
 func (x *MemberInfo) Reset() {
 	*x = MemberInfo{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1975,7 @@ func (x *MemberInfo) String() string {
 func (*MemberInfo) ProtoMessage() {}
 
 func (x *MemberInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[19]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1988,7 @@ func (x *MemberInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberInfo.ProtoReflect.Descriptor instead.
 func (*MemberInfo) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{19}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MemberInfo) GetNodeId() string {
@@ -1775,7 +2033,7 @@ type Restore struct {
 
 func (x *Restore) Reset() {
 	*x = Restore{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +2045,7 @@ func (x *Restore) String() string {
 func (*Restore) ProtoMessage() {}
 
 func (x *Restore) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[20]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +2058,7 @@ func (x *Restore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restore.ProtoReflect.Descriptor instead.
 func (*Restore) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{20}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Restore) GetSnapshot() []byte {
@@ -1843,7 +2101,7 @@ type SetValue struct {
 
 func (x *SetValue) Reset() {
 	*x = SetValue{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2113,7 @@ func (x *SetValue) String() string {
 func (*SetValue) ProtoMessage() {}
 
 func (x *SetValue) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[21]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2126,7 @@ func (x *SetValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValue.ProtoReflect.Descriptor instead.
 func (*SetValue) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{21}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetValue) GetSessionId() string {
@@ -1927,6 +2185,265 @@ func (x *SetValue) GetIdentity() string {
 	return ""
 }
 
+// AcquireMany takes a set of locks all at once or queues one request on
+// every one of them, granted only when it can take them all at once.
+type AcquireMany struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	SessionId        string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Seq              uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ack              uint64                 `protobuf:"varint,3,opt,name=ack,proto3" json:"ack,omitempty"`
+	Locks            []*ManyLock            `protobuf:"bytes,4,rep,name=locks,proto3" json:"locks,omitempty"`
+	Wait             bool                   `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	Value            []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	TimeUnixNano     int64                  `protobuf:"varint,7,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	SecretHash       []byte                 `protobuf:"bytes,8,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity         string                 `protobuf:"bytes,9,opt,name=identity,proto3" json:"identity,omitempty"`
+	MaxHoldMs        int64                  `protobuf:"varint,10,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"`
+	MaxHoldCeilingMs int64                  `protobuf:"varint,11,opt,name=max_hold_ceiling_ms,json=maxHoldCeilingMs,proto3" json:"max_hold_ceiling_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AcquireMany) Reset() {
+	*x = AcquireMany{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireMany) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireMany) ProtoMessage() {}
+
+func (x *AcquireMany) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireMany.ProtoReflect.Descriptor instead.
+func (*AcquireMany) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AcquireMany) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcquireMany) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetLocks() []*ManyLock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *AcquireMany) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetSecretHash() []byte {
+	if x != nil {
+		return x.SecretHash
+	}
+	return nil
+}
+
+func (x *AcquireMany) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *AcquireMany) GetMaxHoldMs() int64 {
+	if x != nil {
+		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *AcquireMany) GetMaxHoldCeilingMs() int64 {
+	if x != nil {
+		return x.MaxHoldCeilingMs
+	}
+	return 0
+}
+
+// ManyLock is one lock of an AcquireMany: its name, mode and limit (absent:
+// the lock's, 1 for a new lock).
+type ManyLock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          int32                  `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Limit         *uint32                `protobuf:"varint,3,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ManyLock) Reset() {
+	*x = ManyLock{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ManyLock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ManyLock) ProtoMessage() {}
+
+func (x *ManyLock) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ManyLock.ProtoReflect.Descriptor instead.
+func (*ManyLock) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ManyLock) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ManyLock) GetMode() int32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *ManyLock) GetLimit() uint32 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+// RequestRelease asks a lock's holders to let go: one event per hold, no
+// change of state.
+type RequestRelease struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who asked: their identity ("" with authentication off).
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	TimeUnixNano  int64  `protobuf:"varint,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RequestRelease) Reset() {
+	*x = RequestRelease{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RequestRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RequestRelease) ProtoMessage() {}
+
+func (x *RequestRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RequestRelease.ProtoReflect.Descriptor instead.
+func (*RequestRelease) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RequestRelease) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *RequestRelease) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -1965,7 +2482,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\rRevokeSession\x12\x1f\n" +
 	"\vsession_ids\x18\x01 \x03(\tR\n" +
 	"sessionIds\x12$\n" +
-	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xca\x02\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\"\xc2\x03\n" +
 	"\aAcquire\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
@@ -1981,7 +2498,10 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\vlockDelayMs\x12\x1f\n" +
 	"\vsecret_hash\x18\v \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\f \x01(\tR\bidentityB\b\n" +
+	"\bidentity\x18\f \x01(\tR\bidentity\x12\x1e\n" +
+	"\vmax_hold_ms\x18\r \x01(\x03R\tmaxHoldMs\x12-\n" +
+	"\x13max_hold_ceiling_ms\x18\x0e \x01(\x03R\x10maxHoldCeilingMs\x12'\n" +
+	"\x0frefuse_deadlock\x18\x0f \x01(\bR\x0erefuseDeadlockB\b\n" +
 	"\x06_limit\"\xd9\x01\n" +
 	"\aRelease\x12\x1d\n" +
 	"\n" +
@@ -2005,7 +2525,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
 	"\vsecret_hash\x18\a \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\b \x01(\tR\bidentity\"\x94\x02\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xca\x02\n" +
 	"\bSnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -2015,7 +2535,23 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bsessions\x18\x04 \x03(\v2\x15.lockd.fsm.v1.SessionR\bsessions\x12(\n" +
 	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\x122\n" +
 	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\x12#\n" +
-	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\"\x96\x01\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x124\n" +
+	"\bpolicies\x18\b \x03(\v2\x18.lockd.fsm.v1.LockPolicyR\bpolicies\"O\n" +
+	"\n" +
+	"LockPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x13default_max_hold_ms\x18\x02 \x01(\x03R\x10defaultMaxHoldMs\"x\n" +
+	"\rSetLockPolicy\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x13default_max_hold_ms\x18\x02 \x01(\x03R\x10defaultMaxHoldMs\x12$\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\x8c\x01\n" +
+	"\aEndHold\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"\x96\x01\n" +
 	"\x06Result\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x14\n" +
@@ -2036,7 +2572,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vsecret_hash\x18\t \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\xa3\x01\n" +
+	" \x01(\tR\bidentity\"\xc3\x01\n" +
 	"\x04Hold\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2044,14 +2580,17 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12*\n" +
-	"\x11granted_unix_nano\x18\x06 \x01(\x03R\x0fgrantedUnixNano\"\x8b\x01\n" +
+	"\x11granted_unix_nano\x18\x06 \x01(\x03R\x0fgrantedUnixNano\x12\x1e\n" +
+	"\vmax_hold_ms\x18\a \x01(\x03R\tmaxHoldMs\"\xc6\x01\n" +
 	"\x04Wait\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x04 \x01(\fR\x05value\x12(\n" +
-	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\"\x8f\x02\n" +
+	"\x10queued_unix_nano\x18\x05 \x01(\x03R\x0equeuedUnixNano\x12\x1e\n" +
+	"\vmax_hold_ms\x18\x06 \x01(\x03R\tmaxHoldMs\x12\x19\n" +
+	"\bset_size\x18\a \x01(\rR\asetSize\"\x8f\x02\n" +
 	"\x04Lock\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\x12,\n" +
@@ -2117,7 +2656,32 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x1f\n" +
 	"\vsecret_hash\x18\a \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\b \x01(\tR\bidentityB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xda\x02\n" +
+	"\vAcquireMany\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ack\x18\x03 \x01(\x04R\x03ack\x12,\n" +
+	"\x05locks\x18\x04 \x03(\v2\x16.lockd.fsm.v1.ManyLockR\x05locks\x12\x12\n" +
+	"\x04wait\x18\x05 \x01(\bR\x04wait\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12$\n" +
+	"\x0etime_unix_nano\x18\a \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
+	"\vsecret_hash\x18\b \x01(\fR\n" +
+	"secretHash\x12\x1a\n" +
+	"\bidentity\x18\t \x01(\tR\bidentity\x12\x1e\n" +
+	"\vmax_hold_ms\x18\n" +
+	" \x01(\x03R\tmaxHoldMs\x12-\n" +
+	"\x13max_hold_ceiling_ms\x18\v \x01(\x03R\x10maxHoldCeilingMs\"W\n" +
+	"\bManyLock\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x19\n" +
+	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
+	"\x06_limit\"~\n" +
+	"\x0eRequestRelease\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12$\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNanoB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2131,44 +2695,52 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
-	(*Init)(nil),          // 0: lockd.fsm.v1.Init
-	(*CreateSession)(nil), // 1: lockd.fsm.v1.CreateSession
-	(*CloseSession)(nil),  // 2: lockd.fsm.v1.CloseSession
-	(*ExpireSession)(nil), // 3: lockd.fsm.v1.ExpireSession
-	(*RevokeSession)(nil), // 4: lockd.fsm.v1.RevokeSession
-	(*Acquire)(nil),       // 5: lockd.fsm.v1.Acquire
-	(*Release)(nil),       // 6: lockd.fsm.v1.Release
-	(*Cancel)(nil),        // 7: lockd.fsm.v1.Cancel
-	(*Snapshot)(nil),      // 8: lockd.fsm.v1.Snapshot
-	(*Result)(nil),        // 9: lockd.fsm.v1.Result
-	(*Session)(nil),       // 10: lockd.fsm.v1.Session
-	(*Hold)(nil),          // 11: lockd.fsm.v1.Hold
-	(*Wait)(nil),          // 12: lockd.fsm.v1.Wait
-	(*Lock)(nil),          // 13: lockd.fsm.v1.Lock
-	(*Undelay)(nil),       // 14: lockd.fsm.v1.Undelay
-	(*Mark)(nil),          // 15: lockd.fsm.v1.Mark
-	(*Complete)(nil),      // 16: lockd.fsm.v1.Complete
-	(*ClearMark)(nil),     // 17: lockd.fsm.v1.ClearMark
-	(*SetMember)(nil),     // 18: lockd.fsm.v1.SetMember
-	(*MemberInfo)(nil),    // 19: lockd.fsm.v1.MemberInfo
-	(*Restore)(nil),       // 20: lockd.fsm.v1.Restore
-	(*SetValue)(nil),      // 21: lockd.fsm.v1.SetValue
+	(*Init)(nil),           // 0: lockd.fsm.v1.Init
+	(*CreateSession)(nil),  // 1: lockd.fsm.v1.CreateSession
+	(*CloseSession)(nil),   // 2: lockd.fsm.v1.CloseSession
+	(*ExpireSession)(nil),  // 3: lockd.fsm.v1.ExpireSession
+	(*RevokeSession)(nil),  // 4: lockd.fsm.v1.RevokeSession
+	(*Acquire)(nil),        // 5: lockd.fsm.v1.Acquire
+	(*Release)(nil),        // 6: lockd.fsm.v1.Release
+	(*Cancel)(nil),         // 7: lockd.fsm.v1.Cancel
+	(*Snapshot)(nil),       // 8: lockd.fsm.v1.Snapshot
+	(*LockPolicy)(nil),     // 9: lockd.fsm.v1.LockPolicy
+	(*SetLockPolicy)(nil),  // 10: lockd.fsm.v1.SetLockPolicy
+	(*EndHold)(nil),        // 11: lockd.fsm.v1.EndHold
+	(*Result)(nil),         // 12: lockd.fsm.v1.Result
+	(*Session)(nil),        // 13: lockd.fsm.v1.Session
+	(*Hold)(nil),           // 14: lockd.fsm.v1.Hold
+	(*Wait)(nil),           // 15: lockd.fsm.v1.Wait
+	(*Lock)(nil),           // 16: lockd.fsm.v1.Lock
+	(*Undelay)(nil),        // 17: lockd.fsm.v1.Undelay
+	(*Mark)(nil),           // 18: lockd.fsm.v1.Mark
+	(*Complete)(nil),       // 19: lockd.fsm.v1.Complete
+	(*ClearMark)(nil),      // 20: lockd.fsm.v1.ClearMark
+	(*SetMember)(nil),      // 21: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),     // 22: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),        // 23: lockd.fsm.v1.Restore
+	(*SetValue)(nil),       // 24: lockd.fsm.v1.SetValue
+	(*AcquireMany)(nil),    // 25: lockd.fsm.v1.AcquireMany
+	(*ManyLock)(nil),       // 26: lockd.fsm.v1.ManyLock
+	(*RequestRelease)(nil), // 27: lockd.fsm.v1.RequestRelease
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
-	10, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
-	13, // 1: lockd.fsm.v1.Snapshot.locks:type_name -> lockd.fsm.v1.Lock
-	19, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
-	9,  // 3: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
-	11, // 4: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
-	12, // 5: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
-	15, // 6: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	13, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
+	16, // 1: lockd.fsm.v1.Snapshot.locks:type_name -> lockd.fsm.v1.Lock
+	22, // 2: lockd.fsm.v1.Snapshot.members:type_name -> lockd.fsm.v1.MemberInfo
+	9,  // 3: lockd.fsm.v1.Snapshot.policies:type_name -> lockd.fsm.v1.LockPolicy
+	12, // 4: lockd.fsm.v1.Session.results:type_name -> lockd.fsm.v1.Result
+	14, // 5: lockd.fsm.v1.Lock.holders:type_name -> lockd.fsm.v1.Hold
+	15, // 6: lockd.fsm.v1.Lock.queue:type_name -> lockd.fsm.v1.Wait
+	18, // 7: lockd.fsm.v1.Lock.mark:type_name -> lockd.fsm.v1.Mark
+	26, // 8: lockd.fsm.v1.AcquireMany.locks:type_name -> lockd.fsm.v1.ManyLock
+	9,  // [9:9] is the sub-list for method output_type
+	9,  // [9:9] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_lockd_fsm_v1_fsm_proto_init() }
@@ -2177,13 +2749,14 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 		return
 	}
 	file_lockd_fsm_v1_fsm_proto_msgTypes[5].OneofWrappers = []any{}
+	file_lockd_fsm_v1_fsm_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -77,6 +77,16 @@ const (
 	LockServiceClearMarkProcedure = "/lockd.v1.LockService/ClearMark"
 	// LockServiceSetValueProcedure is the fully-qualified name of the LockService's SetValue RPC.
 	LockServiceSetValueProcedure = "/lockd.v1.LockService/SetValue"
+	// LockServiceSetLockPolicyProcedure is the fully-qualified name of the LockService's SetLockPolicy
+	// RPC.
+	LockServiceSetLockPolicyProcedure = "/lockd.v1.LockService/SetLockPolicy"
+	// LockServiceAcquireManyProcedure is the fully-qualified name of the LockService's AcquireMany RPC.
+	LockServiceAcquireManyProcedure = "/lockd.v1.LockService/AcquireMany"
+	// LockServiceExplainProcedure is the fully-qualified name of the LockService's Explain RPC.
+	LockServiceExplainProcedure = "/lockd.v1.LockService/Explain"
+	// LockServiceRequestReleaseProcedure is the fully-qualified name of the LockService's
+	// RequestRelease RPC.
+	LockServiceRequestReleaseProcedure = "/lockd.v1.LockService/RequestRelease"
 	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
 	ClusterServiceJoinProcedure = "/lockd.v1.ClusterService/Join"
 	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
@@ -135,6 +145,22 @@ type LockServiceClient interface {
 	// names it) without releasing it: an election leader's Proclaim. Holders
 	// and watchers see the new value.
 	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
+	// SetLockPolicy (admin) sets or removes a lock's policy: the hold budget
+	// an acquire gets when it asks none (default_max_hold). The policy is
+	// replicated and outlives the lock's holds; DescribeLock shows it.
+	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
+	// AcquireMany takes several locks all at once, or queues one request on
+	// each of them that is granted only when it can take them all at once:
+	// it never holds part of the set while waiting for the rest. One token
+	// per lock; release them one by one with Release.
+	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
+	// Explain tells who holds a lock, who waits for it and since when, and
+	// the chain of what each holder itself waits for, across locks.
+	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
+	// RequestRelease asks a lock's holders to let go: an event every watcher
+	// of the lock sees (EVENT_KIND_RELEASE_REQUESTED, one per hold, with the
+	// reason as its value). It changes no hold: the holder decides.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 }
 
 // NewLockServiceClient constructs a client for the lockd.v1.LockService service. By default, it
@@ -238,26 +264,54 @@ func NewLockServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(lockServiceMethods.ByName("SetValue")),
 			connect.WithClientOptions(opts...),
 		),
+		setLockPolicy: connect.NewClient[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse](
+			httpClient,
+			baseURL+LockServiceSetLockPolicyProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
+			connect.WithClientOptions(opts...),
+		),
+		acquireMany: connect.NewClient[v1.AcquireManyRequest, v1.AcquireManyResponse](
+			httpClient,
+			baseURL+LockServiceAcquireManyProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
+			connect.WithClientOptions(opts...),
+		),
+		explain: connect.NewClient[v1.ExplainRequest, v1.ExplainResponse](
+			httpClient,
+			baseURL+LockServiceExplainProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("Explain")),
+			connect.WithClientOptions(opts...),
+		),
+		requestRelease: connect.NewClient[v1.RequestReleaseRequest, v1.RequestReleaseResponse](
+			httpClient,
+			baseURL+LockServiceRequestReleaseProcedure,
+			connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // lockServiceClient implements LockServiceClient.
 type lockServiceClient struct {
-	createSession *connect.Client[v1.CreateSessionRequest, v1.CreateSessionResponse]
-	keepAlive     *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
-	closeSession  *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
-	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
-	acquire       *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	release       *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	cancel        *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	checkToken    *connect.Client[v1.CheckTokenRequest, v1.CheckTokenResponse]
-	describeLock  *connect.Client[v1.DescribeLockRequest, v1.DescribeLockResponse]
-	listLocks     *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
-	forceRelease  *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
-	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	complete      *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
-	clearMark     *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
-	setValue      *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
+	createSession  *connect.Client[v1.CreateSessionRequest, v1.CreateSessionResponse]
+	keepAlive      *connect.Client[v1.KeepAliveRequest, v1.KeepAliveResponse]
+	closeSession   *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
+	listSessions   *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	acquire        *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	release        *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	cancel         *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	checkToken     *connect.Client[v1.CheckTokenRequest, v1.CheckTokenResponse]
+	describeLock   *connect.Client[v1.DescribeLockRequest, v1.DescribeLockResponse]
+	listLocks      *connect.Client[v1.ListLocksRequest, v1.ListLocksResponse]
+	forceRelease   *connect.Client[v1.ForceReleaseRequest, v1.ForceReleaseResponse]
+	status         *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	complete       *connect.Client[v1.CompleteRequest, v1.CompleteResponse]
+	clearMark      *connect.Client[v1.ClearMarkRequest, v1.ClearMarkResponse]
+	setValue       *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
+	setLockPolicy  *connect.Client[v1.SetLockPolicyRequest, v1.SetLockPolicyResponse]
+	acquireMany    *connect.Client[v1.AcquireManyRequest, v1.AcquireManyResponse]
+	explain        *connect.Client[v1.ExplainRequest, v1.ExplainResponse]
+	requestRelease *connect.Client[v1.RequestReleaseRequest, v1.RequestReleaseResponse]
 }
 
 // CreateSession calls lockd.v1.LockService.CreateSession.
@@ -335,6 +389,26 @@ func (c *lockServiceClient) SetValue(ctx context.Context, req *connect.Request[v
 	return c.setValue.CallUnary(ctx, req)
 }
 
+// SetLockPolicy calls lockd.v1.LockService.SetLockPolicy.
+func (c *lockServiceClient) SetLockPolicy(ctx context.Context, req *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error) {
+	return c.setLockPolicy.CallUnary(ctx, req)
+}
+
+// AcquireMany calls lockd.v1.LockService.AcquireMany.
+func (c *lockServiceClient) AcquireMany(ctx context.Context, req *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error) {
+	return c.acquireMany.CallUnary(ctx, req)
+}
+
+// Explain calls lockd.v1.LockService.Explain.
+func (c *lockServiceClient) Explain(ctx context.Context, req *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error) {
+	return c.explain.CallUnary(ctx, req)
+}
+
+// RequestRelease calls lockd.v1.LockService.RequestRelease.
+func (c *lockServiceClient) RequestRelease(ctx context.Context, req *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return c.requestRelease.CallUnary(ctx, req)
+}
+
 // LockServiceHandler is an implementation of the lockd.v1.LockService service.
 type LockServiceHandler interface {
 	// CreateSession opens a lease. The server answers with the TTL it granted.
@@ -379,6 +453,22 @@ type LockServiceHandler interface {
 	// names it) without releasing it: an election leader's Proclaim. Holders
 	// and watchers see the new value.
 	SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error)
+	// SetLockPolicy (admin) sets or removes a lock's policy: the hold budget
+	// an acquire gets when it asks none (default_max_hold). The policy is
+	// replicated and outlives the lock's holds; DescribeLock shows it.
+	SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error)
+	// AcquireMany takes several locks all at once, or queues one request on
+	// each of them that is granted only when it can take them all at once:
+	// it never holds part of the set while waiting for the rest. One token
+	// per lock; release them one by one with Release.
+	AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error)
+	// Explain tells who holds a lock, who waits for it and since when, and
+	// the chain of what each holder itself waits for, across locks.
+	Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error)
+	// RequestRelease asks a lock's holders to let go: an event every watcher
+	// of the lock sees (EVENT_KIND_RELEASE_REQUESTED, one per hold, with the
+	// reason as its value). It changes no hold: the holder decides.
+	RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error)
 }
 
 // NewLockServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -478,6 +568,30 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(lockServiceMethods.ByName("SetValue")),
 		connect.WithHandlerOptions(opts...),
 	)
+	lockServiceSetLockPolicyHandler := connect.NewUnaryHandler(
+		LockServiceSetLockPolicyProcedure,
+		svc.SetLockPolicy,
+		connect.WithSchema(lockServiceMethods.ByName("SetLockPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceAcquireManyHandler := connect.NewUnaryHandler(
+		LockServiceAcquireManyProcedure,
+		svc.AcquireMany,
+		connect.WithSchema(lockServiceMethods.ByName("AcquireMany")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceExplainHandler := connect.NewUnaryHandler(
+		LockServiceExplainProcedure,
+		svc.Explain,
+		connect.WithSchema(lockServiceMethods.ByName("Explain")),
+		connect.WithHandlerOptions(opts...),
+	)
+	lockServiceRequestReleaseHandler := connect.NewUnaryHandler(
+		LockServiceRequestReleaseProcedure,
+		svc.RequestRelease,
+		connect.WithSchema(lockServiceMethods.ByName("RequestRelease")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/lockd.v1.LockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LockServiceCreateSessionProcedure:
@@ -510,6 +624,14 @@ func NewLockServiceHandler(svc LockServiceHandler, opts ...connect.HandlerOption
 			lockServiceClearMarkHandler.ServeHTTP(w, r)
 		case LockServiceSetValueProcedure:
 			lockServiceSetValueHandler.ServeHTTP(w, r)
+		case LockServiceSetLockPolicyProcedure:
+			lockServiceSetLockPolicyHandler.ServeHTTP(w, r)
+		case LockServiceAcquireManyProcedure:
+			lockServiceAcquireManyHandler.ServeHTTP(w, r)
+		case LockServiceExplainProcedure:
+			lockServiceExplainHandler.ServeHTTP(w, r)
+		case LockServiceRequestReleaseProcedure:
+			lockServiceRequestReleaseHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -577,6 +699,22 @@ func (UnimplementedLockServiceHandler) ClearMark(context.Context, *connect.Reque
 
 func (UnimplementedLockServiceHandler) SetValue(context.Context, *connect.Request[v1.SetValueRequest]) (*connect.Response[v1.SetValueResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetValue is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) SetLockPolicy(context.Context, *connect.Request[v1.SetLockPolicyRequest]) (*connect.Response[v1.SetLockPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.SetLockPolicy is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) AcquireMany(context.Context, *connect.Request[v1.AcquireManyRequest]) (*connect.Response[v1.AcquireManyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.AcquireMany is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) Explain(context.Context, *connect.Request[v1.ExplainRequest]) (*connect.Response[v1.ExplainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.Explain is not implemented"))
+}
+
+func (UnimplementedLockServiceHandler) RequestRelease(context.Context, *connect.Request[v1.RequestReleaseRequest]) (*connect.Response[v1.RequestReleaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("lockd.v1.LockService.RequestRelease is not implemented"))
 }
 
 // ClusterServiceClient is a client for the lockd.v1.ClusterService service.

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file lockd/v1/lockd.proto.
  */
 export const file_lockd_v1_lockd: GenFile = /*@__PURE__*/
-  fileDesc("ChRsb2NrZC92MS9sb2NrZC5wcm90bxIIbG9ja2QudjEinQEKC0Vycm9yRGV0YWlsEiUKBnJlYXNvbhgBIAEoDjIVLmxvY2tkLnYxLkVycm9yUmVhc29uEiEKB2hvbGRlcnMYAiADKAsyEC5sb2NrZC52MS5Ib2xkZXISEgoKbGVhZGVyX2FwaRgDIAEoCRISCgpjbHVzdGVyX2lkGAQgASgJEhwKBG1hcmsYBSABKAsyDi5sb2NrZC52MS5NYXJrIpgBCgRNYXJrEhIKCnNlc3Npb25faWQYASABKAkSDQoFb3duZXIYAiABKAkSDQoFdG9rZW4YAyABKAQSMAoMY29tcGxldGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCglyZXRlbnRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24icQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSDgoGc2VjcmV0GAQgASgJIncKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpjbHVzdGVyX2lkGAMgASgJEg4KBnNlY3JldBgEIAEoCSI2ChBLZWVwQWxpdmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGc2VjcmV0GAIgASgJIk8KEUtlZXBBbGl2ZVJlc3BvbnNlEiYKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpjbHVzdGVyX2lkGAIgASgJIkYKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAQSDgoGc2VjcmV0GAMgASgJIhYKFENsb3NlU2Vzc2lvblJlc3BvbnNlIkUKE0xpc3RTZXNzaW9uc1JlcXVlc3QSLgoLY29uc2lzdGVuY3kYASABKA4yGS5sb2NrZC52MS5SZWFkQ29uc2lzdGVuY3kimwIKC1Nlc3Npb25JbmZvEhIKCnNlc3Npb25faWQYASABKAkSDQoFb3duZXIYAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWhvbGRzGAUgASgNEg0KBXdhaXRzGAYgASgNEg8KB3Jldm9rZWQYByABKAgSLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHaG9sZGluZxgJIAMoCRIPCgd3YWl0aW5nGAogAygJEhAKCGlkZW50aXR5GAsgASgJIj8KFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUubG9ja2QudjEuU2Vzc2lvbkluZm8ilQIKDkFjcXVpcmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEhwKBG1vZGUYBSABKA4yDi5sb2NrZC52MS5Nb2RlEhIKBWxpbWl0GAYgASgNSACIAQESDAoEd2FpdBgHIAEoCBIvCgxwb2xsX3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFdmFsdWUYCSABKAwSLQoKbG9ja19kZWxheRgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZzZWNyZXQYCyABKAlCCAoGX2xpbWl0Im8KD0FjcXVpcmVSZXNwb25zZRInCgZzdGF0dXMYASABKA4yFy5sb2NrZC52MS5BY3F1aXJlU3RhdHVzEg0KBXRva2VuGAIgASgEEhAKCHBvc2l0aW9uGAMgASgNEhIKCmNsdXN0ZXJfaWQYBCABKAkiawoOUmVsZWFzZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAQSCwoDYWNrGAMgASgEEgwKBG5hbWUYBCABKAkSDQoFdG9rZW4YBSABKAQSDgoGc2VjcmV0GAYgASgJIhEKD1JlbGVhc2VSZXNwb25zZSJwCg1DYW5jZWxSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEhMKC2FjcXVpcmVfc2VxGAUgASgEEg4KBnNlY3JldBgGIAEoCSIiCg5DYW5jZWxSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCIwChFDaGVja1Rva2VuUmVxdWVzdBIMCgRuYW1lGAEgASgJEg0KBXRva2VuGAIgASgEIlUKEkNoZWNrVG9rZW5SZXNwb25zZRINCgV2YWxpZBgBIAEoCBIcCgRtb2RlGAIgASgOMg4ubG9ja2QudjEuTW9kZRISCgpzZXNzaW9uX2lkGAMgASgJIlMKE0Rlc2NyaWJlTG9ja1JlcXVlc3QSDAoEbmFtZRgBIAEoCRIuCgtjb25zaXN0ZW5jeRgCIAEoDjIZLmxvY2tkLnYxLlJlYWRDb25zaXN0ZW5jeSKXAQoGSG9sZGVyEhIKCnNlc3Npb25faWQYASABKAkSHAoEbW9kZRgCIAEoDjIOLmxvY2tkLnYxLk1vZGUSDQoFdG9rZW4YAyABKAQSLgoKZ3JhbnRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFdmFsdWUYBSABKAwSDQoFb3duZXIYBiABKAkieAoGV2FpdGVyEhIKCnNlc3Npb25faWQYASABKAkSHAoEbW9kZRgCIAEoDjIOLmxvY2tkLnYxLk1vZGUSLQoJcXVldWVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVvd25lchgEIAEoCSLLAQoITG9ja0luZm8SDAoEbmFtZRgBIAEoCRINCgVsaW1pdBgCIAEoDRIhCgdob2xkZXJzGAMgAygLMhAubG9ja2QudjEuSG9sZGVyEiEKB3dhaXRlcnMYBCADKAsyEC5sb2NrZC52MS5XYWl0ZXISHAoEbWFyaxgFIAEoCzIOLmxvY2tkLnYxLk1hcmsSLQoKbG9ja19kZWxheRgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIPCgdkZWxheWVkGAcgASgIIjgKFERlc2NyaWJlTG9ja1Jlc3BvbnNlEiAKBGxvY2sYASABKAsyEi5sb2NrZC52MS5Mb2NrSW5mbyJ5ChBMaXN0TG9ja3NSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCRIuCgtjb25zaXN0ZW5jeRgEIAEoDjIZLmxvY2tkLnYxLlJlYWRDb25zaXN0ZW5jeSJPChFMaXN0TG9ja3NSZXNwb25zZRIhCgVsb2NrcxgBIAMoCzISLmxvY2tkLnYxLkxvY2tJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI3ChNGb3JjZVJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKdW5zYWZlX25vdxgCIAEoCCIrChRGb3JjZVJlbGVhc2VSZXNwb25zZRITCgtzZXNzaW9uX2lkcxgBIAMoCSKaAQoPQ29tcGxldGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEg0KBXRva2VuGAUgASgEEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZzZWNyZXQYByABKAkiEgoQQ29tcGxldGVSZXNwb25zZSIvChBDbGVhck1hcmtSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAQiMQoRQ2xlYXJNYXJrUmVzcG9uc2USHAoEbWFyaxgBIAEoCzIOLmxvY2tkLnYxLk1hcmsiDwoNU3RhdHVzUmVxdWVzdCJMCgZNZW1iZXISCgoCaWQYASABKAkSCwoDYXBpGAIgASgJEgwKBHJhZnQYAyABKAkSDAoEcm9sZRgEIAEoCRINCgV2b3RlchgFIAEoCCL4AQoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIOCgZsZWFkZXIYAiABKAkSDQoFc3RhdGUYAyABKAkSDAoEdGVybRgEIAEoBBIUCgxjb21taXRfaW5kZXgYBSABKAQSFQoNYXBwbGllZF9pbmRleBgGIAEoBBIQCghzZXNzaW9ucxgHIAEoDRINCgVsb2NrcxgIIAEoDRISCgpjbHVzdGVyX2lkGAkgASgJEiEKB21lbWJlcnMYCiADKAsyEC5sb2NrZC52MS5NZW1iZXISEgoKbGFzdF90b2tlbhgLIAEoBBIPCgd2ZXJzaW9uGAwgASgJIlgKC0pvaW5SZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFAoMcmFmdF9hZGRyZXNzGAIgASgJEg8KB2FwaV91cmwYAyABKAkSEQoJbm9uX3ZvdGVyGAQgASgIIkUKDEpvaW5SZXNwb25zZRISCgpjbHVzdGVyX2lkGAEgASgJEiEKB21lbWJlcnMYAiADKAsyEC5sb2NrZC52MS5NZW1iZXIiJgoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIhYKFFJlbW92ZU1lbWJlclJlc3BvbnNlIiwKGVRyYW5zZmVyTGVhZGVyc2hpcFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCSIsChpUcmFuc2ZlckxlYWRlcnNoaXBSZXNwb25zZRIOCgZsZWFkZXIYASABKAkiPgoOS2VlcEFsaXZlQmF0Y2gSLAoIc2Vzc2lvbnMYASADKAsyGi5sb2NrZC52MS5LZWVwQWxpdmVSZXF1ZXN0InMKD0tlZXBBbGl2ZVJlc3VsdBISCgpzZXNzaW9uX2lkGAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgVlcnJvchgDIAEoCzIVLmxvY2tkLnYxLlN0cmVhbUVycm9yIlgKFktlZXBBbGl2ZUJhdGNoUmVzcG9uc2USKgoHcmVzdWx0cxgBIAMoCzIZLmxvY2tkLnYxLktlZXBBbGl2ZVJlc3VsdBISCgpjbHVzdGVyX2lkGAIgASgJIlMKC1N0cmVhbUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIlCgZkZXRhaWwYAyABKAsyFS5sb2NrZC52MS5FcnJvckRldGFpbCL+AgoNU3RyZWFtUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgEEjgKDmNyZWF0ZV9zZXNzaW9uGAIgASgLMh4ubG9ja2QudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3RIABIuCgprZWVwX2FsaXZlGAMgASgLMhgubG9ja2QudjEuS2VlcEFsaXZlQmF0Y2hIABIrCgdhY3F1aXJlGAQgASgLMhgubG9ja2QudjEuQWNxdWlyZVJlcXVlc3RIABIrCgdyZWxlYXNlGAUgASgLMhgubG9ja2QudjEuUmVsZWFzZVJlcXVlc3RIABIpCgZjYW5jZWwYBiABKAsyFy5sb2NrZC52MS5DYW5jZWxSZXF1ZXN0SAASLQoIY29tcGxldGUYByABKAsyGS5sb2NrZC52MS5Db21wbGV0ZVJlcXVlc3RIABI2Cg1jbG9zZV9zZXNzaW9uGAggASgLMh0ubG9ja2QudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdEgAQgYKBGJvZHkiyQMKDlN0cmVhbVJlc3BvbnNlEg8KB2NhbGxfaWQYASABKAQSEgoKY2x1c3Rlcl9pZBgCIAEoCRI5Cg5jcmVhdGVfc2Vzc2lvbhgDIAEoCzIfLmxvY2tkLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZUgAEjYKCmtlZXBfYWxpdmUYBCABKAsyIC5sb2NrZC52MS5LZWVwQWxpdmVCYXRjaFJlc3BvbnNlSAASLAoHYWNxdWlyZRgFIAEoCzIZLmxvY2tkLnYxLkFjcXVpcmVSZXNwb25zZUgAEiwKB3JlbGVhc2UYBiABKAsyGS5sb2NrZC52MS5SZWxlYXNlUmVzcG9uc2VIABIqCgZjYW5jZWwYByABKAsyGC5sb2NrZC52MS5DYW5jZWxSZXNwb25zZUgAEi4KCGNvbXBsZXRlGAggASgLMhoubG9ja2QudjEuQ29tcGxldGVSZXNwb25zZUgAEjcKDWNsb3NlX3Nlc3Npb24YCSABKAsyHi5sb2NrZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZUgAEiYKBWVycm9yGAogASgLMhUubG9ja2QudjEuU3RyZWFtRXJyb3JIAEIGCgRib2R5InsKD1NldFZhbHVlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoBBILCgNhY2sYAyABKAQSDAoEbmFtZRgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgV2YWx1ZRgGIAEoDBIOCgZzZWNyZXQYByABKAkiEgoQU2V0VmFsdWVSZXNwb25zZSI7CgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEgwKBGZyb20YAiABKAkSDQoFc3RhdGUYAyABKAgi0AEKDVdhdGNoUmVzcG9uc2USEAoIcG9zaXRpb24YASABKAkSIQoEa2luZBgCIAEoDjITLmxvY2tkLnYxLkV2ZW50S2luZBIMCgRuYW1lGAMgASgJEg8KB3Nlc3Npb24YBCABKAkSDQoFb3duZXIYBSABKAkSDQoFdG9rZW4YBiABKAQSHAoEbW9kZRgHIAEoDjIOLmxvY2tkLnYxLk1vZGUSDQoFbGltaXQYCCABKA0SDQoFdmFsdWUYCSABKAwSEQoJZW50cnlfZW5kGAogASgIKkEKBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEhIKDk1PREVfRVhDTFVTSVZFEAESDwoLTU9ERV9TSEFSRUQQAipyCg9SZWFkQ29uc2lzdGVuY3kSIAocUkVBRF9DT05TSVNURU5DWV9VTlNQRUNJRklFRBAAEiEKHVJFQURfQ09OU0lTVEVOQ1lfTElORUFSSVpBQkxFEAESGgoWUkVBRF9DT05TSVNURU5DWV9TVEFMRRACKp8ECgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIhCh1FUlJPUl9SRUFTT05fSU5WQUxJRF9BUkdVTUVOVBABEiIKHkVSUk9SX1JFQVNPTl9TRVNTSU9OX05PVF9GT1VORBACEhUKEUVSUk9SX1JFQVNPTl9CVVNZEAMSHQoZRVJST1JfUkVBU09OX0FMUkVBRFlfSEVMRBAEEhkKFUVSUk9SX1JFQVNPTl9OT1RfSEVMRBAFEh8KG0VSUk9SX1JFQVNPTl9MSU1JVF9NSVNNQVRDSBAGEhsKF0VSUk9SX1JFQVNPTl9OT1RfTEVBREVSEAcSGgoWRVJST1JfUkVBU09OX05PX0xFQURFUhAIEiAKHEVSUk9SX1JFQVNPTl9PVVRDT01FX1VOS05PV04QCRIdChlFUlJPUl9SRUFTT05fV0FJVF9EUk9QUEVEEAoSGQoVRVJST1JfUkVBU09OX1RPT19NQU5ZEAsSIAocRVJST1JfUkVBU09OX1NFU1NJT05fUkVWT0tFRBAMEh0KGUVSUk9SX1JFQVNPTl9BTFJFQURZX0RPTkUQDRIiCh5FUlJPUl9SRUFTT05fUEVSTUlTU0lPTl9ERU5JRUQQDhIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEA8SHQoZRVJST1JfUkVBU09OX1JBVEVfTElNSVRFRBAQKmYKDUFjcXVpcmVTdGF0dXMSHgoaQUNRVUlSRV9TVEFUVVNfVU5TUEVDSUZJRUQQABIaChZBQ1FVSVJFX1NUQVRVU19HUkFOVEVEEAESGQoVQUNRVUlSRV9TVEFUVVNfUVVFVUVEEAIqkAMKCUV2ZW50S2luZBIaChZFVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSRVZFTlRfS0lORF9HUkFOVEVEEAESFwoTRVZFTlRfS0lORF9SRUxFQVNFRBACEhYKEkVWRU5UX0tJTkRfRVhQSVJFRBADEhUKEUVWRU5UX0tJTkRfUVVFVUVEEAQSFwoTRVZFTlRfS0lORF9ERVFVRVVFRBAFEhgKFEVWRU5UX0tJTkRfQ09NUExFVEVEEAYSGwoXRVZFTlRfS0lORF9NQVJLX0NMRUFSRUQQBxIcChhFVkVOVF9LSU5EX0RFTEFZX1NUQVJURUQQCBIaChZFVkVOVF9LSU5EX0RFTEFZX0VOREVEEAkSHQoZRVZFTlRfS0lORF9GT1JDRV9SRUxFQVNFRBAKEhwKGEVWRU5UX0tJTkRfVkFMVUVfQ0hBTkdFRBALEhQKEEVWRU5UX0tJTkRfUkVTRVQQZBITCg9FVkVOVF9LSU5EX0hFTEQQZRIVChFFVkVOVF9LSU5EX1NZTkNFRBBmMtQICgtMb2NrU2VydmljZRJSCg1DcmVhdGVTZXNzaW9uEh4ubG9ja2QudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaHy5sb2NrZC52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2UiABJGCglLZWVwQWxpdmUSGi5sb2NrZC52MS5LZWVwQWxpdmVSZXF1ZXN0GhsubG9ja2QudjEuS2VlcEFsaXZlUmVzcG9uc2UiABJPCgxDbG9zZVNlc3Npb24SHS5sb2NrZC52MS5DbG9zZVNlc3Npb25SZXF1ZXN0Gh4ubG9ja2QudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2UiABJPCgxMaXN0U2Vzc2lvbnMSHS5sb2NrZC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh4ubG9ja2QudjEuTGlzdFNlc3Npb25zUmVzcG9uc2UiABJACgdBY3F1aXJlEhgubG9ja2QudjEuQWNxdWlyZVJlcXVlc3QaGS5sb2NrZC52MS5BY3F1aXJlUmVzcG9uc2UiABJACgdSZWxlYXNlEhgubG9ja2QudjEuUmVsZWFzZVJlcXVlc3QaGS5sb2NrZC52MS5SZWxlYXNlUmVzcG9uc2UiABI9CgZDYW5jZWwSFy5sb2NrZC52MS5DYW5jZWxSZXF1ZXN0GhgubG9ja2QudjEuQ2FuY2VsUmVzcG9uc2UiABJJCgpDaGVja1Rva2VuEhsubG9ja2QudjEuQ2hlY2tUb2tlblJlcXVlc3QaHC5sb2NrZC52MS5DaGVja1Rva2VuUmVzcG9uc2UiABJPCgxEZXNjcmliZUxvY2sSHS5sb2NrZC52MS5EZXNjcmliZUxvY2tSZXF1ZXN0Gh4ubG9ja2QudjEuRGVzY3JpYmVMb2NrUmVzcG9uc2UiABJGCglMaXN0TG9ja3MSGi5sb2NrZC52MS5MaXN0TG9ja3NSZXF1ZXN0GhsubG9ja2QudjEuTGlzdExvY2tzUmVzcG9uc2UiABJPCgxGb3JjZVJlbGVhc2USHS5sb2NrZC52MS5Gb3JjZVJlbGVhc2VSZXF1ZXN0Gh4ubG9ja2QudjEuRm9yY2VSZWxlYXNlUmVzcG9uc2UiABI9CgZTdGF0dXMSFy5sb2NrZC52MS5TdGF0dXNSZXF1ZXN0GhgubG9ja2QudjEuU3RhdHVzUmVzcG9uc2UiABJDCghDb21wbGV0ZRIZLmxvY2tkLnYxLkNvbXBsZXRlUmVxdWVzdBoaLmxvY2tkLnYxLkNvbXBsZXRlUmVzcG9uc2UiABJGCglDbGVhck1hcmsSGi5sb2NrZC52MS5DbGVhck1hcmtSZXF1ZXN0GhsubG9ja2QudjEuQ2xlYXJNYXJrUmVzcG9uc2UiABJDCghTZXRWYWx1ZRIZLmxvY2tkLnYxLlNldFZhbHVlUmVxdWVzdBoaLmxvY2tkLnYxLlNldFZhbHVlUmVzcG9uc2UiADL9AQoOQ2x1c3RlclNlcnZpY2USNwoESm9pbhIVLmxvY2tkLnYxLkpvaW5SZXF1ZXN0GhYubG9ja2QudjEuSm9pblJlc3BvbnNlIgASTwoMUmVtb3ZlTWVtYmVyEh0ubG9ja2QudjEuUmVtb3ZlTWVtYmVyUmVxdWVzdBoeLmxvY2tkLnYxLlJlbW92ZU1lbWJlclJlc3BvbnNlIgASYQoSVHJhbnNmZXJMZWFkZXJzaGlwEiMubG9ja2QudjEuVHJhbnNmZXJMZWFkZXJzaGlwUmVxdWVzdBokLmxvY2tkLnYxLlRyYW5zZmVyTGVhZGVyc2hpcFJlc3BvbnNlIgAyUwoOU2Vzc2lvblNlcnZpY2USQQoGU3RyZWFtEhcubG9ja2QudjEuU3RyZWFtUmVxdWVzdBoYLmxvY2tkLnYxLlN0cmVhbVJlc3BvbnNlIgAoATABMkwKDFdhdGNoU2VydmljZRI8CgVXYXRjaBIWLmxvY2tkLnYxLldhdGNoUmVxdWVzdBoXLmxvY2tkLnYxLldhdGNoUmVzcG9uc2UiADABQjNaMWdpdGh1Yi5jb20vbG9ja2QtZGV2L2xvY2tkL3Byb3RvL2xvY2tkL3YxO2xvY2tkdjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsb2NrZC92MS9sb2NrZC5wcm90bxIIbG9ja2QudjEinQEKC0Vycm9yRGV0YWlsEiUKBnJlYXNvbhgBIAEoDjIVLmxvY2tkLnYxLkVycm9yUmVhc29uEiEKB2hvbGRlcnMYAiADKAsyEC5sb2NrZC52MS5Ib2xkZXISEgoKbGVhZGVyX2FwaRgDIAEoCRISCgpjbHVzdGVyX2lkGAQgASgJEhwKBG1hcmsYBSABKAsyDi5sb2NrZC52MS5NYXJrIpgBCgRNYXJrEhIKCnNlc3Npb25faWQYASABKAkSDQoFb3duZXIYAiABKAkSDQoFdG9rZW4YAyABKAQSMAoMY29tcGxldGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCglyZXRlbnRpb24YBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24icQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSJgoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg0KBW93bmVyGAIgASgJEhIKCnJlcXVlc3RfaWQYAyABKAkSDgoGc2VjcmV0GAQgASgJIncKFUNyZWF0ZVNlc3Npb25SZXNwb25zZRISCgpzZXNzaW9uX2lkGAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpjbHVzdGVyX2lkGAMgASgJEg4KBnNlY3JldBgEIAEoCSI2ChBLZWVwQWxpdmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGc2VjcmV0GAIgASgJIk8KEUtlZXBBbGl2ZVJlc3BvbnNlEiYKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgpjbHVzdGVyX2lkGAIgASgJIkYKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRILCgNzZXEYAiABKAQSDgoGc2VjcmV0GAMgASgJIhYKFENsb3NlU2Vzc2lvblJlc3BvbnNlIkUKE0xpc3RTZXNzaW9uc1JlcXVlc3QSLgoLY29uc2lzdGVuY3kYASABKA4yGS5sb2NrZC52MS5SZWFkQ29uc2lzdGVuY3kimwIKC1Nlc3Npb25JbmZvEhIKCnNlc3Npb25faWQYASABKAkSDQoFb3duZXIYAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBWhvbGRzGAUgASgNEg0KBXdhaXRzGAYgASgNEg8KB3Jldm9rZWQYByABKAgSLgoKZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHaG9sZGluZxgJIAMoCRIPCgd3YWl0aW5nGAogAygJEhAKCGlkZW50aXR5GAsgASgJIj8KFExpc3RTZXNzaW9uc1Jlc3BvbnNlEicKCHNlc3Npb25zGAEgAygLMhUubG9ja2QudjEuU2Vzc2lvbkluZm8iwgIKDkFjcXVpcmVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEhwKBG1vZGUYBSABKA4yDi5sb2NrZC52MS5Nb2RlEhIKBWxpbWl0GAYgASgNSACIAQESDAoEd2FpdBgHIAEoCBIvCgxwb2xsX3RpbWVvdXQYCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDQoFdmFsdWUYCSABKAwSLQoKbG9ja19kZWxheRgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZzZWNyZXQYCyABKAkSKwoIbWF4X2hvbGQYDCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCAoGX2xpbWl0IpwBCg9BY3F1aXJlUmVzcG9uc2USJwoGc3RhdHVzGAEgASgOMhcubG9ja2QudjEuQWNxdWlyZVN0YXR1cxINCgV0b2tlbhgCIAEoBBIQCghwb3NpdGlvbhgDIAEoDRISCgpjbHVzdGVyX2lkGAQgASgJEisKCG1heF9ob2xkGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImsKDlJlbGVhc2VSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEg0KBXRva2VuGAUgASgEEg4KBnNlY3JldBgGIAEoCSIRCg9SZWxlYXNlUmVzcG9uc2UicAoNQ2FuY2VsUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoBBILCgNhY2sYAyABKAQSDAoEbmFtZRgEIAEoCRITCgthY3F1aXJlX3NlcRgFIAEoBBIOCgZzZWNyZXQYBiABKAkiIgoOQ2FuY2VsUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgiMAoRQ2hlY2tUb2tlblJlcXVlc3QSDAoEbmFtZRgBIAEoCRINCgV0b2tlbhgCIAEoBCJVChJDaGVja1Rva2VuUmVzcG9uc2USDQoFdmFsaWQYASABKAgSHAoEbW9kZRgCIAEoDjIOLmxvY2tkLnYxLk1vZGUSEgoKc2Vzc2lvbl9pZBgDIAEoCSJTChNEZXNjcmliZUxvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSLgoLY29uc2lzdGVuY3kYAiABKA4yGS5sb2NrZC52MS5SZWFkQ29uc2lzdGVuY3kixAEKBkhvbGRlchISCgpzZXNzaW9uX2lkGAEgASgJEhwKBG1vZGUYAiABKA4yDi5sb2NrZC52MS5Nb2RlEg0KBXRva2VuGAMgASgEEi4KCmdyYW50ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg0KBXZhbHVlGAUgASgMEg0KBW93bmVyGAYgASgJEisKCG1heF9ob2xkGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIngKBldhaXRlchISCgpzZXNzaW9uX2lkGAEgASgJEhwKBG1vZGUYAiABKA4yDi5sb2NrZC52MS5Nb2RlEi0KCXF1ZXVlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDQoFb3duZXIYBCABKAkiywEKCExvY2tJbmZvEgwKBG5hbWUYASABKAkSDQoFbGltaXQYAiABKA0SIQoHaG9sZGVycxgDIAMoCzIQLmxvY2tkLnYxLkhvbGRlchIhCgd3YWl0ZXJzGAQgAygLMhAubG9ja2QudjEuV2FpdGVyEhwKBG1hcmsYBSABKAsyDi5sb2NrZC52MS5NYXJrEi0KCmxvY2tfZGVsYXkYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDwoHZGVsYXllZBgHIAEoCCJeChREZXNjcmliZUxvY2tSZXNwb25zZRIgCgRsb2NrGAEgASgLMhIubG9ja2QudjEuTG9ja0luZm8SJAoGcG9saWN5GAIgASgLMhQubG9ja2QudjEuTG9ja1BvbGljeSJBCgpMb2NrUG9saWN5EjMKEGRlZmF1bHRfbWF4X2hvbGQYASABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iSgoUU2V0TG9ja1BvbGljeVJlcXVlc3QSDAoEbmFtZRgBIAEoCRIkCgZwb2xpY3kYAiABKAsyFC5sb2NrZC52MS5Mb2NrUG9saWN5IhcKFVNldExvY2tQb2xpY3lSZXNwb25zZSJ5ChBMaXN0TG9ja3NSZXF1ZXN0Eg4KBnByZWZpeBgBIAEoCRIRCglwYWdlX3NpemUYAiABKA0SEgoKcGFnZV90b2tlbhgDIAEoCRIuCgtjb25zaXN0ZW5jeRgEIAEoDjIZLmxvY2tkLnYxLlJlYWRDb25zaXN0ZW5jeSJPChFMaXN0TG9ja3NSZXNwb25zZRIhCgVsb2NrcxgBIAMoCzISLmxvY2tkLnYxLkxvY2tJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSI3ChNGb3JjZVJlbGVhc2VSZXF1ZXN0EgwKBG5hbWUYASABKAkSEgoKdW5zYWZlX25vdxgCIAEoCCIrChRGb3JjZVJlbGVhc2VSZXNwb25zZRITCgtzZXNzaW9uX2lkcxgBIAMoCSKaAQoPQ29tcGxldGVSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSCwoDc2VxGAIgASgEEgsKA2FjaxgDIAEoBBIMCgRuYW1lGAQgASgJEg0KBXRva2VuGAUgASgEEiwKCXJldGVudGlvbhgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZzZWNyZXQYByABKAkiEgoQQ29tcGxldGVSZXNwb25zZSIvChBDbGVhck1hcmtSZXF1ZXN0EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAQiMQoRQ2xlYXJNYXJrUmVzcG9uc2USHAoEbWFyaxgBIAEoCzIOLmxvY2tkLnYxLk1hcmsiDwoNU3RhdHVzUmVxdWVzdCJMCgZNZW1iZXISCgoCaWQYASABKAkSCwoDYXBpGAIgASgJEgwKBHJhZnQYAyABKAkSDAoEcm9sZRgEIAEoCRINCgV2b3RlchgFIAEoCCL4AQoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIOCgZsZWFkZXIYAiABKAkSDQoFc3RhdGUYAyABKAkSDAoEdGVybRgEIAEoBBIUCgxjb21taXRfaW5kZXgYBSABKAQSFQoNYXBwbGllZF9pbmRleBgGIAEoBBIQCghzZXNzaW9ucxgHIAEoDRINCgVsb2NrcxgIIAEoDRISCgpjbHVzdGVyX2lkGAkgASgJEiEKB21lbWJlcnMYCiADKAsyEC5sb2NrZC52MS5NZW1iZXISEgoKbGFzdF90b2tlbhgLIAEoBBIPCgd2ZXJzaW9uGAwgASgJIlgKC0pvaW5SZXF1ZXN0Eg8KB25vZGVfaWQYASABKAkSFAoMcmFmdF9hZGRyZXNzGAIgASgJEg8KB2FwaV91cmwYAyABKAkSEQoJbm9uX3ZvdGVyGAQgASgIIkUKDEpvaW5SZXNwb25zZRISCgpjbHVzdGVyX2lkGAEgASgJEiEKB21lbWJlcnMYAiADKAsyEC5sb2NrZC52MS5NZW1iZXIiJgoTUmVtb3ZlTWVtYmVyUmVxdWVzdBIPCgdub2RlX2lkGAEgASgJIhYKFFJlbW92ZU1lbWJlclJlc3BvbnNlIiwKGVRyYW5zZmVyTGVhZGVyc2hpcFJlcXVlc3QSDwoHbm9kZV9pZBgBIAEoCSIsChpUcmFuc2ZlckxlYWRlcnNoaXBSZXNwb25zZRIOCgZsZWFkZXIYASABKAkiPgoOS2VlcEFsaXZlQmF0Y2gSLAoIc2Vzc2lvbnMYASADKAsyGi5sb2NrZC52MS5LZWVwQWxpdmVSZXF1ZXN0InMKD0tlZXBBbGl2ZVJlc3VsdBISCgpzZXNzaW9uX2lkGAEgASgJEiYKA3R0bBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIkCgVlcnJvchgDIAEoCzIVLmxvY2tkLnYxLlN0cmVhbUVycm9yIlgKFktlZXBBbGl2ZUJhdGNoUmVzcG9uc2USKgoHcmVzdWx0cxgBIAMoCzIZLmxvY2tkLnYxLktlZXBBbGl2ZVJlc3VsdBISCgpjbHVzdGVyX2lkGAIgASgJIlMKC1N0cmVhbUVycm9yEgwKBGNvZGUYASABKA0SDwoHbWVzc2FnZRgCIAEoCRIlCgZkZXRhaWwYAyABKAsyFS5sb2NrZC52MS5FcnJvckRldGFpbCL+AgoNU3RyZWFtUmVxdWVzdBIPCgdjYWxsX2lkGAEgASgEEjgKDmNyZWF0ZV9zZXNzaW9uGAIgASgLMh4ubG9ja2QudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3RIABIuCgprZWVwX2FsaXZlGAMgASgLMhgubG9ja2QudjEuS2VlcEFsaXZlQmF0Y2hIABIrCgdhY3F1aXJlGAQgASgLMhgubG9ja2QudjEuQWNxdWlyZVJlcXVlc3RIABIrCgdyZWxlYXNlGAUgASgLMhgubG9ja2QudjEuUmVsZWFzZVJlcXVlc3RIABIpCgZjYW5jZWwYBiABKAsyFy5sb2NrZC52MS5DYW5jZWxSZXF1ZXN0SAASLQoIY29tcGxldGUYByABKAsyGS5sb2NrZC52MS5Db21wbGV0ZVJlcXVlc3RIABI2Cg1jbG9zZV9zZXNzaW9uGAggASgLMh0ubG9ja2QudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdEgAQgYKBGJvZHkiyQMKDlN0cmVhbVJlc3BvbnNlEg8KB2NhbGxfaWQYASABKAQSEgoKY2x1c3Rlcl9pZBgCIAEoCRI5Cg5jcmVhdGVfc2Vzc2lvbhgDIAEoCzIfLmxvY2tkLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZUgAEjYKCmtlZXBfYWxpdmUYBCABKAsyIC5sb2NrZC52MS5LZWVwQWxpdmVCYXRjaFJlc3BvbnNlSAASLAoHYWNxdWlyZRgFIAEoCzIZLmxvY2tkLnYxLkFjcXVpcmVSZXNwb25zZUgAEiwKB3JlbGVhc2UYBiABKAsyGS5sb2NrZC52MS5SZWxlYXNlUmVzcG9uc2VIABIqCgZjYW5jZWwYByABKAsyGC5sb2NrZC52MS5DYW5jZWxSZXNwb25zZUgAEi4KCGNvbXBsZXRlGAggASgLMhoubG9ja2QudjEuQ29tcGxldGVSZXNwb25zZUgAEjcKDWNsb3NlX3Nlc3Npb24YCSABKAsyHi5sb2NrZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZUgAEiYKBWVycm9yGAogASgLMhUubG9ja2QudjEuU3RyZWFtRXJyb3JIAEIGCgRib2R5InsKD1NldFZhbHVlUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoBBILCgNhY2sYAyABKAQSDAoEbmFtZRgEIAEoCRINCgV0b2tlbhgFIAEoBBINCgV2YWx1ZRgGIAEoDBIOCgZzZWNyZXQYByABKAkiEgoQU2V0VmFsdWVSZXNwb25zZSI7CgxXYXRjaFJlcXVlc3QSDgoGcHJlZml4GAEgASgJEgwKBGZyb20YAiABKAkSDQoFc3RhdGUYAyABKAgi0AEKDVdhdGNoUmVzcG9uc2USEAoIcG9zaXRpb24YASABKAkSIQoEa2luZBgCIAEoDjITLmxvY2tkLnYxLkV2ZW50S2luZBIMCgRuYW1lGAMgASgJEg8KB3Nlc3Npb24YBCABKAkSDQoFb3duZXIYBSABKAkSDQoFdG9rZW4YBiABKAQSHAoEbW9kZRgHIAEoDjIOLmxvY2tkLnYxLk1vZGUSDQoFbGltaXQYCCABKA0SDQoFdmFsdWUYCSABKAwSEQoJZW50cnlfZW5kGAogASgIIlcKC0xvY2tSZXF1ZXN0EgwKBG5hbWUYASABKAkSHAoEbW9kZRgCIAEoDjIOLmxvY2tkLnYxLk1vZGUSEgoFbGltaXQYAyABKA1IAIgBAUIICgZfbGltaXQi8wEKEkFjcXVpcmVNYW55UmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEgsKA3NlcRgCIAEoBBILCgNhY2sYAyABKAQSJAoFbG9ja3MYBCADKAsyFS5sb2NrZC52MS5Mb2NrUmVxdWVzdBIMCgR3YWl0GAUgASgIEi8KDHBvbGxfdGltZW91dBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhINCgV2YWx1ZRgHIAEoDBIOCgZzZWNyZXQYCCABKAkSKwoIbWF4X2hvbGQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iKAoJTG9ja0dyYW50EgwKBG5hbWUYASABKAkSDQoFdG9rZW4YAiABKAQitgEKE0FjcXVpcmVNYW55UmVzcG9uc2USJwoGc3RhdHVzGAEgASgOMhcubG9ja2QudjEuQWNxdWlyZVN0YXR1cxIjCgZncmFudHMYAiADKAsyEy5sb2NrZC52MS5Mb2NrR3JhbnQSEAoIcG9zaXRpb24YAyABKA0SEgoKY2x1c3Rlcl9pZBgEIAEoCRIrCghtYXhfaG9sZBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJOCg5FeHBsYWluUmVxdWVzdBIMCgRuYW1lGAEgASgJEi4KC2NvbnNpc3RlbmN5GAIgASgOMhkubG9ja2QudjEuUmVhZENvbnNpc3RlbmN5IscBCghXYWl0U3RlcBINCgVkZXB0aBgBIAEoDRISCgpzZXNzaW9uX2lkGAIgASgJEg0KBW93bmVyGAMgASgJEgwKBGxvY2sYBCABKAkSEgoKYmxvY2tlZF9ieRgFIAEoCRIYChBibG9ja2VkX2J5X293bmVyGAYgASgJEg8KB2hvbGRpbmcYByABKAgSLQoJcXVldWVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgVjeWNsZRgJIAEoCCJpCg9FeHBsYWluUmVzcG9uc2USIAoEbG9jaxgBIAEoCzISLmxvY2tkLnYxLkxvY2tJbmZvEiEKBWNoYWluGAIgAygLMhIubG9ja2QudjEuV2FpdFN0ZXASEQoJdHJ1bmNhdGVkGAMgASgIIjUKFVJlcXVlc3RSZWxlYXNlUmVxdWVzdBIMCgRuYW1lGAEgASgJEg4KBnJlYXNvbhgCIAEoCSIpChZSZXF1ZXN0UmVsZWFzZVJlc3BvbnNlEg8KB2hvbGRlcnMYASABKA0qQQoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASEgoOTU9ERV9FWENMVVNJVkUQARIPCgtNT0RFX1NIQVJFRBACKnIKD1JlYWRDb25zaXN0ZW5jeRIgChxSRUFEX0NPTlNJU1RFTkNZX1VOU1BFQ0lGSUVEEAASIQodUkVBRF9DT05TSVNURU5DWV9MSU5FQVJJWkFCTEUQARIaChZSRUFEX0NPTlNJU1RFTkNZX1NUQUxFEAIqugQKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAESIgoeRVJST1JfUkVBU09OX1NFU1NJT05fTk9UX0ZPVU5EEAISFQoRRVJST1JfUkVBU09OX0JVU1kQAxIdChlFUlJPUl9SRUFTT05fQUxSRUFEWV9IRUxEEAQSGQoVRVJST1JfUkVBU09OX05PVF9IRUxEEAUSHwobRVJST1JfUkVBU09OX0xJTUlUX01JU01BVENIEAYSGwoXRVJST1JfUkVBU09OX05PVF9MRUFERVIQBxIaChZFUlJPUl9SRUFTT05fTk9fTEVBREVSEAgSIAocRVJST1JfUkVBU09OX09VVENPTUVfVU5LTk9XThAJEh0KGUVSUk9SX1JFQVNPTl9XQUlUX0RST1BQRUQQChIZChVFUlJPUl9SRUFTT05fVE9PX01BTlkQCxIgChxFUlJPUl9SRUFTT05fU0VTU0lPTl9SRVZPS0VEEAwSHQoZRVJST1JfUkVBU09OX0FMUkVBRFlfRE9ORRANEiIKHkVSUk9SX1JFQVNPTl9QRVJNSVNTSU9OX0RFTklFRBAOEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQDxIdChlFUlJPUl9SRUFTT05fUkFURV9MSU1JVEVEEBASGQoVRVJST1JfUkVBU09OX0RFQURMT0NLEBEqZgoNQWNxdWlyZVN0YXR1cxIeChpBQ1FVSVJFX1NUQVRVU19VTlNQRUNJRklFRBAAEhoKFkFDUVVJUkVfU1RBVFVTX0dSQU5URUQQARIZChVBQ1FVSVJFX1NUQVRVU19RVUVVRUQQAirPAwoJRXZlbnRLaW5kEhoKFkVWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJFVkVOVF9LSU5EX0dSQU5URUQQARIXChNFVkVOVF9LSU5EX1JFTEVBU0VEEAISFgoSRVZFTlRfS0lORF9FWFBJUkVEEAMSFQoRRVZFTlRfS0lORF9RVUVVRUQQBBIXChNFVkVOVF9LSU5EX0RFUVVFVUVEEAUSGAoURVZFTlRfS0lORF9DT01QTEVURUQQBhIbChdFVkVOVF9LSU5EX01BUktfQ0xFQVJFRBAHEhwKGEVWRU5UX0tJTkRfREVMQVlfU1RBUlRFRBAIEhoKFkVWRU5UX0tJTkRfREVMQVlfRU5ERUQQCRIdChlFVkVOVF9LSU5EX0ZPUkNFX1JFTEVBU0VEEAoSHAoYRVZFTlRfS0lORF9WQUxVRV9DSEFOR0VEEAsSGwoXRVZFTlRfS0lORF9IT0xEX0VYUElSRUQQDBIgChxFVkVOVF9LSU5EX1JFTEVBU0VfUkVRVUVTVEVEEA0SFAoQRVZFTlRfS0lORF9SRVNFVBBkEhMKD0VWRU5UX0tJTkRfSEVMRBBlEhUKEUVWRU5UX0tJTkRfU1lOQ0VEEGYyjwsKC0xvY2tTZXJ2aWNlElIKDUNyZWF0ZVNlc3Npb24SHi5sb2NrZC52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBofLmxvY2tkLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZSIAEkYKCUtlZXBBbGl2ZRIaLmxvY2tkLnYxLktlZXBBbGl2ZVJlcXVlc3QaGy5sb2NrZC52MS5LZWVwQWxpdmVSZXNwb25zZSIAEk8KDENsb3NlU2Vzc2lvbhIdLmxvY2tkLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaHi5sb2NrZC52MS5DbG9zZVNlc3Npb25SZXNwb25zZSIAEk8KDExpc3RTZXNzaW9ucxIdLmxvY2tkLnYxLkxpc3RTZXNzaW9uc1JlcXVlc3QaHi5sb2NrZC52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZSIAEkAKB0FjcXVpcmUSGC5sb2NrZC52MS5BY3F1aXJlUmVxdWVzdBoZLmxvY2tkLnYxLkFjcXVpcmVSZXNwb25zZSIAEkAKB1JlbGVhc2USGC5sb2NrZC52MS5SZWxlYXNlUmVxdWVzdBoZLmxvY2tkLnYxLlJlbGVhc2VSZXNwb25zZSIAEj0KBkNhbmNlbBIXLmxvY2tkLnYxLkNhbmNlbFJlcXVlc3QaGC5sb2NrZC52MS5DYW5jZWxSZXNwb25zZSIAEkkKCkNoZWNrVG9rZW4SGy5sb2NrZC52MS5DaGVja1Rva2VuUmVxdWVzdBocLmxvY2tkLnYxLkNoZWNrVG9rZW5SZXNwb25zZSIAEk8KDERlc2NyaWJlTG9jaxIdLmxvY2tkLnYxLkRlc2NyaWJlTG9ja1JlcXVlc3QaHi5sb2NrZC52MS5EZXNjcmliZUxvY2tSZXNwb25zZSIAEkYKCUxpc3RMb2NrcxIaLmxvY2tkLnYxLkxpc3RMb2Nrc1JlcXVlc3QaGy5sb2NrZC52MS5MaXN0TG9ja3NSZXNwb25zZSIAEk8KDEZvcmNlUmVsZWFzZRIdLmxvY2tkLnYxLkZvcmNlUmVsZWFzZVJlcXVlc3QaHi5sb2NrZC52MS5Gb3JjZVJlbGVhc2VSZXNwb25zZSIAEj0KBlN0YXR1cxIXLmxvY2tkLnYxLlN0YXR1c1JlcXVlc3QaGC5sb2NrZC52MS5TdGF0dXNSZXNwb25zZSIAEkMKCENvbXBsZXRlEhkubG9ja2QudjEuQ29tcGxldGVSZXF1ZXN0GhoubG9ja2QudjEuQ29tcGxldGVSZXNwb25zZSIAEkYKCUNsZWFyTWFyaxIaLmxvY2tkLnYxLkNsZWFyTWFya1JlcXVlc3QaGy5sb2NrZC52MS5DbGVhck1hcmtSZXNwb25zZSIAEkMKCFNldFZhbHVlEhkubG9ja2QudjEuU2V0VmFsdWVSZXF1ZXN0GhoubG9ja2QudjEuU2V0VmFsdWVSZXNwb25zZSIAElIKDVNldExvY2tQb2xpY3kSHi5sb2NrZC52MS5TZXRMb2NrUG9saWN5UmVxdWVzdBofLmxvY2tkLnYxLlNldExvY2tQb2xpY3lSZXNwb25zZSIAEkwKC0FjcXVpcmVNYW55EhwubG9ja2QudjEuQWNxdWlyZU1hbnlSZXF1ZXN0Gh0ubG9ja2QudjEuQWNxdWlyZU1hbnlSZXNwb25zZSIAEkAKB0V4cGxhaW4SGC5sb2NrZC52MS5FeHBsYWluUmVxdWVzdBoZLmxvY2tkLnYxLkV4cGxhaW5SZXNwb25zZSIAElUKDlJlcXVlc3RSZWxlYXNlEh8ubG9ja2QudjEuUmVxdWVzdFJlbGVhc2VSZXF1ZXN0GiAubG9ja2QudjEuUmVxdWVzdFJlbGVhc2VSZXNwb25zZSIAMv0BCg5DbHVzdGVyU2VydmljZRI3CgRKb2luEhUubG9ja2QudjEuSm9pblJlcXVlc3QaFi5sb2NrZC52MS5Kb2luUmVzcG9uc2UiABJPCgxSZW1vdmVNZW1iZXISHS5sb2NrZC52MS5SZW1vdmVNZW1iZXJSZXF1ZXN0Gh4ubG9ja2QudjEuUmVtb3ZlTWVtYmVyUmVzcG9uc2UiABJhChJUcmFuc2ZlckxlYWRlcnNoaXASIy5sb2NrZC52MS5UcmFuc2ZlckxlYWRlcnNoaXBSZXF1ZXN0GiQubG9ja2QudjEuVHJhbnNmZXJMZWFkZXJzaGlwUmVzcG9uc2UiADJTCg5TZXNzaW9uU2VydmljZRJBCgZTdHJlYW0SFy5sb2NrZC52MS5TdHJlYW1SZXF1ZXN0GhgubG9ja2QudjEuU3RyZWFtUmVzcG9uc2UiACgBMAEyTAoMV2F0Y2hTZXJ2aWNlEjwKBVdhdGNoEhYubG9ja2QudjEuV2F0Y2hSZXF1ZXN0GhcubG9ja2QudjEuV2F0Y2hSZXNwb25zZSIAMAFCM1oxZ2l0aHViLmNvbS9sb2NrZC1kZXYvbG9ja2QvcHJvdG8vbG9ja2QvdjE7bG9ja2R2MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * ErrorDetail is attached to errors as a Connect error detail.
@@ -460,6 +460,16 @@ export type AcquireRequest = Message<"lockd.v1.AcquireRequest"> & {
    * @generated from field: string secret = 11;
    */
   secret: string;
+
+  /**
+   * The hold budget asked for: when the hold has lasted this long the
+   * leader ends it as an expiry ends it (lock-delay, next waiter granted),
+   * even while the session lives. Absent or 0: the lock policy's default.
+   * The identity's ceiling (auth file, limit max_hold=) caps either.
+   *
+   * @generated from field: google.protobuf.Duration max_hold = 12;
+   */
+  maxHold?: Duration | undefined;
 };
 
 /**
@@ -496,6 +506,15 @@ export type AcquireResponse = Message<"lockd.v1.AcquireResponse"> & {
    * @generated from field: string cluster_id = 4;
    */
   clusterId: string;
+
+  /**
+   * The grant's effective hold budget (when GRANTED and one applies):
+   * the client gives the hold up before sent + max_hold (see the lease
+   * rule); the leader ends it no sooner than the grant + max_hold.
+   *
+   * @generated from field: google.protobuf.Duration max_hold = 5;
+   */
+  maxHold?: Duration | undefined;
 };
 
 /**
@@ -729,6 +748,13 @@ export type Holder = Message<"lockd.v1.Holder"> & {
    * @generated from field: string owner = 6;
    */
   owner: string;
+
+  /**
+   * The hold's budget; absent: none.
+   *
+   * @generated from field: google.protobuf.Duration max_hold = 7;
+   */
+  maxHold?: Duration | undefined;
 };
 
 /**
@@ -831,6 +857,13 @@ export type DescribeLockResponse = Message<"lockd.v1.DescribeLockResponse"> & {
    * @generated from field: lockd.v1.LockInfo lock = 1;
    */
   lock?: LockInfo | undefined;
+
+  /**
+   * The lock's policy; absent when none is set.
+   *
+   * @generated from field: lockd.v1.LockPolicy policy = 2;
+   */
+  policy?: LockPolicy | undefined;
 };
 
 /**
@@ -839,6 +872,64 @@ export type DescribeLockResponse = Message<"lockd.v1.DescribeLockResponse"> & {
  */
 export const DescribeLockResponseSchema: GenMessage<DescribeLockResponse> = /*@__PURE__*/
   messageDesc(file_lockd_v1_lockd, 23);
+
+/**
+ * LockPolicy is an admin's per-lock rule, replicated with the lock table.
+ *
+ * @generated from message lockd.v1.LockPolicy
+ */
+export type LockPolicy = Message<"lockd.v1.LockPolicy"> & {
+  /**
+   * The hold budget of an acquire that asks none (absent or 0: none).
+   *
+   * @generated from field: google.protobuf.Duration default_max_hold = 1;
+   */
+  defaultMaxHold?: Duration | undefined;
+};
+
+/**
+ * Describes the message lockd.v1.LockPolicy.
+ * Use `create(LockPolicySchema)` to create a new message.
+ */
+export const LockPolicySchema: GenMessage<LockPolicy> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 24);
+
+/**
+ * @generated from message lockd.v1.SetLockPolicyRequest
+ */
+export type SetLockPolicyRequest = Message<"lockd.v1.SetLockPolicyRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The new policy; absent or all zero removes the lock's policy.
+   *
+   * @generated from field: lockd.v1.LockPolicy policy = 2;
+   */
+  policy?: LockPolicy | undefined;
+};
+
+/**
+ * Describes the message lockd.v1.SetLockPolicyRequest.
+ * Use `create(SetLockPolicyRequestSchema)` to create a new message.
+ */
+export const SetLockPolicyRequestSchema: GenMessage<SetLockPolicyRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 25);
+
+/**
+ * @generated from message lockd.v1.SetLockPolicyResponse
+ */
+export type SetLockPolicyResponse = Message<"lockd.v1.SetLockPolicyResponse"> & {
+};
+
+/**
+ * Describes the message lockd.v1.SetLockPolicyResponse.
+ * Use `create(SetLockPolicyResponseSchema)` to create a new message.
+ */
+export const SetLockPolicyResponseSchema: GenMessage<SetLockPolicyResponse> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 26);
 
 /**
  * @generated from message lockd.v1.ListLocksRequest
@@ -874,7 +965,7 @@ export type ListLocksRequest = Message<"lockd.v1.ListLocksRequest"> & {
  * Use `create(ListLocksRequestSchema)` to create a new message.
  */
 export const ListLocksRequestSchema: GenMessage<ListLocksRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 24);
+  messageDesc(file_lockd_v1_lockd, 27);
 
 /**
  * @generated from message lockd.v1.ListLocksResponse
@@ -898,7 +989,7 @@ export type ListLocksResponse = Message<"lockd.v1.ListLocksResponse"> & {
  * Use `create(ListLocksResponseSchema)` to create a new message.
  */
 export const ListLocksResponseSchema: GenMessage<ListLocksResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 25);
+  messageDesc(file_lockd_v1_lockd, 28);
 
 /**
  * @generated from message lockd.v1.ForceReleaseRequest
@@ -923,7 +1014,7 @@ export type ForceReleaseRequest = Message<"lockd.v1.ForceReleaseRequest"> & {
  * Use `create(ForceReleaseRequestSchema)` to create a new message.
  */
 export const ForceReleaseRequestSchema: GenMessage<ForceReleaseRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 26);
+  messageDesc(file_lockd_v1_lockd, 29);
 
 /**
  * @generated from message lockd.v1.ForceReleaseResponse
@@ -942,7 +1033,7 @@ export type ForceReleaseResponse = Message<"lockd.v1.ForceReleaseResponse"> & {
  * Use `create(ForceReleaseResponseSchema)` to create a new message.
  */
 export const ForceReleaseResponseSchema: GenMessage<ForceReleaseResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 27);
+  messageDesc(file_lockd_v1_lockd, 30);
 
 /**
  * @generated from message lockd.v1.CompleteRequest
@@ -996,7 +1087,7 @@ export type CompleteRequest = Message<"lockd.v1.CompleteRequest"> & {
  * Use `create(CompleteRequestSchema)` to create a new message.
  */
 export const CompleteRequestSchema: GenMessage<CompleteRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 28);
+  messageDesc(file_lockd_v1_lockd, 31);
 
 /**
  * @generated from message lockd.v1.CompleteResponse
@@ -1009,7 +1100,7 @@ export type CompleteResponse = Message<"lockd.v1.CompleteResponse"> & {
  * Use `create(CompleteResponseSchema)` to create a new message.
  */
 export const CompleteResponseSchema: GenMessage<CompleteResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 29);
+  messageDesc(file_lockd_v1_lockd, 32);
 
 /**
  * @generated from message lockd.v1.ClearMarkRequest
@@ -1034,7 +1125,7 @@ export type ClearMarkRequest = Message<"lockd.v1.ClearMarkRequest"> & {
  * Use `create(ClearMarkRequestSchema)` to create a new message.
  */
 export const ClearMarkRequestSchema: GenMessage<ClearMarkRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 30);
+  messageDesc(file_lockd_v1_lockd, 33);
 
 /**
  * @generated from message lockd.v1.ClearMarkResponse
@@ -1053,7 +1144,7 @@ export type ClearMarkResponse = Message<"lockd.v1.ClearMarkResponse"> & {
  * Use `create(ClearMarkResponseSchema)` to create a new message.
  */
 export const ClearMarkResponseSchema: GenMessage<ClearMarkResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 31);
+  messageDesc(file_lockd_v1_lockd, 34);
 
 /**
  * @generated from message lockd.v1.StatusRequest
@@ -1066,7 +1157,7 @@ export type StatusRequest = Message<"lockd.v1.StatusRequest"> & {
  * Use `create(StatusRequestSchema)` to create a new message.
  */
 export const StatusRequestSchema: GenMessage<StatusRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 32);
+  messageDesc(file_lockd_v1_lockd, 35);
 
 /**
  * @generated from message lockd.v1.Member
@@ -1105,7 +1196,7 @@ export type Member = Message<"lockd.v1.Member"> & {
  * Use `create(MemberSchema)` to create a new message.
  */
 export const MemberSchema: GenMessage<Member> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 33);
+  messageDesc(file_lockd_v1_lockd, 36);
 
 /**
  * @generated from message lockd.v1.StatusResponse
@@ -1181,7 +1272,7 @@ export type StatusResponse = Message<"lockd.v1.StatusResponse"> & {
  * Use `create(StatusResponseSchema)` to create a new message.
  */
 export const StatusResponseSchema: GenMessage<StatusResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 34);
+  messageDesc(file_lockd_v1_lockd, 37);
 
 /**
  * @generated from message lockd.v1.JoinRequest
@@ -1215,7 +1306,7 @@ export type JoinRequest = Message<"lockd.v1.JoinRequest"> & {
  * Use `create(JoinRequestSchema)` to create a new message.
  */
 export const JoinRequestSchema: GenMessage<JoinRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 35);
+  messageDesc(file_lockd_v1_lockd, 38);
 
 /**
  * @generated from message lockd.v1.JoinResponse
@@ -1237,7 +1328,7 @@ export type JoinResponse = Message<"lockd.v1.JoinResponse"> & {
  * Use `create(JoinResponseSchema)` to create a new message.
  */
 export const JoinResponseSchema: GenMessage<JoinResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 36);
+  messageDesc(file_lockd_v1_lockd, 39);
 
 /**
  * @generated from message lockd.v1.RemoveMemberRequest
@@ -1254,7 +1345,7 @@ export type RemoveMemberRequest = Message<"lockd.v1.RemoveMemberRequest"> & {
  * Use `create(RemoveMemberRequestSchema)` to create a new message.
  */
 export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 37);
+  messageDesc(file_lockd_v1_lockd, 40);
 
 /**
  * @generated from message lockd.v1.RemoveMemberResponse
@@ -1267,7 +1358,7 @@ export type RemoveMemberResponse = Message<"lockd.v1.RemoveMemberResponse"> & {
  * Use `create(RemoveMemberResponseSchema)` to create a new message.
  */
 export const RemoveMemberResponseSchema: GenMessage<RemoveMemberResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 38);
+  messageDesc(file_lockd_v1_lockd, 41);
 
 /**
  * @generated from message lockd.v1.TransferLeadershipRequest
@@ -1286,7 +1377,7 @@ export type TransferLeadershipRequest = Message<"lockd.v1.TransferLeadershipRequ
  * Use `create(TransferLeadershipRequestSchema)` to create a new message.
  */
 export const TransferLeadershipRequestSchema: GenMessage<TransferLeadershipRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 39);
+  messageDesc(file_lockd_v1_lockd, 42);
 
 /**
  * @generated from message lockd.v1.TransferLeadershipResponse
@@ -1303,7 +1394,7 @@ export type TransferLeadershipResponse = Message<"lockd.v1.TransferLeadershipRes
  * Use `create(TransferLeadershipResponseSchema)` to create a new message.
  */
 export const TransferLeadershipResponseSchema: GenMessage<TransferLeadershipResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 40);
+  messageDesc(file_lockd_v1_lockd, 43);
 
 /**
  * KeepAliveBatch renews many sessions of one client in one frame. The
@@ -1323,7 +1414,7 @@ export type KeepAliveBatch = Message<"lockd.v1.KeepAliveBatch"> & {
  * Use `create(KeepAliveBatchSchema)` to create a new message.
  */
 export const KeepAliveBatchSchema: GenMessage<KeepAliveBatch> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 41);
+  messageDesc(file_lockd_v1_lockd, 44);
 
 /**
  * KeepAliveResult is the answer for one session of a KeepAliveBatch.
@@ -1356,7 +1447,7 @@ export type KeepAliveResult = Message<"lockd.v1.KeepAliveResult"> & {
  * Use `create(KeepAliveResultSchema)` to create a new message.
  */
 export const KeepAliveResultSchema: GenMessage<KeepAliveResult> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 42);
+  messageDesc(file_lockd_v1_lockd, 45);
 
 /**
  * KeepAliveBatchResponse holds one result per session of the batch, in
@@ -1381,7 +1472,7 @@ export type KeepAliveBatchResponse = Message<"lockd.v1.KeepAliveBatchResponse"> 
  * Use `create(KeepAliveBatchResponseSchema)` to create a new message.
  */
 export const KeepAliveBatchResponseSchema: GenMessage<KeepAliveBatchResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 43);
+  messageDesc(file_lockd_v1_lockd, 46);
 
 /**
  * StreamError is a call's error on a stream: the Connect code (as its
@@ -1412,7 +1503,7 @@ export type StreamError = Message<"lockd.v1.StreamError"> & {
  * Use `create(StreamErrorSchema)` to create a new message.
  */
 export const StreamErrorSchema: GenMessage<StreamError> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 44);
+  messageDesc(file_lockd_v1_lockd, 47);
 
 /**
  * StreamRequest is one call on a session stream.
@@ -1481,7 +1572,7 @@ export type StreamRequest = Message<"lockd.v1.StreamRequest"> & {
  * Use `create(StreamRequestSchema)` to create a new message.
  */
 export const StreamRequestSchema: GenMessage<StreamRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 45);
+  messageDesc(file_lockd_v1_lockd, 48);
 
 /**
  * StreamResponse answers the StreamRequest with the same call_id.
@@ -1560,7 +1651,7 @@ export type StreamResponse = Message<"lockd.v1.StreamResponse"> & {
  * Use `create(StreamResponseSchema)` to create a new message.
  */
 export const StreamResponseSchema: GenMessage<StreamResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 46);
+  messageDesc(file_lockd_v1_lockd, 49);
 
 /**
  * @generated from message lockd.v1.SetValueRequest
@@ -1613,7 +1704,7 @@ export type SetValueRequest = Message<"lockd.v1.SetValueRequest"> & {
  * Use `create(SetValueRequestSchema)` to create a new message.
  */
 export const SetValueRequestSchema: GenMessage<SetValueRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 47);
+  messageDesc(file_lockd_v1_lockd, 50);
 
 /**
  * @generated from message lockd.v1.SetValueResponse
@@ -1626,7 +1717,7 @@ export type SetValueResponse = Message<"lockd.v1.SetValueResponse"> & {
  * Use `create(SetValueResponseSchema)` to create a new message.
  */
 export const SetValueResponseSchema: GenMessage<SetValueResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 48);
+  messageDesc(file_lockd_v1_lockd, 51);
 
 /**
  * @generated from message lockd.v1.WatchRequest
@@ -1664,7 +1755,7 @@ export type WatchRequest = Message<"lockd.v1.WatchRequest"> & {
  * Use `create(WatchRequestSchema)` to create a new message.
  */
 export const WatchRequestSchema: GenMessage<WatchRequest> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 49);
+  messageDesc(file_lockd_v1_lockd, 52);
 
 /**
  * WatchResponse is one event: a change of one lock, or a reset.
@@ -1753,7 +1844,340 @@ export type WatchResponse = Message<"lockd.v1.WatchResponse"> & {
  * Use `create(WatchResponseSchema)` to create a new message.
  */
 export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
-  messageDesc(file_lockd_v1_lockd, 50);
+  messageDesc(file_lockd_v1_lockd, 53);
+
+/**
+ * LockRequest is one lock of an AcquireMany.
+ *
+ * @generated from message lockd.v1.LockRequest
+ */
+export type LockRequest = Message<"lockd.v1.LockRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: lockd.v1.Mode mode = 2;
+   */
+  mode: Mode;
+
+  /**
+   * As AcquireRequest.limit.
+   *
+   * @generated from field: optional uint32 limit = 3;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * Describes the message lockd.v1.LockRequest.
+ * Use `create(LockRequestSchema)` to create a new message.
+ */
+export const LockRequestSchema: GenMessage<LockRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 54);
+
+/**
+ * @generated from message lockd.v1.AcquireManyRequest
+ */
+export type AcquireManyRequest = Message<"lockd.v1.AcquireManyRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: uint64 seq = 2;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: uint64 ack = 3;
+   */
+  ack: bigint;
+
+  /**
+   * 2 to 32 distinct locks.
+   *
+   * @generated from field: repeated lockd.v1.LockRequest locks = 4;
+   */
+  locks: LockRequest[];
+
+  /**
+   * Queue when not every lock is free instead of failing with BUSY.
+   *
+   * @generated from field: bool wait = 5;
+   */
+  wait: boolean;
+
+  /**
+   * As AcquireRequest.poll_timeout.
+   *
+   * @generated from field: google.protobuf.Duration poll_timeout = 6;
+   */
+  pollTimeout?: Duration | undefined;
+
+  /**
+   * Kept with every hold of the set (at most 1 KiB).
+   *
+   * @generated from field: bytes value = 7;
+   */
+  value: Uint8Array;
+
+  /**
+   * @generated from field: string secret = 8;
+   */
+  secret: string;
+
+  /**
+   * As AcquireRequest.max_hold, for every hold of the set.
+   *
+   * @generated from field: google.protobuf.Duration max_hold = 9;
+   */
+  maxHold?: Duration | undefined;
+};
+
+/**
+ * Describes the message lockd.v1.AcquireManyRequest.
+ * Use `create(AcquireManyRequestSchema)` to create a new message.
+ */
+export const AcquireManyRequestSchema: GenMessage<AcquireManyRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 55);
+
+/**
+ * LockGrant is one granted lock of an AcquireMany.
+ *
+ * @generated from message lockd.v1.LockGrant
+ */
+export type LockGrant = Message<"lockd.v1.LockGrant"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: uint64 token = 2;
+   */
+  token: bigint;
+};
+
+/**
+ * Describes the message lockd.v1.LockGrant.
+ * Use `create(LockGrantSchema)` to create a new message.
+ */
+export const LockGrantSchema: GenMessage<LockGrant> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 56);
+
+/**
+ * @generated from message lockd.v1.AcquireManyResponse
+ */
+export type AcquireManyResponse = Message<"lockd.v1.AcquireManyResponse"> & {
+  /**
+   * @generated from field: lockd.v1.AcquireStatus status = 1;
+   */
+  status: AcquireStatus;
+
+  /**
+   * When GRANTED: one per lock, in the request's order.
+   *
+   * @generated from field: repeated lockd.v1.LockGrant grants = 2;
+   */
+  grants: LockGrant[];
+
+  /**
+   * When QUEUED: the request's position in its first lock's queue.
+   *
+   * @generated from field: uint32 position = 3;
+   */
+  position: number;
+
+  /**
+   * @generated from field: string cluster_id = 4;
+   */
+  clusterId: string;
+
+  /**
+   * As AcquireResponse.max_hold (the same for every lock of the set).
+   *
+   * @generated from field: google.protobuf.Duration max_hold = 5;
+   */
+  maxHold?: Duration | undefined;
+};
+
+/**
+ * Describes the message lockd.v1.AcquireManyResponse.
+ * Use `create(AcquireManyResponseSchema)` to create a new message.
+ */
+export const AcquireManyResponseSchema: GenMessage<AcquireManyResponse> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 57);
+
+/**
+ * @generated from message lockd.v1.ExplainRequest
+ */
+export type ExplainRequest = Message<"lockd.v1.ExplainRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: lockd.v1.ReadConsistency consistency = 2;
+   */
+  consistency: ReadConsistency;
+};
+
+/**
+ * Describes the message lockd.v1.ExplainRequest.
+ * Use `create(ExplainRequestSchema)` to create a new message.
+ */
+export const ExplainRequestSchema: GenMessage<ExplainRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 58);
+
+/**
+ * WaitStep is one link of a chain of waits: session waits for lock, which
+ * blocked_by holds (or is queued before it on).
+ *
+ * @generated from message lockd.v1.WaitStep
+ */
+export type WaitStep = Message<"lockd.v1.WaitStep"> & {
+  /**
+   * 1 for a holder of the lock explained, 2 for a session that one waits
+   * for, and so on.
+   *
+   * @generated from field: uint32 depth = 1;
+   */
+  depth: number;
+
+  /**
+   * @generated from field: string session_id = 2;
+   */
+  sessionId: string;
+
+  /**
+   * @generated from field: string owner = 3;
+   */
+  owner: string;
+
+  /**
+   * @generated from field: string lock = 4;
+   */
+  lock: string;
+
+  /**
+   * @generated from field: string blocked_by = 5;
+   */
+  blockedBy: string;
+
+  /**
+   * @generated from field: string blocked_by_owner = 6;
+   */
+  blockedByOwner: string;
+
+  /**
+   * blocked_by holds the lock (else it is queued before session_id).
+   *
+   * @generated from field: bool holding = 7;
+   */
+  holding: boolean;
+
+  /**
+   * When session_id's wait for lock was queued.
+   *
+   * @generated from field: google.protobuf.Timestamp queued_at = 8;
+   */
+  queuedAt?: Timestamp | undefined;
+
+  /**
+   * blocked_by appears earlier in the chain: the sessions wait in a cycle.
+   *
+   * @generated from field: bool cycle = 9;
+   */
+  cycle: boolean;
+};
+
+/**
+ * Describes the message lockd.v1.WaitStep.
+ * Use `create(WaitStepSchema)` to create a new message.
+ */
+export const WaitStepSchema: GenMessage<WaitStep> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 59);
+
+/**
+ * @generated from message lockd.v1.ExplainResponse
+ */
+export type ExplainResponse = Message<"lockd.v1.ExplainResponse"> & {
+  /**
+   * Absent when no such lock exists (free, no waiters).
+   *
+   * @generated from field: lockd.v1.LockInfo lock = 1;
+   */
+  lock?: LockInfo | undefined;
+
+  /**
+   * Depth first from each holder (token order), each session followed
+   * once; at most 1000 steps.
+   *
+   * @generated from field: repeated lockd.v1.WaitStep chain = 2;
+   */
+  chain: WaitStep[];
+
+  /**
+   * The chain was cut at 1000 steps.
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message lockd.v1.ExplainResponse.
+ * Use `create(ExplainResponseSchema)` to create a new message.
+ */
+export const ExplainResponseSchema: GenMessage<ExplainResponse> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 60);
+
+/**
+ * @generated from message lockd.v1.RequestReleaseRequest
+ */
+export type RequestReleaseRequest = Message<"lockd.v1.RequestReleaseRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Why, for the holder and watchers (at most 256 bytes).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message lockd.v1.RequestReleaseRequest.
+ * Use `create(RequestReleaseRequestSchema)` to create a new message.
+ */
+export const RequestReleaseRequestSchema: GenMessage<RequestReleaseRequest> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 61);
+
+/**
+ * @generated from message lockd.v1.RequestReleaseResponse
+ */
+export type RequestReleaseResponse = Message<"lockd.v1.RequestReleaseResponse"> & {
+  /**
+   * The holds asked (0 when the lock had no holder).
+   *
+   * @generated from field: uint32 holders = 1;
+   */
+  holders: number;
+};
+
+/**
+ * Describes the message lockd.v1.RequestReleaseResponse.
+ * Use `create(RequestReleaseResponseSchema)` to create a new message.
+ */
+export const RequestReleaseResponseSchema: GenMessage<RequestReleaseResponse> = /*@__PURE__*/
+  messageDesc(file_lockd_v1_lockd, 62);
 
 /**
  * Mode is how a lock is held.
@@ -1936,6 +2360,13 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_RATE_LIMITED = 16;
    */
   RATE_LIMITED = 16,
+
+  /**
+   * the wait would close a cycle of sessions waiting for each other (the message names it)
+   *
+   * @generated from enum value: ERROR_REASON_DEADLOCK = 17;
+   */
+  DEADLOCK = 17,
 }
 
 /**
@@ -2058,6 +2489,22 @@ export enum EventKind {
    * @generated from enum value: EVENT_KIND_VALUE_CHANGED = 11;
    */
   VALUE_CHANGED = 11,
+
+  /**
+   * The hold's budget (max_hold) ran out: the leader ended the hold as an
+   * expiry ends it, while its session lives on.
+   *
+   * @generated from enum value: EVENT_KIND_HOLD_EXPIRED = 12;
+   */
+  HOLD_EXPIRED = 12,
+
+  /**
+   * Someone asked the holder (session, token) to let go (RequestRelease);
+   * value is the reason. Nothing changed: the holder decides.
+   *
+   * @generated from enum value: EVENT_KIND_RELEASE_REQUESTED = 13;
+   */
+  RELEASE_REQUESTED = 13,
 
   /**
    * Not a lock event: events were lost to this stream (position too old,
@@ -2257,6 +2704,54 @@ export const LockService: GenService<{
     input: typeof SetValueRequestSchema;
     output: typeof SetValueResponseSchema;
   },
+  /**
+   * SetLockPolicy (admin) sets or removes a lock's policy: the hold budget
+   * an acquire gets when it asks none (default_max_hold). The policy is
+   * replicated and outlives the lock's holds; DescribeLock shows it.
+   *
+   * @generated from rpc lockd.v1.LockService.SetLockPolicy
+   */
+  setLockPolicy: {
+    methodKind: "unary";
+    input: typeof SetLockPolicyRequestSchema;
+    output: typeof SetLockPolicyResponseSchema;
+  },
+  /**
+   * AcquireMany takes several locks all at once, or queues one request on
+   * each of them that is granted only when it can take them all at once:
+   * it never holds part of the set while waiting for the rest. One token
+   * per lock; release them one by one with Release.
+   *
+   * @generated from rpc lockd.v1.LockService.AcquireMany
+   */
+  acquireMany: {
+    methodKind: "unary";
+    input: typeof AcquireManyRequestSchema;
+    output: typeof AcquireManyResponseSchema;
+  },
+  /**
+   * Explain tells who holds a lock, who waits for it and since when, and
+   * the chain of what each holder itself waits for, across locks.
+   *
+   * @generated from rpc lockd.v1.LockService.Explain
+   */
+  explain: {
+    methodKind: "unary";
+    input: typeof ExplainRequestSchema;
+    output: typeof ExplainResponseSchema;
+  },
+  /**
+   * RequestRelease asks a lock's holders to let go: an event every watcher
+   * of the lock sees (EVENT_KIND_RELEASE_REQUESTED, one per hold, with the
+   * reason as its value). It changes no hold: the holder decides.
+   *
+   * @generated from rpc lockd.v1.LockService.RequestRelease
+   */
+  requestRelease: {
+    methodKind: "unary";
+    input: typeof RequestReleaseRequestSchema;
+    output: typeof RequestReleaseResponseSchema;
+  },
 }> = /*@__PURE__*/
   serviceDesc(file_lockd_v1_lockd, 0);
 
@@ -2344,7 +2839,7 @@ export const WatchService: GenService<{
    * than this node keeps (or the node restored a snapshot, or the stream
    * fell too far behind), it sends one event of kind EVENT_KIND_RESET,
    * whose position the client continues from after re-listing the locks,
-   * and ends. It also serves as GET /v1/watch?prefix=P&from=POS
+   * and goes on after it. It also serves as GET /v1/watch?prefix=P&from=POS
    * (Server-Sent Events).
    *
    * @generated from rpc lockd.v1.WatchService.Watch
