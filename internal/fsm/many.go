@@ -217,13 +217,15 @@ func (f *FSM) applyAcquireMany(c *fsmv1.AcquireMany) *Result {
 		}
 	}
 	var edges []edge
+	seeds := make([]seed, len(locks))
 	for i, l := range locks {
+		seeds[i] = seed{l, true}
 		if len(l.queue) >= limits.waiters {
 			return refuse(fail(CodeTooMany, "lock %q has %d waiters already", l.name, limits.waiters))
 		}
 		edges = append(edges, blockersOf(l, s.id, ls[i].Mode, len(l.queue), true)...)
 	}
-	if r := f.deadlock(s, edges); r != nil {
+	if r := f.deadlock(s, edges, seeds...); r != nil {
 		return refuse(r)
 	}
 	g := &group{session: s.id, seq: c.Seq}
