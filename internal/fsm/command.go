@@ -29,6 +29,8 @@ const (
 	CmdClearMark     CmdType = 12
 	CmdUndelay       CmdType = 13
 	CmdSetValue      CmdType = 14
+	// CmdSetClusterVersion raises the cluster version (version.go).
+	CmdSetClusterVersion CmdType = 19
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -120,6 +122,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.Undelay{}
 	case CmdSetValue:
 		m = &fsmv1.SetValue{}
+	case CmdSetClusterVersion:
+		m = &fsmv1.SetClusterVersion{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

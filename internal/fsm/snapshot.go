@@ -28,7 +28,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 
 // stateLocked is State with f.mu held.
 func (f *FSM) stateLocked() *fsmv1.Snapshot {
-	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken}
+	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, ClusterVersion: f.clusterVersion}
 	for _, s := range f.sessions {
 		ps := &fsmv1.Session{Id: s.id, RequestId: s.requestID, TtlMs: s.ttlMs, Owner: s.owner, CreatedUnixNano: s.created, Revoked: s.revoked, Ack: s.ack, SecretHash: s.secretHash, Identity: s.identity}
 		for _, seq := range s.seqs {
@@ -203,6 +203,7 @@ type state struct {
 	names            *btree.BTreeG[*lock] // locks by name (derived)
 	members          map[string]Member
 	counts           counts
+	clusterVersion   uint32
 }
 
 func (f *FSM) install(st *state) {
@@ -210,6 +211,7 @@ func (f *FSM) install(st *state) {
 	id := st.clusterID
 	f.publicID.Store(&id)
 	f.sessions, f.byRequest, f.locks, f.names, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.counts
+	f.clusterVersion = st.clusterVersion
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -236,6 +238,9 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	st.epoch = max(c.Epoch, st.lastToken)
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
+	// The cluster version is this cluster's (what its voters apply), not
+	// the backup's.
+	st.clusterVersion = f.clusterVersion
 	f.install(st)
 	f.restored, f.pending = f.sink != nil, nil
 	return &Result{}
@@ -283,7 +288,7 @@ func decodeState(snap *fsmv1.Snapshot) (*state, error) {
 		return nil, err
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: locks, names: names, members: members, counts: cs, clusterVersion: snap.ClusterVersion}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or
