@@ -161,7 +161,8 @@ type FSM struct {
 	applied   uint64                 // index of the last Raft log entry applied (0: none known)
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
 
-	clusterVersion uint32 // the cluster version; 0 means 1 (version.go)
+	clusterVersion uint32       // the cluster version; 0 means 1 (version.go)
+	onVersion      func(uint32) // told when clusterVersion changes (OnClusterVersion)
 }
 
 // New returns an empty FSM that hands the events of each applied entry to

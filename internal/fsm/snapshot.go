@@ -212,6 +212,9 @@ func (f *FSM) install(st *state) {
 	f.publicID.Store(&id)
 	f.sessions, f.byRequest, f.locks, f.names, f.members, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.counts
 	f.clusterVersion = st.clusterVersion
+	if f.onVersion != nil && f.clusterVersion > 1 {
+		f.onVersion(f.clusterVersion)
+	}
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)

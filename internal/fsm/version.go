@@ -82,6 +82,18 @@ func (f *FSM) applySetClusterVersion(c *fsmv1.SetClusterVersion) *Result {
 	}
 	if c.Version > max(1, f.clusterVersion) {
 		f.clusterVersion = c.Version
+		if f.onVersion != nil {
+			f.onVersion(c.Version)
+		}
 	}
 	return &Result{}
+}
+
+// OnClusterVersion sets fn to be called, under the FSM's lock (it must not
+// block or call back), with the cluster version whenever Apply raises it or
+// a snapshot installs one above 1. Set it before Raft starts.
+func (f *FSM) OnClusterVersion(fn func(uint32)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onVersion = fn
 }

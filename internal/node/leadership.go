@@ -35,6 +35,9 @@ func (s *Node) Ready() bool {
 // Propose appends a command to the Raft log and returns the FSM's result
 // once it is committed and applied here.
 func (s *Node) Propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
+	if err := (versionGate{s}).check(t, m); err != nil {
+		return nil, err
+	}
 	b, err := fsm.Encode(t, m)
 	if err != nil {
 		return nil, err
@@ -177,6 +180,8 @@ func (s leadership) tryEstablish(gen uint64) error {
 		leaderTimers(s).promoteTimers(term)
 		s.promotedTerm.Store(term)
 		s.firstReadyOnce.Do(func() { close(s.firstReady) })
+		changed := s.leaderChanged
+		s.Background(func() { versionGate(s).probeVersions(changed) })
 		s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
 	}
 	s.leaderMu.Unlock()

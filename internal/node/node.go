@@ -84,6 +84,7 @@ type Node struct {
 	fatal   func(error)
 
 	acks ackTracker // replies to this node's AppendEntries, for leadership checks (acks.go)
+	vers versions   // the version gate (version.go)
 
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
@@ -143,6 +144,7 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.delays = lease.New(0, timers.undelay)
 	s.hub = NewHub(cfg.WatchHistory)
 	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Waiters: s.waiters, Hub: s.hub})
+	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
 	return s, nil
 }
 
