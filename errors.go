@@ -97,6 +97,10 @@ var (
 	// rate, its sessions or its waiting acquires. The message says which.
 	// It also matches ErrTooMany.
 	ErrRateLimited = errors.New("lockd: rate limited")
+	// ErrUpgradeRequired means the request needs a command version some
+	// member of the cluster does not apply yet: the message names the
+	// versions and the members behind. Upgrade every node, then retry.
+	ErrUpgradeRequired = errors.New("lockd: upgrade required")
 )
 
 // Holder describes one current holder of a lock, as reported in a
@@ -222,6 +226,8 @@ func mapError(err error, name string) error {
 			return wrap(ErrUnauthenticated, err)
 		case lockdv1.ErrorReason_ERROR_REASON_RATE_LIMITED:
 			return wrap(ErrRateLimited, wrap(ErrTooMany, err))
+		case lockdv1.ErrorReason_ERROR_REASON_UPGRADE_REQUIRED:
+			return wrap(ErrUpgradeRequired, err)
 		}
 	}
 	switch ce.Code() {

@@ -174,19 +174,20 @@ func (s leadership) tryEstablish(gen uint64) error {
 	if err != nil {
 		return err
 	}
+	var changed <-chan struct{} // closed when this leadership ends
 	s.leaderMu.Lock()
 	established := s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
 	if established {
 		leaderTimers(s).promoteTimers(term)
 		s.promotedTerm.Store(term)
 		s.firstReadyOnce.Do(func() { close(s.firstReady) })
-		changed := s.leaderChanged
-		s.Background(func() { versionGate(s).probeVersions(changed) })
+		changed = s.leaderChanged
 		s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
 	}
 	s.leaderMu.Unlock()
 	if established {
 		s.Background(Membership(s).promotePending)
+		s.Background(func() { versionGate(s).probeVersions(changed) })
 	}
 	return nil
 }

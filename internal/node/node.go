@@ -38,6 +38,9 @@ type Options struct {
 	LogStore func(raft.LogStore) raft.LogStore
 	// Fatal is called when the node must stop (default: log and exit).
 	Fatal func(error)
+	// ReportApplyVersion, when set, is the command version the node
+	// reports instead of the one it applies (tests: an older node).
+	ReportApplyVersion uint32
 }
 
 // Node is the Raft side of one lockd node: the data dir, Raft and its
@@ -145,6 +148,7 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.hub = NewHub(cfg.WatchHistory)
 	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Waiters: s.waiters, Hub: s.hub})
 	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
+	s.vers.reported.Store(o.ReportApplyVersion)
 	return s, nil
 }
 

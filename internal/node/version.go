@@ -242,7 +242,9 @@ func (s versionGate) raiseClusterVersion(ctx context.Context) (settled bool, err
 	}
 	cv := s.fsm.ClusterVersion()
 	if low <= cv {
-		return true, nil
+		// Settled when every member applies what this one does; a member
+		// behind (being upgraded, most likely) is asked again sooner.
+		return low >= Versions(s).ApplyVersion(), nil
 	}
 	r, err := s.Propose(fsm.CmdSetClusterVersion, &fsmv1.SetClusterVersion{Version: low})
 	if err == nil {
