@@ -185,7 +185,6 @@ func TestVersionGateRaisesOnceAllMembersApply(t *testing.T) {
 // leaderBehind is the leader's list of members behind version 2.
 func leaderBehind(s *Server) []string { return s.nd.Hooks().VersionsBehind(2) }
 
-
 // status is node i's Status, read directly from it.
 func status(t *testing.T, c *tcluster, i int) *lockdv1.StatusResponse {
 	t.Helper()
