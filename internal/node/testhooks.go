@@ -45,9 +45,5 @@ func (s TestHooks) VerifyChecks() uint64 { return s.verify.Checks() }
 // a node of another version (0: the real one).
 func (s TestHooks) ReportApplyVersion(v uint32) { s.vers.reported.Store(v) }
 
-// VersionsBehind returns the members the leader's last version probe found
-// below version need or could not reach.
-func (s TestHooks) VersionsBehind(need uint32) []string { return versionGate(s).behind(need) }
-
 // WatchdogTrips returns the counter of the leader watchdog's trips.
 func (s TestHooks) WatchdogTrips() prometheus.Counter { return s.metrics.watchdogTrips }
