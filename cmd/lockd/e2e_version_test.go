@@ -35,6 +35,8 @@ func skipOrFail(t *testing.T, msg string, args ...any) {
 // buildMixedBinaries builds the lockd of gateBaseCommit (from a git
 // archive of this checkout) and this tree's lockd with the build tag
 // lockdgatetest (an Acquire of "v2/..." then needs command version 2).
+// -trimpath keeps the build cache's keys free of the temporary source
+// directory, so a second run links from the cache.
 func buildMixedBinaries(t *testing.T) (oldBin, newBin string) {
 	t.Helper()
 	if _, err := exec.LookPath("go"); err != nil {
@@ -62,13 +64,13 @@ func buildMixedBinaries(t *testing.T) (oldBin, newBin string) {
 	}
 	oldBin, newBin = filepath.Join(dir, "lockd-old"), filepath.Join(dir, "lockd-new")
 	start := time.Now()
-	build := exec.Command("go", "build", "-o", oldBin, "./cmd/lockd")
+	build := exec.Command("go", "build", "-trimpath", "-o", oldBin, "./cmd/lockd")
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOWORK=off")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build lockd of %s: %v\n%s", gateBaseCommit, err, b)
 	}
-	if b, err := exec.Command("go", "build", "-tags", "lockdgatetest", "-o", newBin, ".").CombinedOutput(); err != nil {
+	if b, err := exec.Command("go", "build", "-trimpath", "-tags", "lockdgatetest", "-o", newBin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build lockd (lockdgatetest): %v\n%s", err, b)
 	}
 	t.Logf("built the lockd of %s and this tree's in %v", gateBaseCommit, time.Since(start).Round(time.Millisecond))
