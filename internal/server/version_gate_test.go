@@ -54,6 +54,7 @@ func waitClusterVersion(t *testing.T, c *tcluster, v uint32, timeout time.Durati
 // with version 1 is then refused, and a cluster version above what a node
 // applies stops it.
 func TestVersionGateRaisesOnceAllMembersApply(t *testing.T) {
+	leakCheck(t)
 	opts := defaultClusterOpts()
 	opts.nodeOptions = func(id string) []Option {
 		if id == "n3" {
