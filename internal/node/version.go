@@ -95,7 +95,7 @@ func (s Versions) ApplyVersion() uint32 {
 	return fsm.ApplyVersion
 }
 
-// gate refuses a command that needs more than the cluster version, before
+// check refuses a command that needs more than the cluster version, before
 // it reaches the log. A node that has not established its leadership (its
 // applied cluster version may be behind the log) answers not-leader
 // instead: the caller retries or goes to the leader.
