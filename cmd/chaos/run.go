@@ -122,7 +122,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		stopClients()
 		for _, s := range slots {
 			s.signal(syscall.SIGCONT) // a pause cut short by an interrupt
-			if s.kind == "go" {
+			if s.kind == "go" || s.kind == "pair" {
 				s.signal(syscall.SIGTERM)
 			}
 		}
