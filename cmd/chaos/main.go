@@ -6,9 +6,10 @@
 //	go run ./cmd/chaos --profile short --seed 1
 //
 // It builds ./cmd/lockd, starts a cluster of `lockd serve` processes on
-// 127.0.0.1, Go-client workers and `lockd run` loops contending on a few
-// locks, injects faults on a seeded schedule, and checks the recorded
-// history. Exit codes: 0 no violation, 1 violations found, 2 the harness
+// 127.0.0.1, Go-client workers (some of their holds sets of locks taken at
+// once) and `lockd run` loops contending on a few locks, and lock-order
+// inversion pairs whose cycles must be refused, injects faults on a seeded
+// schedule, and checks the recorded history. Exit codes: 0 no violation, 1 violations found, 2 the harness
 // failed, 64 usage. `chaos check FILE` re-checks a recorded history.
 //
 // With --backend redis, redis-aof or redlock it runs the same clients and
