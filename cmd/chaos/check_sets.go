@@ -21,8 +21,8 @@ type CycleStats struct {
 	Rounds int `json:"rounds"`
 	// Refused counts rounds whose cycle was refused with DEADLOCK.
 	Refused int `json:"refused"`
-	// Unrefused counts rounds with no refusal and no fault or lease loss
-	// to explain it: violations.
+	// Unrefused counts rounds with no refusal, or one later than
+	// RefuseBound, and no fault or lease loss to explain it: violations.
 	Unrefused int `json:"unrefused"`
 	// Excused counts rounds with no refusal, or a late one, while a fault
 	// or a lease loss overlapped them: not judged.

@@ -271,7 +271,7 @@ func params(t timing) checkParams {
 		Slack:         500 * time.Millisecond,
 		Liveness:      t.TTL + t.Grace + t.Election + 2*time.Second,
 		LinearTimeout: time.Minute,
-		RefuseBound:   2 * time.Second,
+		RefuseBound:   4 * time.Second,
 	}
 }
 
