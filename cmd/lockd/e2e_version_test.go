@@ -33,8 +33,7 @@ func skipOrFail(t *testing.T, msg string, args ...any) {
 }
 
 // buildMixedBinaries builds the lockd of gateBaseCommit (from a git
-// archive of this checkout) and this tree's lockd with the build tag
-// lockdgatetest (an Acquire of "v2/..." then needs command version 2).
+// archive of this checkout) and this tree's lockd.
 // -trimpath keeps the build cache's keys free of the temporary source
 // directory, so a second run links from the cache.
 func buildMixedBinaries(t *testing.T) (oldBin, newBin string) {
@@ -70,8 +69,8 @@ func buildMixedBinaries(t *testing.T) (oldBin, newBin string) {
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build lockd of %s: %v\n%s", gateBaseCommit, err, b)
 	}
-	if b, err := exec.Command("go", "build", "-trimpath", "-tags", "lockdgatetest", "-o", newBin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build lockd (lockdgatetest): %v\n%s", err, b)
+	if b, err := exec.Command("go", "build", "-trimpath", "-o", newBin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build lockd: %v\n%s", err, b)
 	}
 	t.Logf("built the lockd of %s and this tree's in %v", gateBaseCommit, time.Since(start).Round(time.Millisecond))
 	return oldBin, newBin
@@ -134,8 +133,8 @@ func waitSameState(t *testing.T, nodes []*clusterNode) string {
 // refused with UPGRADE_REQUIRED naming n1, and the replicas agree; n1 is
 // replaced by this tree's lockd on its data dir, the leader raises the
 // cluster version to 2, the command is accepted, and the replicas agree.
-// Until version-2 commands exist, the new binaries are built with the tag
-// lockdgatetest, under which an Acquire of "v2/..." needs version 2.
+// The version-2 command is a real one: an AcquireMany (all-or-nothing
+// multi-lock), which a version-1 node cannot decode.
 func TestMixedVersionUpgrade(t *testing.T) {
 	needBinary(t)
 	oldBin, newBin := buildMixedBinaries(t)
@@ -181,13 +180,13 @@ func TestMixedVersionUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v2 := sess.NewMutex("v2/a")
+	v2 := sess.NewMultiLock([]string{"v2/a", "v2/b"})
 	var refusal error
 	if !pollEvery(15*time.Second, 100*time.Millisecond, func() bool {
 		refusal = v2.TryLock(ctx)
 		return errors.Is(refusal, lockd.ErrUpgradeRequired) && strings.Contains(refusal.Error(), "n1 (version 1)")
 	}) {
-		t.Fatalf("version-2 lock with n1 old: %v, want ErrUpgradeRequired naming n1 (version 1)", refusal)
+		t.Fatalf("AcquireMany with n1 old: %v, want ErrUpgradeRequired naming n1 (version 1)", refusal)
 	}
 	t.Logf("refused: %v", refusal)
 	before := waitSameState(t, nodes)
@@ -217,10 +216,10 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		t.Fatal("cluster version not 2 on every node 30s after n1 was upgraded")
 	}
 	if err := v2.TryLock(ctx); err != nil {
-		t.Fatalf("version-2 lock after the upgrade: %v", err)
+		t.Fatalf("AcquireMany after the upgrade: %v", err)
 	}
 	after := waitSameState(t, nodes)
-	if !strings.Contains(after, "v2/a:") {
+	if !strings.Contains(after, "v2/a:") || !strings.Contains(after, "v2/b:") {
 		t.Fatalf("the accepted lock is not in the state: %s", after)
 	}
 	t.Logf("state on every node: %s", after)
