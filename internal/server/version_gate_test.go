@@ -26,25 +26,6 @@ import (
 //
 //	go test -tags lockdgatetest -run TestVersionGate ./internal/server
 
-// waitClusterVersion polls until every node has applied cluster version v.
-func waitClusterVersion(t *testing.T, c *tcluster, v uint32, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		low := ^uint32(0)
-		for i := range c.nodes {
-			low = min(low, c.server(i).fsm.ClusterVersion())
-		}
-		if low == v {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster version: lowest %d after %v, want %d", low, timeout, v)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestVersionGateRaisesOnceAllMembersApply: n3 reports version 1 (an
 // in-process stand-in for an older binary: WithReportedApplyVersion; the
 // real old binary is in cmd/lockd's TestMixedVersionUpgrade). The leader
@@ -63,15 +44,7 @@ func TestVersionGateRaisesOnceAllMembersApply(t *testing.T) {
 		return nil
 	}
 	c := newTestCluster(t, 3, opts)
-	// The harness bootstraps the three statically, so only a leader has
-	// recorded its API URL; record every member's, as a Join does, so the
-	// leader can probe them.
-	for _, nd := range c.nodes {
-		onLeader(t, c, func(s *Server) error {
-			_, err := s.nd.Propose(fsm.CmdSetMember, &fsmv1.SetMember{NodeId: nd.id, ApiUrl: nd.url, RaftAddress: nd.id})
-			return err
-		})
-	}
+	recordMembers(t, c)
 	cl := c.newClient("gate")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -176,25 +149,6 @@ func TestVersionGateRaisesOnceAllMembersApply(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of 3 nodes stopped on a cluster version above theirs: %v", n, fatals)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// onLeader runs f on the leader until it returns nil, for up to 20 s: a
-// leadership change on a busy machine is normal.
-func onLeader(t *testing.T, c *tcluster, f func(s *Server) error) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		li, err := c.waitLeader(10 * time.Second)
-		if err == nil {
-			if err = f(c.server(li)); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("on the leader: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
