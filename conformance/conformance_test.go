@@ -24,6 +24,8 @@ var cases = []struct {
 	{"RWLock", caseRWLock},
 	{"Election", caseElection},
 	{"Complete", caseComplete},
+	{"MultiLockAllOrNothing", caseMultiLockAllOrNothing},
+	{"MultiLockNoDeadlock", caseMultiLockNoDeadlock},
 	{"LeaderKill", caseLeaderKill},
 }
 
