@@ -1,7 +1,5 @@
 package main
 
-
-
 // multiLock serves multi_lock: every lock of names taken at once with
 // Session.NewMultiLock, kept under the handle only when granted.
 func (d *driver) multiLock(r request) (map[string]any, error) {
@@ -32,4 +30,3 @@ func (d *driver) multiLock(r request) (map[string]any, error) {
 	d.mu.Unlock()
 	return map[string]any{"tokens": ml.Tokens()}, nil
 }
-
