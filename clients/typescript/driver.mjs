@@ -40,7 +40,7 @@ class DriverError extends Error {
 const codeMap = {
   busy: "busy", not_held: "not_held", lease_lost: "lease_lost", session_closed: "lease_lost", already_held: "already_held",
   unavailable: "unavailable", deadline: "deadline", cancelled: "cancelled", permission_denied: "permission_denied",
-  unauthenticated: "unauthenticated", invalid: "invalid", done: "done", no_leader: "not_found",
+  unauthenticated: "unauthenticated", invalid: "invalid", done: "done", no_leader: "not_found", deadlock: "deadlock",
 };
 
 function get(map, key, what) {
@@ -67,7 +67,7 @@ const ops = {
     client: "typescript",
     version: "1",
     package: version,
-    capabilities: ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"],
+    capabilities: ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock"],
   }),
   open_session: async (r) => {
     const opts = { ttlMs: Number(r.ttl_ms) };
@@ -86,10 +86,19 @@ const ops = {
   semaphore: (r) => take(r, (s) => s.semaphore(r.name, Number(r.permits)), "write", (l) => l.unlock()),
   wlock: (r) => take(r, (s) => s.rwmutex(r.name), "write", (l) => l.unlock()),
   rlock: (r) => take(r, (s) => s.rwmutex(r.name), "read", (l) => l.runlock()),
+  multi_lock: async (r) => {
+    const s = get(sessions, r.session, "session");
+    for (const m of r.modes ?? []) if (m !== "exclusive") throw new DriverError("invalid", `multi_lock: mode ${JSON.stringify(m)}: exclusive only`);
+    const l = s.multiLock(r.names ?? []);
+    if (r.try) await l.tryLock();
+    else await l.lock(callOpts(r));
+    locks.set(r.lock, { l, multi: true, unlock: () => l.unlock() });
+    return { tokens: Object.fromEntries(l.tokens) };
+  },
   unlock: async (r) => { const h = get(locks, r.lock, "lock"); await h.unlock(); return {}; },
   guarded: async (r) => {
     const h = get(locks, r.lock, "lock");
-    try { return { token: h.l.guard() }; } catch (e) { throw new DriverError("lease_lost", e.message); }
+    try { return h.multi ? { tokens: Object.fromEntries(h.l.guard()) } : { token: h.l.guard() }; } catch (e) { throw new DriverError("lease_lost", e.message); }
   },
   check_token: async (r) => {
     const token = BigInt(r.token);

@@ -144,7 +144,8 @@ export class LockBase {
     });
   }
 
-  private async cancelWait(acquireSeq: bigint, ctx: Ctx) {
+  /** @internal cancelWait sends Cancel for the acquire of seq acquireSeq (MultiLock uses it too). */
+  async cancelWait(acquireSeq: bigint, ctx: Ctx) {
     const s = this.session;
     const c = s.client;
     const seq = s.seqs.begin();
@@ -181,7 +182,8 @@ export class LockBase {
     }
   }
 
-  private async releaseToken(token: bigint, ctx: Ctx) {
+  /** @internal releaseToken releases the hold of token (MultiLock uses it too). */
+  async releaseToken(token: bigint, ctx: Ctx) {
     const s = this.session;
     const seq = s.seqs.begin();
     try {
