@@ -19,7 +19,7 @@ import time
 import lockd
 from lockd import errors as E
 
-CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"]
+CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock"]
 
 
 class Fail(Exception):
@@ -133,9 +133,21 @@ class Driver:
         m = self.session(req).rwmutex(req["name"])
         return await self._take(req, "rw", m, m.try_lock() if req.get("try") else m.lock(self.timeout(req)))
 
+    async def op_multi_lock(self, req):
+        for mode in req.get("modes") or []:
+            if mode != "exclusive":
+                raise Fail("invalid", f"multi_lock: mode {mode!r}: exclusive only")
+        h = req.get("lock")
+        if h in self.locks and self.locks[h][1].held:
+            raise Fail("already_held", f"lock handle {h!r} holds a lock")
+        m = self.session(req).multi_lock(req.get("names") or [])
+        self.locks[h] = ("multi", m)
+        tokens = await (m.try_lock() if req.get("try") else m.lock(self.timeout(req)))
+        return {"tokens": tokens}
+
     async def op_unlock(self, req):
         kind, m = self.lock(req)
-        if kind == "mutex":
+        if kind in ("mutex", "multi"):
             await m.unlock()
         elif kind == "sem":
             await m.release()
@@ -144,8 +156,10 @@ class Driver:
         return {}
 
     async def op_guarded(self, req):
-        _, m = self.lock(req)
+        kind, m = self.lock(req)
         try:
+            if kind == "multi":
+                return {"tokens": m.check()}
             return {"token": m.check()}
         except E.NotHeld as e:
             raise Fail("lease_lost", str(e)) from None

@@ -333,6 +333,11 @@ class Session:
         from .locks import RWMutex
         return RWMutex(self, name, value=value)
 
+    def multi_lock(self, names, *, value: bytes = b""):
+        """Exclusive locks on names (2 to 32, distinct), taken all at once or not at all."""
+        from .multilock import MultiLock
+        return MultiLock(self, names, value=value)
+
     def election(self, name: str):
         from .locks import Election
         return Election(self, name)
