@@ -1,12 +1,17 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // tokensOf reads multi_lock's "tokens" result: one token per name.
@@ -145,4 +150,70 @@ func caseMultiLockNoDeadlock(t *testing.T, e *env, ck *checker) {
 		}
 		checkExclusive(ck, holds[n])
 	}
+}
+
+// caseHoldBudgetClientFirst: a holder asks a 2 s hold budget (its session's
+// TTL is 10 s). The lock deadline its client reports is before the server
+// may end the hold (the grant's granted_at plus the budget the server
+// returned: the leader starts the budget's timer when it applies the grant,
+// after granted_at). Stopped with SIGSTOP until the server has ended the
+// hold and granted a waiter, it answers guarded with lease_lost once
+// resumed, and the waiter's token is higher (it fences the old one).
+func caseHoldBudgetClientFirst(t *testing.T, e *env, ck *checker) {
+	ds := needCap(t, e, "max_hold", 2)
+	p, next := ds[0], ds[1]
+	const budget = 2 * time.Second
+	name := "conf/budget"
+	node := e.one.nodes[0]
+	a := p.must(map[string]any{"op": "lock", "session": "s", "lock": "l", "name": name, "timeout_ms": 10000, "max_hold_ms": budget.Milliseconds()})
+	dl := int64(p.must(map[string]any{"op": "lock_deadline", "lock": "l"}).num("deadline"))
+	h := holdOf(t, e.one, node, name)
+	if h == nil || h.GetToken() != a.num("token") {
+		t.Fatalf("the server does not list the grant: %v", h)
+	}
+	if got := h.GetMaxHold().AsDuration(); got != budget {
+		ck.Errorf("server's budget %v, want %v", got, budget)
+	}
+	serverEnd := h.GetGrantedAt().AsTime().Add(h.GetMaxHold().AsDuration()).UnixNano()
+	if dl >= serverEnd {
+		ck.Errorf("lock_deadline %d is not before the server's earliest end of the hold %d (by %v)", dl, serverEnd, time.Duration(dl-serverEnd))
+	}
+	if dl <= a.T0 {
+		ck.Errorf("lock_deadline %d before the lock was even asked (%d)", dl, a.T0)
+	}
+	ch := next.send(map[string]any{"op": "lock", "session": "s", "lock": "l", "name": name, "timeout_ms": 30000})
+	p.pause(t)
+	n := wait(t, ch, 40*time.Second, "the waiter's lock")
+	p.resume(t)
+	if !n.OK {
+		ck.Errorf("waiter after the budget: %s", n)
+		return
+	}
+	if n.num("token") <= a.num("token") {
+		ck.Errorf("waiter's token %d does not fence the old holder's %d", n.num("token"), a.num("token"))
+	}
+	if n.T1 <= dl {
+		ck.Errorf("the waiter had the lock (%d) before the old holder's lock_deadline %d", n.T1, dl)
+	}
+	if g := p.call(map[string]any{"op": "guarded", "lock": "l"}, 10*time.Second); g.code() != "lease_lost" {
+		ck.Errorf("guarded past the hold budget: %s, want lease_lost", g)
+	}
+	if v := p.call(map[string]any{"op": "check_token", "name": name, "token": a.num("token")}, 10*time.Second); p.has("check_token") && (!v.OK || v.Fields["valid"] != false) {
+		ck.Errorf("check_token of the ended hold's token: %s, want valid false", v)
+	}
+}
+
+// holdOf returns the first holder of a lock as the server lists it.
+func holdOf(t *testing.T, c *cluster, s *server, name string) *lockdv1.Holder {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := c.api(s).DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: name}))
+	if err != nil {
+		t.Fatalf("describe %s: %v", name, err)
+	}
+	if hs := resp.Msg.GetLock().GetHolders(); len(hs) > 0 {
+		return hs[0]
+	}
+	return nil
 }

@@ -26,6 +26,7 @@ var cases = []struct {
 	{"Complete", caseComplete},
 	{"MultiLockAllOrNothing", caseMultiLockAllOrNothing},
 	{"MultiLockNoDeadlock", caseMultiLockNoDeadlock},
+	{"HoldBudgetClientFirst", caseHoldBudgetClientFirst},
 	{"LeaderKill", caseLeaderKill},
 }
 

@@ -114,6 +114,7 @@ type request struct {
 	Permits     uint32 `json:"permits"`
 	Token       uint64 `json:"token"`
 	Try         bool   `json:"try"`
+	MaxHoldMs   int64  `json:"max_hold_ms"`
 	// Names and Modes are multi_lock's set (modes: exclusive only).
 	Names []string `json:"names"`
 	Modes []string `json:"modes"`
@@ -218,6 +219,7 @@ func toFailure(err error) *failure {
 		code string
 	}{
 		{lockd.ErrLeaseLost, "lease_lost"},
+		{lockd.ErrHoldExpired, "lease_lost"},
 		{lockd.ErrSessionClosed, "lease_lost"},
 		{lockd.ErrPermissionDenied, "permission_denied"},
 		{lockd.ErrUnauthenticated, "unauthenticated"},

@@ -12,7 +12,7 @@ import (
 )
 
 // capabilities are the optional parts of the protocol this driver serves.
-var capabilities = []string{"semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock"}
+var capabilities = []string{"semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock", "max_hold"}
 
 // do serves one request.
 func (d *driver) do(r request) (map[string]any, error) {
@@ -48,6 +48,15 @@ func (d *driver) do(r request) (map[string]any, error) {
 		return d.acquire(r)
 	case "multi_lock":
 		return d.multiLock(r)
+	case "lock_deadline":
+		h, err := d.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		if h.m == nil {
+			return nil, fail("invalid", "lock %q is not a mutex", r.Lock)
+		}
+		return map[string]any{"deadline": h.m.Deadline().UnixNano()}, nil
 	case "unlock":
 		return nil, d.unlock(r)
 	case "guarded":
@@ -182,7 +191,11 @@ func (d *driver) acquire(r request) (map[string]any, error) {
 	var lockFn func(context.Context) error
 	switch r.Op {
 	case "lock", "try_lock":
-		h.m = s.NewMutex(r.Name)
+		var opts []lockd.LockOption
+		if r.MaxHoldMs > 0 {
+			opts = append(opts, lockd.WithMaxHold(time.Duration(r.MaxHoldMs)*time.Millisecond))
+		}
+		h.m = s.NewMutex(r.Name, opts...)
 		lockFn = h.m.Lock
 		if try {
 			lockFn = h.m.TryLock

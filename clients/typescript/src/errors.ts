@@ -23,6 +23,7 @@ export type ErrorCode =
   | "unauthenticated" // no or unknown bearer token
   | "no_leader" // an election has no leader
   | "watch_reset" // a watch lost events; re-read the state
+  | "hold_expired" // the hold's budget ran out (maxHoldMs): the client stopped believing in it
   | "deadlock" // the wait would close a cycle of sessions waiting for each other; nothing was queued
   | "deadline" // the call's timeout ran out
   | "cancelled" // the call's AbortSignal fired

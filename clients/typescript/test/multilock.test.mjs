@@ -59,6 +59,25 @@ for (const stream of [true, false]) {
       assert.equal(maxInside, 1);
     });
 
+    test("a hold budget: the client gives up before the server grants the next holder", async () => {
+      const c = mk();
+      const s1 = await c.session({ ttlMs: 10_000 });
+      const s2 = await c.session({ ttlMs: 10_000 });
+      await assert.rejects(s1.mutex(name("h"), { maxHoldMs: 10 }).lock(), (e) => e.code === "invalid");
+      const m = await s1.mutex(name("h"), { maxHoldMs: 1000 }).lock({ timeoutMs: 10_000 });
+      assert.ok(m.deadline < s1.deadline, "the budget ends before the lease");
+      assert.ok(m.deadline <= Date.now() + 1000);
+      const ended = new Promise((res) => m.signal.addEventListener("abort", () => res(Date.now()), { once: true }));
+      const next = await s2.mutex(name("h")).lock({ timeoutMs: 20_000 });
+      const grantedAt = Date.now();
+      const gaveUp = await ended;
+      assert.ok(gaveUp <= grantedAt, "the holder's client gave up before the next holder had the lock");
+      assert.throws(() => m.guard(), (e) => e.code === "hold_expired");
+      assert.ok(next.token > m.token);
+      assert.equal(s1.signal.aborted, false, "the session lives on");
+      await next.unlock();
+    });
+
     test("bad name lists are invalid; a wait closing a cycle is a deadlock", async () => {
       const c = mk();
       const s1 = await c.session({ ttlMs: 5000 });
