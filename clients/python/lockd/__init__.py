@@ -9,7 +9,7 @@ A synchronous wrapper is ``lockd.sync``.
 """
 
 from .client import Client, Event, Leader
-from .errors import (AlreadyDone, AlreadyHeld, Busy, ClientClosed, ClusterMismatch, Deadline, Deadlock, Holder,
+from .errors import (AlreadyDone, AlreadyHeld, Busy, ClientClosed, ClusterMismatch, Deadline, Deadlock, Holder, HoldExpired,
                      InvalidArgument, LeaseLost, LimitMismatch, LockdError, NoLeader, NotHeld,
                      PermissionDenied, RateLimited, SessionClosed, TooMany, Unauthenticated, Unavailable,
                      WaitDropped, WatchReset)
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Event", "Leader", "Session", "Mutex", "Semaphore", "RWMutex", "Election", "MultiLock", "lease_deadline",
-    "LockdError", "AlreadyDone", "AlreadyHeld", "Busy", "ClientClosed", "ClusterMismatch", "Deadline", "Deadlock", "Holder",
+    "LockdError", "AlreadyDone", "AlreadyHeld", "Busy", "ClientClosed", "ClusterMismatch", "Deadline", "Deadlock", "Holder", "HoldExpired",
     "InvalidArgument", "LeaseLost", "LimitMismatch", "NoLeader", "NotHeld", "PermissionDenied", "RateLimited",
     "SessionClosed", "TooMany", "Unauthenticated", "Unavailable", "WaitDropped", "WatchReset",
 ]

@@ -19,7 +19,7 @@ import time
 import lockd
 from lockd import errors as E
 
-CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock"]
+CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock", "max_hold"]
 
 
 class Fail(Exception):
@@ -114,11 +114,11 @@ class Driver:
         return {"token": await coro}
 
     async def op_lock(self, req):
-        m = self.session(req).mutex(req["name"])
+        m = self.session(req).mutex(req["name"], max_hold=(req.get("max_hold_ms") or 0) / 1000)
         return await self._take(req, "mutex", m, m.lock(self.timeout(req)))
 
     async def op_try_lock(self, req):
-        m = self.session(req).mutex(req["name"])
+        m = self.session(req).mutex(req["name"], max_hold=(req.get("max_hold_ms") or 0) / 1000)
         return await self._take(req, "mutex", m, m.try_lock())
 
     async def op_semaphore(self, req):
@@ -144,6 +144,12 @@ class Driver:
         self.locks[h] = ("multi", m)
         tokens = await (m.try_lock() if req.get("try") else m.lock(self.timeout(req)))
         return {"tokens": tokens}
+
+    async def op_lock_deadline(self, req):
+        kind, m = self.lock(req)
+        if kind != "mutex":
+            raise Fail("invalid", f"lock {req.get('lock')!r} is not a mutex")
+        return {"deadline": m.deadline_unix_ns()}
 
     async def op_unlock(self, req):
         kind, m = self.lock(req)

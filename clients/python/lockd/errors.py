@@ -136,6 +136,13 @@ class Unauthenticated(LockdError):
     code = "unauthenticated"
 
 
+class HoldExpired(LockdError):
+    """The hold's budget (max_hold) ran out: the client stopped believing in
+    the hold before the server may end it. The session lives on."""
+
+    code = "lease_lost"  # the driver protocol's code: the hold may not be believed
+
+
 class Deadlock(LockdError):
     """The server refused a wait that would close a cycle of sessions waiting
     for each other (the message names them); nothing was queued."""

@@ -321,9 +321,12 @@ class Session:
 
     # -- primitives ----------------------------------------------------------
 
-    def mutex(self, name: str, *, value: bytes = b"", lock_delay: float = 0.0):
+    def mutex(self, name: str, *, value: bytes = b"", lock_delay: float = 0.0, max_hold: float = 0.0):
+        """An exclusive lock; max_hold (1 s to 720 h) asks the server to end each
+        hold after it even while the session lives (check() raises HoldExpired
+        before)."""
         from .locks import Mutex
-        return Mutex(self, name, value=value, lock_delay=lock_delay)
+        return Mutex(self, name, value=value, lock_delay=lock_delay, max_hold=max_hold)
 
     def semaphore(self, name: str, permits: int, *, value: bytes = b""):
         from .locks import Semaphore

@@ -106,3 +106,24 @@ def test_sync_multi_lock(server):
         with s.multi_lock([a, b]) as m:
             assert set(m.tokens) == {a, b}
         assert m.tokens == {}
+
+
+async def test_hold_budget_client_gives_up_first(server):
+    name = uniq("budget")
+    async with lockd.Client(server.url) as c:
+        s1 = await c.session(ttl=10)
+        s2 = await c.session(ttl=10)
+        with pytest.raises(lockd.InvalidArgument):
+            await s1.mutex(name, max_hold=0.01).lock()
+        m = s1.mutex(name, max_hold=1.0)
+        t1 = await m.lock(timeout=10)
+        assert m.deadline < s1.deadline, "the budget ends before the lease"
+        assert m.held
+        t2 = await s2.mutex(name).lock(timeout=20)
+        # Granted to the next holder only after the server ended the hold,
+        # which is after the client's deadline for it.
+        assert not m.held
+        with pytest.raises(lockd.HoldExpired):
+            m.check()
+        assert t2 > t1
+        assert s1.err is None, "the session lives on"
