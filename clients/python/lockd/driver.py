@@ -107,7 +107,7 @@ class Driver:
         return {"deadline": self.session(req).deadline_unix_ns()}
 
     async def _take(self, req, kind, obj, coro):
-        if req.get("lock") in self.locks and self.locks[req["lock"]][1].token:
+        if req.get("lock") in self.locks and getattr(self.locks[req["lock"]][1], "token", 0):
             coro.close()
             raise Fail("already_held", f"lock handle {req['lock']!r} holds a lock")
         self.locks[req["lock"]] = (kind, obj)
