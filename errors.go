@@ -102,6 +102,10 @@ var (
 	// waits for); the message names the cycle. Nothing was queued. Release
 	// what the session holds, or take every lock in one MultiLock.
 	ErrDeadlock = errors.New("lockd: deadlock")
+	// ErrUpgradeRequired means the request needs a command version some
+	// member of the cluster does not apply yet: the message names the
+	// versions and the members behind. Upgrade every node, then retry.
+	ErrUpgradeRequired = errors.New("lockd: upgrade required")
 )
 
 // Holder describes one current holder of a lock, as reported in a
@@ -229,6 +233,8 @@ func mapError(err error, name string) error {
 			return wrap(ErrRateLimited, wrap(ErrTooMany, err))
 		case lockdv1.ErrorReason_ERROR_REASON_DEADLOCK:
 			return wrap(ErrDeadlock, err)
+		case lockdv1.ErrorReason_ERROR_REASON_UPGRADE_REQUIRED:
+			return wrap(ErrUpgradeRequired, err)
 		}
 	}
 	switch ce.Code() {

@@ -24,6 +24,9 @@ var cases = []struct {
 	{"RWLock", caseRWLock},
 	{"Election", caseElection},
 	{"Complete", caseComplete},
+	{"MultiLockAllOrNothing", caseMultiLockAllOrNothing},
+	{"MultiLockNoDeadlock", caseMultiLockNoDeadlock},
+	{"HoldBudgetClientFirst", caseHoldBudgetClientFirst},
 	{"LeaderKill", caseLeaderKill},
 }
 

@@ -40,7 +40,7 @@ class DriverError extends Error {
 const codeMap = {
   busy: "busy", not_held: "not_held", lease_lost: "lease_lost", session_closed: "lease_lost", already_held: "already_held",
   unavailable: "unavailable", deadline: "deadline", cancelled: "cancelled", permission_denied: "permission_denied",
-  unauthenticated: "unauthenticated", invalid: "invalid", done: "done", no_leader: "not_found",
+  unauthenticated: "unauthenticated", invalid: "invalid", done: "done", no_leader: "not_found", deadlock: "deadlock", hold_expired: "lease_lost",
 };
 
 function get(map, key, what) {
@@ -50,6 +50,8 @@ function get(map, key, what) {
 }
 
 const callOpts = (r) => (r.timeout_ms !== undefined && r.timeout_ms !== null ? { timeoutMs: Number(r.timeout_ms) } : {});
+
+const mutexOpts = (r) => (r.max_hold_ms ? { maxHoldMs: Number(r.max_hold_ms) } : {});
 
 async function take(r, make, kind, unlock) {
   const s = get(sessions, r.session, "session");
@@ -67,7 +69,7 @@ const ops = {
     client: "typescript",
     version: "1",
     package: version,
-    capabilities: ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"],
+    capabilities: ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock", "max_hold"],
   }),
   open_session: async (r) => {
     const opts = { ttlMs: Number(r.ttl_ms) };
@@ -81,15 +83,25 @@ const ops = {
   },
   close_session: async (r) => { await get(sessions, r.session, "session").close(); sessions.delete(r.session); return {}; },
   session_deadline: async (r) => ({ deadline: BigInt(Math.round(get(sessions, r.session, "session").deadline * 1e6)) }),
-  lock: (r) => take(r, (s) => s.mutex(r.name), "write", (l) => l.unlock()),
-  try_lock: (r) => take({ ...r, try: true }, (s) => s.mutex(r.name), "write", (l) => l.unlock()),
+  lock: (r) => take(r, (s) => s.mutex(r.name, mutexOpts(r)), "write", (l) => l.unlock()),
+  try_lock: (r) => take({ ...r, try: true }, (s) => s.mutex(r.name, mutexOpts(r)), "write", (l) => l.unlock()),
+  lock_deadline: async (r) => ({ deadline: BigInt(Math.round(get(locks, r.lock, "lock").l.deadline * 1e6)) }),
   semaphore: (r) => take(r, (s) => s.semaphore(r.name, Number(r.permits)), "write", (l) => l.unlock()),
   wlock: (r) => take(r, (s) => s.rwmutex(r.name), "write", (l) => l.unlock()),
   rlock: (r) => take(r, (s) => s.rwmutex(r.name), "read", (l) => l.runlock()),
+  multi_lock: async (r) => {
+    const s = get(sessions, r.session, "session");
+    for (const m of r.modes ?? []) if (m !== "exclusive") throw new DriverError("invalid", `multi_lock: mode ${JSON.stringify(m)}: exclusive only`);
+    const l = s.multiLock(r.names ?? []);
+    if (r.try) await l.tryLock();
+    else await l.lock(callOpts(r));
+    locks.set(r.lock, { l, multi: true, unlock: () => l.unlock() });
+    return { tokens: Object.fromEntries(l.tokens) };
+  },
   unlock: async (r) => { const h = get(locks, r.lock, "lock"); await h.unlock(); return {}; },
   guarded: async (r) => {
     const h = get(locks, r.lock, "lock");
-    try { return { token: h.l.guard() }; } catch (e) { throw new DriverError("lease_lost", e.message); }
+    try { return h.multi ? { tokens: Object.fromEntries(h.l.guard()) } : { token: h.l.guard() }; } catch (e) { throw new DriverError("lease_lost", e.message); }
   },
   check_token: async (r) => {
     const token = BigInt(r.token);

@@ -63,7 +63,7 @@ func shortRun(t *testing.T, broken string, seed uint64) *Report {
 		}
 		_ = os.RemoveAll(out)
 	})
-	cfg := &config{Seed: seed, Backend: backendLockd, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Broken: broken, Out: out}
+	cfg := &config{Seed: seed, Backend: backendLockd, Profile: "short", Nodes: 3, Clients: 6, Locks: 2, Pairs: 1, Broken: broken, Out: out}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var log io.Writer = &syncWriter{t: t}
@@ -92,6 +92,10 @@ func TestShortProfile(t *testing.T) {
 	}
 	if r.Ops.Acquired < 50 || r.Ops.Runs < 100 || r.Linear != "ok" {
 		t.Errorf("operations %+v, linearizable %s; want some load, checked", r.Ops, r.Linear)
+	}
+	// The Go workers took sets, and the pair's cycles were refused.
+	if r.Sets.Granted == 0 || r.Cycles.Refused == 0 {
+		t.Errorf("sets %+v, cycles %+v: want sets granted and cycles refused", r.Sets, r.Cycles)
 	}
 	// The hung leader's disk made its watchdog exit the process (and the
 	// run then found one stable leader again, or it would have failed).

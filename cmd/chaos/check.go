@@ -25,6 +25,9 @@ type checkParams struct {
 	// Unfenced: the backend issues no fencing token (Redlock), so grants
 	// carry 0; otherwise a grant without a token is a violation.
 	Unfenced bool
+	// RefuseBound bounds how long a lock-order cycle may stand before its
+	// closing wait is refused, outside fault windows (check_sets.go).
+	RefuseBound time.Duration
 }
 
 // Report is the JSON report of one run.
@@ -71,6 +74,9 @@ type Report struct {
 	// closely, and a stretch caused by one kind (a hung disk) also counts
 	// in Unavail for the kind injected next.
 	UnavailAlone map[string]int64 `json:"unavailabilityAloneMs"`
+	// Sets and Cycles are the MultiLock and lock-order inversion checks.
+	Sets   SetStats   `json:"sets"`
+	Cycles CycleStats `json:"cycles"`
 	// Violations describes every violation found (at most 200).
 	Violations []string `json:"violations"`
 	// Errors describes harness failures (a node that did not restart, a
@@ -185,6 +191,8 @@ func check(events []Event, p checkParams, r *Report) {
 	r.Linear = c.linearizable(ops)
 	c.liveness(ops)
 	c.unavailability(ops)
+	c.sets()
+	c.cycles()
 	if r.Violations == nil {
 		r.Violations = []string{}
 	}
@@ -484,14 +492,4 @@ func (c *checker) unavailability(ops []lockOp) {
 		c.r.Unavail[w.kind] = max(c.r.Unavail[w.kind], longest/1e6)
 		c.r.UnavailAlone[w.kind] = max(c.r.UnavailAlone[w.kind], alone/1e6)
 	}
-}
-
-// onlyKind reports whether every fault overlapping [from, to] is of kind.
-func (c *checker) onlyKind(kind string, from, to int64) bool {
-	for _, w := range c.windows {
-		if w.kind != kind && w.start <= to && w.end >= from {
-			return false
-		}
-	}
-	return true
 }

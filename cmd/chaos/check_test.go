@@ -77,7 +77,7 @@ func (p *planted) check() *Report {
 		}
 	}
 	r := &Report{}
-	check(reg.close(), checkParams{Slack: 500 * time.Millisecond, Liveness: 5 * time.Second, LinearTimeout: 10 * time.Second, Unfenced: p.unfenced}, r)
+	check(reg.close(), checkParams{Slack: 500 * time.Millisecond, Liveness: 5 * time.Second, LinearTimeout: 10 * time.Second, Unfenced: p.unfenced, RefuseBound: 2 * time.Second}, r)
 	return r
 }
 

@@ -29,6 +29,9 @@ const (
 	opAcquire = "acquire"
 	opRelease = "release"
 	opClose   = "close"
+	// A set of locks taken and released together (MultiLock).
+	opAcquireMany = "acquire-many"
+	opReleaseMany = "release-many"
 )
 
 // Results of a recorded operation. unknown is any error: the client may or
@@ -37,6 +40,9 @@ const (
 const (
 	resOK      = "ok"
 	resUnknown = "unknown"
+	// resDeadlock is an acquire refused with DEADLOCK (lockd.ErrDeadlock):
+	// the server queued nothing.
+	resDeadlock = "deadlock"
 )
 
 // Event is one line of the history: a message the register received, in
@@ -78,6 +84,15 @@ type Event struct {
 	Target string `json:"target,omitempty"`
 	// Detail says what the tool did.
 	Detail string `json:"detail,omitempty"`
+	// Names are the locks of a set operation (acquire-many,
+	// release-many), in the order the worker gave them.
+	Names []string `json:"names,omitempty"`
+	// Tokens are a granted set's tokens, one per name of Names, all from
+	// the one return of the one grant.
+	Tokens []uint64 `json:"tokens,omitempty"`
+	// Pair tags the operations of one round of a deliberate lock-order
+	// inversion: slot:round.
+	Pair string `json:"pair,omitempty"`
 }
 
 // fenced reports whether the event is one of the register's fenced

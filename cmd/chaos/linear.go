@@ -37,7 +37,7 @@ func collectOps(events []Event, windows []window) []lockOp {
 		session string
 		id      int64
 	}
-	pending := map[key]int{}
+	pending := map[key][]int{}
 	var ops []lockOp
 	locks := map[string][]string{} // session → locks used, in order
 	slotOf := map[string]string{}
@@ -55,21 +55,43 @@ func collectOps(events []Event, windows []window) []lockOp {
 			slotOf[e.Session] = e.Slot
 			openAt[e.Session] = e.At
 		case kindInvoke:
-			pending[key{e.Session, e.OpID}] = len(ops)
+			k := key{e.Session, e.OpID}
+			if e.Op == opAcquireMany || e.Op == opReleaseMany {
+				// A set is checked per name as well: one acquire (or
+				// release) of each name over the set's one interval.
+				op := map[string]string{opAcquireMany: opAcquire, opReleaseMany: opRelease}[e.Op]
+				for _, n := range e.Names {
+					pending[k] = append(pending[k], len(ops))
+					addLock(e.Session, n)
+					ops = append(ops, lockOp{op: op, lock: n, session: e.Session, slot: e.Slot, call: e.At, ret: never, result: resUnknown})
+				}
+				continue
+			}
+			pending[k] = []int{len(ops)}
 			addLock(e.Session, e.Lock)
 			ops = append(ops, lockOp{op: e.Op, lock: e.Lock, session: e.Session, slot: e.Slot, call: e.At, ret: never, result: resUnknown})
 		case kindReturn:
-			i, ok := pending[key{e.Session, e.OpID}]
+			idx, ok := pending[key{e.Session, e.OpID}]
 			if !ok {
 				continue
 			}
 			delete(pending, key{e.Session, e.OpID})
-			ops[i].ret, ops[i].result, ops[i].token = e.At, e.Result, e.Token
-			if ops[i].result != resOK {
-				ops[i].ret = never // an error leaves the outcome open
-			}
-			if ops[i].op == opClose {
-				ended[e.Session] = true
+			for j, i := range idx {
+				ops[i].ret, ops[i].result, ops[i].token = e.At, e.Result, e.Token
+				if len(e.Tokens) == len(idx) {
+					ops[i].token = e.Tokens[j]
+				}
+				if ops[i].result == resDeadlock {
+					// Refused: the server queued nothing, so the call
+					// changed no state (cycles checks the refusal).
+					ops[i].op = ""
+				}
+				if ops[i].result != resOK {
+					ops[i].ret = never // an error leaves the outcome open
+				}
+				if ops[i].op == opClose {
+					ended[e.Session] = true
+				}
 			}
 		case kindLost:
 			call := e.At
@@ -101,6 +123,9 @@ func collectOps(events []Event, windows []window) []lockOp {
 	}
 	var out []lockOp
 	for _, o := range ops {
+		if o.op == "" {
+			continue
+		}
 		if o.op == opClose {
 			for _, l := range locks[o.session] {
 				c := o

@@ -6,9 +6,10 @@
 //	go run ./cmd/chaos --profile short --seed 1
 //
 // It builds ./cmd/lockd, starts a cluster of `lockd serve` processes on
-// 127.0.0.1, Go-client workers and `lockd run` loops contending on a few
-// locks, injects faults on a seeded schedule, and checks the recorded
-// history. Exit codes: 0 no violation, 1 violations found, 2 the harness
+// 127.0.0.1, Go-client workers (some of their holds sets of locks taken at
+// once) and `lockd run` loops contending on a few locks, and lock-order
+// inversion pairs whose cycles must be refused, injects faults on a seeded
+// schedule, and checks the recorded history. Exit codes: 0 no violation, 1 violations found, 2 the harness
 // failed, 64 usage. `chaos check FILE` re-checks a recorded history.
 //
 // With --backend redis, redis-aof or redlock it runs the same clients and
@@ -122,6 +123,7 @@ type config struct {
 	Backend  string
 	Faults   []string
 	Strict   bool
+	Pairs    int
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -133,6 +135,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.Nodes, "nodes", 3, "cluster size: 3 or 5")
 	fs.IntVar(&c.Clients, "clients", 6, "client slots, half Go workers and half lockd run loops (at least 2)")
 	fs.IntVar(&c.Locks, "locks", 2, "lock names the clients contend on")
+	fs.IntVar(&c.Pairs, "pairs", 1, "lock-order inversion pairs on lockd (each one process with two sessions on two names of its own)")
 	fs.DurationVar(&c.Duration, "duration", 0, "run length (default: as long as the short profile's faults take; 30m for long)")
 	fs.StringVar(&c.Broken, "broken", "", "deliberate bug to prove the checker catches it: ignore-lease (Go workers ignore lease loss) or unsafe-revoke (revoke grants the lock again at once)")
 	fs.StringVar(&c.Out, "out", "", "directory for report.json and history.jsonl (default: a new temp dir)")
@@ -158,6 +161,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("--nodes %d: want 3 or 5", c.Nodes)
 	case c.Clients < 2 || c.Clients > 64:
 		return nil, fmt.Errorf("--clients %d: want 2 to 64", c.Clients)
+	case c.Pairs < 0 || c.Pairs > 8:
+		return nil, fmt.Errorf("--pairs %d: want 0 to 8", c.Pairs)
 	case c.Locks < 1 || c.Locks > 64:
 		return nil, fmt.Errorf("--locks %d: want 1 to 64", c.Locks)
 	case c.Broken != brokenNone && c.Broken != brokenIgnoreLease && c.Broken != brokenUnsafeRevoke:
@@ -226,9 +231,9 @@ func summary(r *Report) string {
 		// a frozen leader costs the clients.
 		gap = fmt.Sprintf(" leader-pause-gap=%dms", r.UnavailAlone[faultPauseLeader])
 	}
-	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d p50=%.1fms p99=%.1fms%s violations=%d history=%s",
+	return fmt.Sprintf("chaos %s: seed=%d backend=%s profile=%s nodes=%d clients=%d faults=%d acquired=%d runs=%d unsafe=%d unfenced=%d fenced=%d shared=%d lost-acks=%d linearizable=%s missed-wakeups=%d sets=%d cycles=%d refused=%d excused=%d p50=%.1fms p99=%.1fms%s violations=%d history=%s",
 		verdict, r.Seed, backend, r.Profile, r.Nodes, r.Clients, faults, r.Ops.Acquired, r.Ops.Runs, r.Overlaps.Unsafe, r.Overlaps.Unfenced, r.Overlaps.Fenced,
-		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Latency.P50, r.Latency.P99, gap, len(r.Violations), r.History)
+		r.Shared, r.LostAcks, r.Linear, r.Missed, r.Sets.Granted, r.Cycles.Rounds, r.Cycles.Refused, r.Cycles.Excused, r.Latency.P50, r.Latency.P99, gap, len(r.Violations), r.History)
 }
 
 // checkFile is `chaos check FILE`: the checker on a recorded history.
@@ -266,6 +271,7 @@ func params(t timing) checkParams {
 		Slack:         500 * time.Millisecond,
 		Liveness:      t.TTL + t.Grace + t.Election + 2*time.Second,
 		LinearTimeout: time.Minute,
+		RefuseBound:   4 * time.Second,
 	}
 }
 

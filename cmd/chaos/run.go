@@ -94,6 +94,19 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		}
 		slots = append(slots, s)
 	}
+	// On lockd, the Go workers also take sets (the contended names and two
+	// only sets use), and the pair slots invert lock orders on names of
+	// their own; the liveness probe takes every one of these names too.
+	probed := locks
+	if tg.rf == nil {
+		sr.setLocks = append(clone(locks), "chaos/set-0", "chaos/set-1")
+		probed = clone(sr.setLocks)
+		for i := range cfg.Pairs {
+			s := &slot{name: fmt.Sprintf("p%d", cfg.Clients+i), kind: "pair"}
+			slots = append(slots, s)
+			probed = append(probed, pairLocks(s.name)...)
+		}
+	}
 	cctx, stopClients := context.WithCancel(ctx)
 	defer stopClients()
 	var wg sync.WaitGroup
@@ -109,7 +122,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 		stopClients()
 		for _, s := range slots {
 			s.signal(syscall.SIGCONT) // a pause cut short by an interrupt
-			if s.kind == "go" {
+			if s.kind == "go" || s.kind == "pair" {
 				s.signal(syscall.SIGTERM)
 			}
 		}
@@ -178,7 +191,7 @@ func run(ctx context.Context, cfg *config, stderr io.Writer) (*Report, error) {
 	}
 	var probe error
 	if ctx.Err() == nil {
-		probe = tg.probe(ctx, locks, p.Liveness+t.TTL)
+		probe = tg.probe(ctx, probed, p.Liveness+t.TTL)
 	}
 	// A client that panicked or, built with -race, raced is a harness
 	// failure: its data dir and logs are kept for a look.

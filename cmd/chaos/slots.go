@@ -19,7 +19,7 @@ import (
 // starts the next one, until the run ends.
 type slot struct {
 	name string
-	kind string // "go" or "run"
+	kind string // "go", "run" or "pair" (a lock-order inversion pair)
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 }
@@ -89,6 +89,12 @@ type slotRunner struct {
 	logDir    string
 	backend   string   // backendLockd or a Redis backend (endpoints are then Redis host:port)
 	redisURLs []string // a Redis backend: the servers, for lockd run --backend
+	setLocks  []string // names the Go workers' sets are drawn from (lockd only)
+}
+
+// pairLocks are the two names only the pair slot's sessions use.
+func pairLocks(slot string) []string {
+	return []string{"chaos/" + slot + "-x", "chaos/" + slot + "-y"}
 }
 
 // exec starts cmd in its own process group, killed if the tool dies.
@@ -136,7 +142,11 @@ func (r *slotRunner) loop(ctx context.Context, s *slot, index int) {
 			_ = r.exec(ctx, s, r.self, "worker", "--register", r.register, "--slot", s.name,
 				"--endpoints", eps, "--locks", strings.Join(r.locks, ","), "--ttl", r.ttl.String(),
 				"--until", strconv.FormatInt(r.until.UnixNano(), 10), "--seed", strconv.FormatUint(rng.Uint64(), 10),
-				"--broken", r.broken, "--backend", r.backend)
+				"--broken", r.broken, "--backend", r.backend, "--set-locks", strings.Join(r.setLocks, ","))
+		case "pair":
+			_ = r.exec(ctx, s, r.self, "worker", "--pair", "--register", r.register, "--slot", s.name,
+				"--endpoints", eps, "--locks", strings.Join(pairLocks(s.name), ","), "--ttl", r.ttl.String(),
+				"--until", strconv.FormatInt(r.until.UnixNano(), 10), "--seed", strconv.FormatUint(rng.Uint64(), 10))
 		case "run":
 			// Start the endpoints list at a different node each time.
 			off := rng.IntN(len(r.endpoints))

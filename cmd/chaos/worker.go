@@ -87,6 +87,10 @@ type workerConfig struct {
 	until                  time.Time
 	seed                   uint64
 	maxOps                 int
+	// setLocks are the names sets are drawn from (empty: no sets).
+	setLocks []string
+	// pair makes the worker a lock-order inversion pair (sets.go).
+	pair bool
 }
 
 func parseWorker(args []string) (*workerConfig, error) {
@@ -102,10 +106,18 @@ func parseWorker(args []string) (*workerConfig, error) {
 	until := fs.Int64("until", 0, "stop at this Unix time in nanoseconds")
 	fs.Uint64Var(&c.seed, "seed", 1, "random seed")
 	fs.IntVar(&c.maxOps, "max-ops", 100_000, "stop after this many critical sections")
+	setLocks := fs.String("set-locks", "", "comma-separated names a third of the critical sections take 2 to 4 of as one MultiLock (empty: none)")
+	fs.BoolVar(&c.pair, "pair", false, "run a lock-order inversion pair on the first two --locks instead")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	c.endpoints, c.locks = strings.Split(*eps, ","), strings.Split(*locks, ",")
+	if *setLocks != "" {
+		c.setLocks = strings.Split(*setLocks, ",")
+	}
+	if c.pair && len(c.locks) < 2 {
+		return nil, errors.New("worker --pair needs two --locks")
+	}
 	c.until = time.Unix(0, *until)
 	if c.register == "" || *eps == "" || *until == 0 {
 		return nil, errors.New("worker needs --register, --endpoints and --until")
@@ -120,6 +132,9 @@ func parseWorker(args []string) (*workerConfig, error) {
 func runWorker(ctx context.Context, c *workerConfig) error {
 	if isRedis(c.backend) {
 		return runRedisWorker(ctx, c)
+	}
+	if c.pair {
+		return runPair(ctx, c)
 	}
 	ctx, cancel := context.WithDeadline(ctx, c.until)
 	defer cancel()
@@ -184,6 +199,14 @@ func pause(ctx context.Context, d time.Duration) {
 func (c *workerConfig) session(ctx context.Context, rep *reporter, s *lockd.Session, rng *rand.Rand, opID *atomic.Int64) int {
 	n := 0
 	for ctx.Err() == nil && n < c.maxOps {
+		if len(c.setLocks) >= 2 && rng.IntN(3) == 0 {
+			if !c.setSection(ctx, rep, s, rng, opID) {
+				return n
+			}
+			n++
+			pause(ctx, time.Duration(rng.IntN(20))*time.Millisecond)
+			continue
+		}
 		name := c.locks[rng.IntN(len(c.locks))]
 		m := s.NewMutex(name)
 		id := opID.Add(1)
@@ -221,7 +244,7 @@ func (c *workerConfig) session(ctx context.Context, rep *reporter, s *lockd.Sess
 // by the token. A correct worker checks its lock before every message and
 // stops at the first rejection; the ignore-lease worker does neither, and
 // once its lease is lost it keeps writing for another two TTLs.
-func (c *workerConfig) critical(ctx context.Context, rep *reporter, client, session string, m lockd.Locker, rng *rand.Rand) {
+func (c *workerConfig) critical(ctx context.Context, rep *reporter, client, session string, m fencedHold, rng *rand.Rand) {
 	ev := Event{Kind: kindBegin, Client: client, Session: session, Lock: m.Name(), Token: m.Token()}
 	writes := 2 + rng.IntN(5)
 	var overtime time.Time

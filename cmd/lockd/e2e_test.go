@@ -108,13 +108,19 @@ func startServerAt(t *testing.T, dataDir, api, raftAddr string) *lockdServer {
 func startNode(t *testing.T, dataDir, api, raftAddr, readyPath string, extra ...string) *lockdServer {
 	t.Helper()
 	needBinary(t)
+	return startNodeBin(t, lockdBin, dataDir, api, raftAddr, readyPath, extra...)
+}
+
+// startNodeBin is startNode with the lockd binary bin.
+func startNodeBin(t *testing.T, bin, dataDir, api, raftAddr, readyPath string, extra ...string) *lockdServer {
+	t.Helper()
 	s := &lockdServer{url: "http://" + api, log: filepath.Join(t.TempDir(), "server.log"), exited: make(chan struct{})}
 	logf, err := os.Create(s.log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(lockdBin, "serve",
+	s.cmd = exec.Command(bin, "serve",
 		"--data-dir", dataDir,
 		"--listen", api, "--raft-listen", raftAddr,
 		"--heartbeat-timeout", testElection.String(),

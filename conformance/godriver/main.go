@@ -90,7 +90,8 @@ type held struct {
 	m      *lockd.Mutex
 	sem    *lockd.Semaphore
 	rw     *lockd.RWMutex
-	shared bool // rw: taken with RLock
+	ml     *lockd.MultiLock // multi_lock: every lock of a set
+	shared bool             // rw: taken with RLock
 }
 
 // request is one line of the suite: its id, op and the op's arguments.
@@ -113,6 +114,10 @@ type request struct {
 	Permits     uint32 `json:"permits"`
 	Token       uint64 `json:"token"`
 	Try         bool   `json:"try"`
+	MaxHoldMs   int64  `json:"max_hold_ms"`
+	// Names and Modes are multi_lock's set (modes: exclusive only).
+	Names []string `json:"names"`
+	Modes []string `json:"modes"`
 }
 
 // failure is an op's error with its protocol code.
@@ -214,6 +219,7 @@ func toFailure(err error) *failure {
 		code string
 	}{
 		{lockd.ErrLeaseLost, "lease_lost"},
+		{lockd.ErrHoldExpired, "lease_lost"},
 		{lockd.ErrSessionClosed, "lease_lost"},
 		{lockd.ErrPermissionDenied, "permission_denied"},
 		{lockd.ErrUnauthenticated, "unauthenticated"},
@@ -223,6 +229,7 @@ func toFailure(err error) *failure {
 		{lockd.ErrInvalidArgument, "invalid"},
 		{lockd.ErrLimitMismatch, "invalid"},
 		{lockd.ErrNoLeader, "not_found"},
+		{lockd.ErrDeadlock, "deadlock"},
 		{context.DeadlineExceeded, "deadline"},
 		{context.Canceled, "cancelled"},
 		{lockd.ErrUnavailable, "unavailable"},

@@ -12,7 +12,7 @@ import (
 )
 
 // capabilities are the optional parts of the protocol this driver serves.
-var capabilities = []string{"semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"}
+var capabilities = []string{"semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock", "max_hold"}
 
 // do serves one request.
 func (d *driver) do(r request) (map[string]any, error) {
@@ -46,6 +46,17 @@ func (d *driver) do(r request) (map[string]any, error) {
 		return map[string]any{"deadline": dl.UnixNano()}, nil
 	case "lock", "try_lock", "semaphore", "rlock", "wlock":
 		return d.acquire(r)
+	case "multi_lock":
+		return d.multiLock(r)
+	case "lock_deadline":
+		h, err := d.lock(r.Lock)
+		if err != nil {
+			return nil, err
+		}
+		if h.m == nil {
+			return nil, fail("invalid", "lock %q is not a mutex", r.Lock)
+		}
+		return map[string]any{"deadline": h.m.Deadline().UnixNano()}, nil
 	case "unlock":
 		return nil, d.unlock(r)
 	case "guarded":
@@ -180,7 +191,11 @@ func (d *driver) acquire(r request) (map[string]any, error) {
 	var lockFn func(context.Context) error
 	switch r.Op {
 	case "lock", "try_lock":
-		h.m = s.NewMutex(r.Name)
+		var opts []lockd.LockOption
+		if r.MaxHoldMs > 0 {
+			opts = append(opts, lockd.WithMaxHold(time.Duration(r.MaxHoldMs)*time.Millisecond))
+		}
+		h.m = s.NewMutex(r.Name, opts...)
 		lockFn = h.m.Lock
 		if try {
 			lockFn = h.m.TryLock
@@ -220,6 +235,8 @@ func (h *held) token() uint64 {
 		return h.m.Token()
 	case h.sem != nil:
 		return h.sem.Token()
+	case h.ml != nil:
+		return 0 // a set has one token per name: see guarded
 	}
 	return h.rw.Token()
 }
@@ -230,6 +247,14 @@ func (h *held) err() error {
 		return h.m.Err()
 	case h.sem != nil:
 		return h.sem.Err()
+	case h.ml != nil:
+		if err := context.Cause(h.ml.Context()); err != nil {
+			return err
+		}
+		if !time.Now().Before(h.ml.Deadline()) {
+			return lockd.ErrLeaseLost
+		}
+		return nil
 	}
 	return h.rw.Err()
 }
@@ -246,6 +271,8 @@ func (d *driver) unlock(r request) error {
 		err = h.m.Unlock(ctx)
 	case h.sem != nil:
 		err = h.sem.Unlock(ctx)
+	case h.ml != nil:
+		err = h.ml.Unlock(ctx)
 	case h.shared:
 		err = h.rw.RUnlock(ctx)
 	default:
@@ -271,6 +298,9 @@ func (d *driver) guarded(r request) (map[string]any, error) {
 		if err := h.err(); err != nil {
 			return nil, fail("lease_lost", "%v", err)
 		}
+	}
+	if h.ml != nil {
+		return map[string]any{"tokens": h.ml.Tokens()}, nil
 	}
 	return map[string]any{"token": h.token()}, nil
 }

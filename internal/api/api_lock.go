@@ -50,8 +50,11 @@ func (a *api) acquire(ctx context.Context, req *connect.Request[lockdv1.AcquireR
 	}
 	cmd := &fsmv1.Acquire{
 		SessionId: m.SessionId, Seq: m.Seq, Ack: m.Ack, Name: m.Name, Mode: mode, Limit: m.Limit,
-		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(), RefuseDeadlock: true,
-		SecretHash: HashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
+		Wait: m.Wait, Value: m.Value, LockDelayMs: delay.Milliseconds(),
+		// Deadlock refusal changes what Apply decides: only once every
+		// member applies it (the version gate; docs/design.md).
+		RefuseDeadlock: a.s.fsm.ClusterVersion() >= 2,
+		SecretHash:     HashSecret(m.Secret), Identity: guard.IdentityOf(ctx),
 	}
 	if err := a.acquireBudget(ctx, m, cmd); err != nil {
 		return nil, err

@@ -105,5 +105,6 @@ func (a lockService) Status(ctx context.Context, req *connect.Request[lockdv1.St
 		Sessions: uint32(info.Sessions), Locks: uint32(info.Locks), ClusterId: info.ClusterID, LastToken: info.LastToken, Version: s.version,
 	}
 	resp.Members = s.node.Members()
+	resp.ApplyVersion, resp.ClusterVersion = s.versions.ApplyVersion(), s.fsm.ClusterVersion()
 	return connect.NewResponse(resp), nil
 }

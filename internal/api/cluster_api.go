@@ -79,6 +79,9 @@ func (s clusterAPI) join(ctx context.Context, m *lockdv1.JoinRequest) (*connect.
 	if s.node.PromotedTerm() == 0 {
 		return nil, s.errs.RaftError(raft.ErrNotLeader)
 	}
+	if err := s.versions.CheckJoinVersion(m.ApplyVersion); err != nil {
+		return nil, s.errs.RaftError(err)
+	}
 	unlock := s.node.LockMembership()
 	defer unlock()
 	conf, err := s.cluster.Configuration()

@@ -75,7 +75,10 @@ func (s *Errors) Invalid(format string, args ...any) *connect.Error {
 // leader hint; leadership lost mid-commit → outcome unknown, safe to retry
 // with the same request id.
 func (s *Errors) RaftError(err error) *connect.Error {
+	var upgrade *node.UpgradeRequiredError
 	switch {
+	case errors.As(err, &upgrade):
+		return s.APIError(connect.CodeFailedPrecondition, lockdv1.ErrorReason_ERROR_REASON_UPGRADE_REQUIRED, upgrade.Error())
 	case errors.Is(err, node.ErrNoFreshQuorum):
 		// Raft still names this node the leader; it could not show it.
 		return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s could not confirm it still leads (no quorum answered a heartbeat sent after the request arrived); retry", s.nodeID))

@@ -18,6 +18,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/codec"
 	"github.com/lockd-dev/lockd/internal/fsm"
 	"github.com/lockd-dev/lockd/internal/guard"
+	"github.com/lockd-dev/lockd/internal/node"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 )
@@ -66,6 +67,8 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The leader's version probe reads it, ready or not (node/version.go).
+		w.Header().Set(node.ApplyVersionHeader, strconv.FormatUint(uint64(s.versions.ApplyVersion()), 10))
 		if why := s.notReady(); why != "" {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return

@@ -50,6 +50,7 @@ type Server struct {
 	clientAuth certs.ClientAuth
 	done       <-chan struct{} // closed when the node begins to stop
 	fwd        *node.Forwarder // clients to other members' APIs; set by Start
+	versions   node.Versions   // the version this node reports, the join check
 	gatherer   prometheus.Gatherer
 
 	metrics   *metrics
@@ -64,7 +65,7 @@ type Server struct {
 func New(d Deps) *Server {
 	p := d.Parts
 	s := &Server{cfg: d.Config, log: d.Log, version: d.Version, nodeID: d.NodeID, apiURL: d.APIURL, node: d.Node,
-		fsm: p.FSM, lease: p.Lease, waiters: p.Waiters, hub: p.Hub, tls: p.TLS, clientAuth: p.ClientAuth, done: p.Done,
+		fsm: p.FSM, lease: p.Lease, waiters: p.Waiters, hub: p.Hub, tls: p.TLS, clientAuth: p.ClientAuth, done: p.Done, versions: p.Versions,
 		gatherer: d.Gatherer, keepalive: watchKeepalive}
 	s.metrics = newMetrics(d.Registerer, d.Gatherer, p.LockMetrics)
 	s.errs = NewErrors(d.Node, p.FSM, d.NodeID, s.metrics.limitHits)

@@ -38,6 +38,8 @@ const (
 	CmdAcquireMany CmdType = 17
 	// CmdRequestRelease: a notice to a lock's holders (revoke.go).
 	CmdRequestRelease CmdType = 18
+	// CmdSetClusterVersion raises the cluster version (version.go).
+	CmdSetClusterVersion CmdType = 19
 )
 
 // Limits on request fields, checked by the server before proposing and again
@@ -139,6 +141,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.AcquireMany{}
 	case CmdRequestRelease:
 		m = &fsmv1.RequestRelease{}
+	case CmdSetClusterVersion:
+		m = &fsmv1.SetClusterVersion{}
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}

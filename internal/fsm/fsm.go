@@ -170,6 +170,9 @@ type FSM struct {
 	restored  bool                   // the state was replaced: tell the sink at the next entry
 	applied   uint64                 // index of the last Raft log entry applied (0: none known)
 	publicID  atomic.Pointer[string] // clusterID, for lock-free reads
+
+	clusterVersion uint32       // the cluster version; 0 means 1 (version.go)
+	onVersion      func(uint32) // told when clusterVersion changes (OnClusterVersion)
 }
 
 // New returns an empty FSM that hands the events of each applied entry to
@@ -294,6 +297,8 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 			return r
 		}
 		return f.applyAcquireMany(c)
+	case CmdSetClusterVersion:
+		return f.applySetClusterVersion(m.(*fsmv1.SetClusterVersion))
 	}
 	return fail(CodeInvalid, "unhandled command type %d", t)
 }

@@ -26,7 +26,7 @@ func (f *FSM) State() *fsmv1.Snapshot {
 
 // stateLocked is State with f.mu held.
 func (f *FSM) stateLocked() *fsmv1.Snapshot {
-	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, Sessions: f.sessionsLocked()}
+	snap := &fsmv1.Snapshot{ClusterId: f.clusterID, Epoch: f.epoch, LastToken: f.lastToken, ClusterVersion: f.clusterVersion, Sessions: f.sessionsLocked()}
 	snap.Locks = make([]*fsmv1.Lock, 0, f.names.Len())
 	var fresh lockMsgPool // every lock its own messages
 	f.names.Ascend(func(l *lock) bool {
@@ -193,6 +193,7 @@ type state struct {
 	members          map[string]Member
 	policies         map[string]*policy
 	counts           counts
+	clusterVersion   uint32
 }
 
 func (f *FSM) install(st *state) {
@@ -200,6 +201,10 @@ func (f *FSM) install(st *state) {
 	id := st.clusterID
 	f.publicID.Store(&id)
 	f.sessions, f.byRequest, f.locks, f.names, f.members, f.policies, f.counts = st.sessions, st.byRequest, st.locks, st.names, st.members, st.policies, st.counts
+	f.clusterVersion = st.clusterVersion
+	if f.onVersion != nil && f.clusterVersion > 1 {
+		f.onVersion(f.clusterVersion)
+	}
 }
 
 // applyRestore loads a backup into a new cluster (one that has seen no Init)
@@ -226,6 +231,9 @@ func (f *FSM) applyRestore(c *fsmv1.Restore) *Result {
 	st.epoch = max(c.Epoch, st.lastToken)
 	st.lastToken = st.epoch
 	st.members = map[string]Member{} // the old cluster's nodes are not ours
+	// The cluster version is this cluster's (what its voters apply), not
+	// the backup's.
+	st.clusterVersion = f.clusterVersion
 	f.install(st)
 	f.restored, f.pending = f.sink != nil, nil
 	return &Result{}
@@ -302,7 +310,7 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 		return nil, err
 	}
 	return &state{clusterID: snap.ClusterId, epoch: snap.Epoch, lastToken: snap.LastToken,
-		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, policies: policies, counts: cs}, nil
+		sessions: sessions, byRequest: byRequest, locks: byName, names: names, members: members, policies: policies, counts: cs, clusterVersion: snap.ClusterVersion}, nil
 }
 
 // decodeSessions checks and builds a snapshot's sessions (without holds or

@@ -59,8 +59,8 @@ func (f *FSM) encodeLocked() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode snapshot: %w", err)
 	}
-	// Fields 6 to 8.
-	tail := &fsmv1.Snapshot{Members: f.membersLocked(), AppliedIndex: f.applied, Policies: f.statePolicies()}
+	// Fields 6 to 9.
+	tail := &fsmv1.Snapshot{Members: f.membersLocked(), AppliedIndex: f.applied, Policies: f.statePolicies(), ClusterVersion: f.clusterVersion}
 	if buf, err = opts.MarshalAppend(buf, tail); err != nil {
 		return nil, fmt.Errorf("encode snapshot: %w", err)
 	}

@@ -23,13 +23,14 @@ type Parts struct {
 	Done        <-chan struct{}  // closed when the node begins to stop
 	LockMetrics *LockMetrics     // the lock and Raft metrics, which the API observes too
 	Forwarder   *Forwarder       // clients to other members' APIs; set by Start
+	Versions    Versions         // the version this node reports, the join check (version.go)
 }
 
 // Parts returns the node's parts (call it again after Start for Raft and
 // Forwarder).
 func (s *Node) Parts() Parts {
 	return Parts{FSM: s.fsm, Raft: s.raft, Lease: s.lease, Waiters: s.waiters, Hub: s.hub, TLS: s.tls,
-		ClientAuth: s.clientAuth, Done: s.done, LockMetrics: s.metrics.lock, Forwarder: s.fwd}
+		ClientAuth: s.clientAuth, Done: s.done, LockMetrics: s.metrics.lock, Forwarder: s.fwd, Versions: Versions{s}}
 }
 
 // ID returns this node's id.

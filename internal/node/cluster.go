@@ -146,7 +146,7 @@ var joinSchedule = retry.Backoff{Base: 100 * time.Millisecond, Cap: 3 * time.Sec
 // backoff and full jitter until one accepts or ctx ends. It runs before
 // this node opens its Raft port.
 func (s Membership) joinCluster(ctx context.Context, urls []string, raftAddr string) error {
-	req := &lockdv1.JoinRequest{NodeId: s.nodeID, RaftAddress: raftAddr, ApiUrl: s.apiURL}
+	req := &lockdv1.JoinRequest{NodeId: s.nodeID, RaftAddress: raftAddr, ApiUrl: s.apiURL, ApplyVersion: Versions(s).ApplyVersion()}
 	self, _ := endpoint.Normalize(s.apiURL)
 	r := retry.New(ctx, joinSchedule)
 	for r.Next() {
@@ -167,9 +167,10 @@ func (s Membership) joinCluster(ctx context.Context, urls []string, raftAddr str
 			}
 			r.Fail(fmt.Errorf("join via %s: %w", u, err))
 			switch connect.CodeOf(err) {
-			case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied:
-				// Refused (a bad request, no peer token, or not a cluster
-				// member's certificate): asking again changes nothing.
+			case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeFailedPrecondition:
+				// Refused (a bad request, no peer token, not a cluster
+				// member's certificate, or a version below the cluster's):
+				// asking again changes nothing.
 				return r.Last()
 			}
 		}

@@ -35,6 +35,9 @@ func (s *Node) Ready() bool {
 // Propose appends a command to the Raft log and returns the FSM's result
 // once it is committed and applied here.
 func (s *Node) Propose(t fsm.CmdType, m proto.Message) (*fsm.Result, error) {
+	if err := (versionGate{s}).check(t, m); err != nil {
+		return nil, err
+	}
 	b, err := fsm.Encode(t, m)
 	if err != nil {
 		return nil, err
@@ -171,17 +174,22 @@ func (s leadership) tryEstablish(gen uint64) error {
 	if err != nil {
 		return err
 	}
+	var changed <-chan struct{} // closed when this leadership ends
 	s.leaderMu.Lock()
 	established := s.leaderGen == gen && s.raft.State() == raft.Leader && s.raft.CurrentTerm() == term
 	if established {
 		leaderTimers(s).promoteTimers(term)
+		probed := make(chan struct{})
+		s.vers.probed.Store(&probed)
 		s.promotedTerm.Store(term)
 		s.firstReadyOnce.Do(func() { close(s.firstReady) })
+		changed = s.leaderChanged
 		s.log.Info("leadership established", "term", term, "sessions", s.fsm.Info().Sessions)
 	}
 	s.leaderMu.Unlock()
 	if established {
 		s.Background(Membership(s).promotePending)
+		s.Background(func() { versionGate(s).probeVersions(changed) })
 	}
 	return nil
 }

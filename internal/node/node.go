@@ -38,6 +38,9 @@ type Options struct {
 	LogStore func(raft.LogStore) raft.LogStore
 	// Fatal is called when the node must stop (default: log and exit).
 	Fatal func(error)
+	// ReportApplyVersion, when set, is the command version the node
+	// reports instead of the one it applies (tests: an older node).
+	ReportApplyVersion uint32
 }
 
 // Node is the Raft side of one lockd node: the data dir, Raft and its
@@ -85,6 +88,7 @@ type Node struct {
 	fatal   func(error)
 
 	acks ackTracker // replies to this node's AppendEntries, for leadership checks (acks.go)
+	vers versions   // the version gate (version.go)
 
 	membershipMu sync.Mutex // one membership change at a time
 	restore      []byte     // backup to start a new cluster from (--restore)
@@ -145,6 +149,8 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.holds = lease.New(0, timers.endHold)
 	s.hub = NewHub(cfg.WatchHistory)
 	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Waiters: s.waiters, Hub: s.hub})
+	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
+	s.vers.reported.Store(o.ReportApplyVersion)
 	return s, nil
 }
 

@@ -40,5 +40,10 @@ func (m *LockMetrics) SnapshotMetrics() (prometheus.Histogram, prometheus.Gauge)
 // VerifyChecks returns how many shared leadership checks have started.
 func (s TestHooks) VerifyChecks() uint64 { return s.verify.Checks() }
 
+// ReportApplyVersion makes the node report command version v (on /readyz
+// and in Status) instead of the one it applies: an in-process stand-in for
+// a node of another version (0: the real one).
+func (s TestHooks) ReportApplyVersion(v uint32) { s.vers.reported.Store(v) }
+
 // WatchdogTrips returns the counter of the leader watchdog's trips.
 func (s TestHooks) WatchdogTrips() prometheus.Counter { return s.metrics.watchdogTrips }

@@ -24,6 +24,7 @@ import (
 func TestHoldBudgetEndsLiveHolderAcrossLeaderKill(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
+	upgraded(t, c)
 	const (
 		ttl    = 10 * time.Second // well past the budget, and keepalives on a busy machine
 		budget = 3 * time.Second
@@ -106,6 +107,7 @@ func TestHoldBudgetEndsLiveHolderAcrossLeaderKill(t *testing.T) {
 func TestLockPolicyDefaultBudget(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 1, defaultClusterOpts())
+	upgraded(t, c)
 	cl := c.newClient("admin")
 	svc := cl.Service()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

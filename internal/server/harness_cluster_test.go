@@ -240,6 +240,8 @@ type clusterOpts struct {
 	// raftTransport, if set, wraps each node's in-memory transport (fault
 	// injection); the harness still connects the in-memory transports.
 	raftTransport func(id string, tr *raft.InmemTransport) raft.Transport
+	// nodeOptions, if set, are more options of node id's server.
+	nodeOptions func(id string) []Option
 }
 
 func defaultClusterOpts() clusterOpts {
@@ -356,14 +358,17 @@ func (c *tcluster) start(i int) error {
 		err error
 	)
 	for attempt := 0; attempt < 40; attempt++ {
-		s, err = newRecovered(c.config(nd),
-			WithRaftTransport(rt), WithForwardClient(nd.hc), WithBootstrapServers(c.boot),
+		opts := []Option{WithRaftTransport(rt), WithForwardClient(nd.hc), WithBootstrapServers(c.boot),
 			WithLogger(testLogger(nd.id)),
 			WithFatal(func(err error) {
 				c.mu.Lock()
 				c.fatals = append(c.fatals, fmt.Errorf("node %s: %w", nd.id, err))
 				c.mu.Unlock()
-			}))
+			})}
+		if c.opts.nodeOptions != nil {
+			opts = append(opts, c.opts.nodeOptions(nd.id)...)
+		}
+		s, err = newRecovered(c.config(nd), opts...)
 		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
 			break
 		}

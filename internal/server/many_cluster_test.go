@@ -24,6 +24,7 @@ import (
 func TestMultiLockAllOrNothing(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
+	upgraded(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := newMember(t, c, "a", "x", 5*time.Second)
@@ -110,6 +111,7 @@ func TestMultiLockAllOrNothing(t *testing.T) {
 func TestMultiLockNoDeadlock(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
+	upgraded(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	names := []string{"l0", "l1", "l2", "l3", "l4"}
@@ -189,6 +191,7 @@ func TestMultiLockNoDeadlock(t *testing.T) {
 func TestDeadlockRefusedInOneRoundTrip(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
+	upgraded(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := newMember(t, c, "a", "la", 5*time.Second)

@@ -17,6 +17,7 @@ import (
 func TestRequestReleaseSeenInWatch(t *testing.T) {
 	leakCheck(t)
 	c := newTestCluster(t, 3, defaultClusterOpts())
+	upgraded(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	h := newMember(t, c, "holder", "deploy/web", 15*time.Second)

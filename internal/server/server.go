@@ -38,6 +38,7 @@ type options struct {
 	bootstrap []raft.Server
 	logStore  func(raft.LogStore) raft.LogStore
 	fatal     func(error)
+	reportVer uint32
 }
 
 // WithLogStoreWrapper wraps the Raft log store (tests use it to make the
@@ -50,6 +51,11 @@ func WithLogStoreWrapper(f func(raft.LogStore) raft.LogStore) Option {
 // make progress (the leader watchdog). Default: log the error and exit the
 // process with status 1.
 func WithFatal(f func(error)) Option { return func(o *options) { o.fatal = f } }
+
+// WithReportedApplyVersion makes the node report command version v (on
+// /readyz and in Status) instead of the one it applies: tests use it as an
+// in-process stand-in for a node of an older version.
+func WithReportedApplyVersion(v uint32) Option { return func(o *options) { o.reportVer = v } }
 
 // WithRaftTransport makes the node use t (for example hashicorp/raft's
 // in-memory transport in tests) instead of a TCP transport on RaftListen.
@@ -131,7 +137,7 @@ func New(cfg Config, opts ...Option) (_ *Server, err error) {
 	reg, gatherer := o.registries()
 	s := &Server{cfg: cfg, log: o.logger}
 	n, err := node.Open(cfg, node.Options{Logger: o.logger, Registry: reg, Transport: o.transport, ForwardClient: o.fwdClient,
-		Bootstrap: o.bootstrap, LogStore: o.logStore, Fatal: o.fatal})
+		Bootstrap: o.bootstrap, LogStore: o.logStore, Fatal: o.fatal, ReportApplyVersion: o.reportVer})
 	if err != nil {
 		return nil, err
 	}

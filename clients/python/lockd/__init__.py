@@ -9,18 +9,19 @@ A synchronous wrapper is ``lockd.sync``.
 """
 
 from .client import Client, Event, Leader
-from .errors import (AlreadyDone, AlreadyHeld, Busy, ClientClosed, ClusterMismatch, Deadline, Holder,
+from .errors import (AlreadyDone, AlreadyHeld, Busy, ClientClosed, ClusterMismatch, Deadline, Deadlock, Holder, HoldExpired,
                      InvalidArgument, LeaseLost, LimitMismatch, LockdError, NoLeader, NotHeld,
                      PermissionDenied, RateLimited, SessionClosed, TooMany, Unauthenticated, Unavailable,
                      WaitDropped, WatchReset)
 from .locks import Election, Mutex, RWMutex, Semaphore
+from .multilock import MultiLock
 from .session import Session, lease_deadline
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Event", "Leader", "Session", "Mutex", "Semaphore", "RWMutex", "Election", "lease_deadline",
-    "LockdError", "AlreadyDone", "AlreadyHeld", "Busy", "ClientClosed", "ClusterMismatch", "Deadline", "Holder",
+    "Client", "Event", "Leader", "Session", "Mutex", "Semaphore", "RWMutex", "Election", "MultiLock", "lease_deadline",
+    "LockdError", "AlreadyDone", "AlreadyHeld", "Busy", "ClientClosed", "ClusterMismatch", "Deadline", "Deadlock", "Holder", "HoldExpired",
     "InvalidArgument", "LeaseLost", "LimitMismatch", "NoLeader", "NotHeld", "PermissionDenied", "RateLimited",
     "SessionClosed", "TooMany", "Unauthenticated", "Unavailable", "WaitDropped", "WatchReset",
 ]

@@ -19,7 +19,7 @@ import time
 import lockd
 from lockd import errors as E
 
-CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token"]
+CAPABILITIES = ["semaphore", "rwlock", "election", "observe", "complete", "watch", "check_token", "multilock", "max_hold"]
 
 
 class Fail(Exception):
@@ -107,18 +107,18 @@ class Driver:
         return {"deadline": self.session(req).deadline_unix_ns()}
 
     async def _take(self, req, kind, obj, coro):
-        if req.get("lock") in self.locks and self.locks[req["lock"]][1].token:
+        if req.get("lock") in self.locks and getattr(self.locks[req["lock"]][1], "token", 0):
             coro.close()
             raise Fail("already_held", f"lock handle {req['lock']!r} holds a lock")
         self.locks[req["lock"]] = (kind, obj)
         return {"token": await coro}
 
     async def op_lock(self, req):
-        m = self.session(req).mutex(req["name"])
+        m = self.session(req).mutex(req["name"], max_hold=(req.get("max_hold_ms") or 0) / 1000)
         return await self._take(req, "mutex", m, m.lock(self.timeout(req)))
 
     async def op_try_lock(self, req):
-        m = self.session(req).mutex(req["name"])
+        m = self.session(req).mutex(req["name"], max_hold=(req.get("max_hold_ms") or 0) / 1000)
         return await self._take(req, "mutex", m, m.try_lock())
 
     async def op_semaphore(self, req):
@@ -133,9 +133,27 @@ class Driver:
         m = self.session(req).rwmutex(req["name"])
         return await self._take(req, "rw", m, m.try_lock() if req.get("try") else m.lock(self.timeout(req)))
 
+    async def op_multi_lock(self, req):
+        for mode in req.get("modes") or []:
+            if mode != "exclusive":
+                raise Fail("invalid", f"multi_lock: mode {mode!r}: exclusive only")
+        h = req.get("lock")
+        if h in self.locks and self.locks[h][1].held:
+            raise Fail("already_held", f"lock handle {h!r} holds a lock")
+        m = self.session(req).multi_lock(req.get("names") or [])
+        self.locks[h] = ("multi", m)
+        tokens = await (m.try_lock() if req.get("try") else m.lock(self.timeout(req)))
+        return {"tokens": tokens}
+
+    async def op_lock_deadline(self, req):
+        kind, m = self.lock(req)
+        if kind != "mutex":
+            raise Fail("invalid", f"lock {req.get('lock')!r} is not a mutex")
+        return {"deadline": m.deadline_unix_ns()}
+
     async def op_unlock(self, req):
         kind, m = self.lock(req)
-        if kind == "mutex":
+        if kind in ("mutex", "multi"):
             await m.unlock()
         elif kind == "sem":
             await m.release()
@@ -144,8 +162,10 @@ class Driver:
         return {}
 
     async def op_guarded(self, req):
-        _, m = self.lock(req)
+        kind, m = self.lock(req)
         try:
+            if kind == "multi":
+                return {"tokens": m.check()}
             return {"token": m.check()}
         except E.NotHeld as e:
             raise Fail("lease_lost", str(e)) from None

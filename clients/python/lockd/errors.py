@@ -136,6 +136,20 @@ class Unauthenticated(LockdError):
     code = "unauthenticated"
 
 
+class HoldExpired(LockdError):
+    """The hold's budget (max_hold) ran out: the client stopped believing in
+    the hold before the server may end it. The session lives on."""
+
+    code = "lease_lost"  # the driver protocol's code: the hold may not be believed
+
+
+class Deadlock(LockdError):
+    """The server refused a wait that would close a cycle of sessions waiting
+    for each other (the message names them); nothing was queued."""
+
+    code = "deadlock"
+
+
 class Deadline(LockdError):
     """The caller's timeout ran out."""
 
@@ -168,6 +182,7 @@ _BY_REASON = {
     R.ERROR_REASON_PERMISSION_DENIED: PermissionDenied,
     R.ERROR_REASON_UNAUTHENTICATED: Unauthenticated,
     R.ERROR_REASON_RATE_LIMITED: RateLimited,
+    R.ERROR_REASON_DEADLOCK: Deadlock,
 }
 
 _BY_CODE = {
@@ -235,4 +250,4 @@ def from_rpc(err: grpc.RpcError, name: str = "") -> LockdError:
 
 # Errors after which retrying a lock call cannot help.
 DEFINITIVE = (Busy, InvalidArgument, AlreadyHeld, LimitMismatch, WaitDropped, TooMany, NotHeld,
-              ClientClosed, ClusterMismatch, AlreadyDone, PermissionDenied, Unauthenticated)
+              ClientClosed, ClusterMismatch, AlreadyDone, PermissionDenied, Unauthenticated, Deadlock)

@@ -14,16 +14,21 @@ from typing import AsyncIterator, Optional
 
 from . import errors as E
 from ._pb import lockd_pb2 as pb
-from .session import Session, _dur
+from .session import Session, _dur, lease_deadline
 
 MAX_LONG_POLL = 25.0  # below the server's 30 s cap and common proxy timeouts
 WAIT_REPEAT_PAUSE = 0.100
 MAX_VALUE = 1024
+MIN_MAX_HOLD = 1.0  # below it the client's safety margin leaves almost nothing
+MAX_MAX_HOLD = 720 * 3600.0  # the server's largest hold budget
 
 
 class _Lock:
-    def __init__(self, s: Session, name: str, limit: Optional[int], value: bytes = b"", lock_delay: float = 0.0):
+    def __init__(self, s: Session, name: str, limit: Optional[int], value: bytes = b"", lock_delay: float = 0.0,
+                 max_hold: float = 0.0):
         self.session = s
+        self.max_hold = max_hold
+        self._until: Optional[float] = None  # the hold budget's client deadline (time.monotonic())
         self.name = name
         self.limit = limit
         self.value = value
@@ -31,6 +36,8 @@ class _Lock:
         self.bad: Optional[str] = None
         if not name:
             self.bad = "empty lock name"
+        elif max_hold and not MIN_MAX_HOLD <= max_hold <= MAX_MAX_HOLD:
+            self.bad = f"max_hold {max_hold}s outside [1 s, 720 h]"
         elif len(value) > MAX_VALUE:
             self.bad = f"value is {len(value)} bytes, more than {MAX_VALUE}"
         self._busy = False
@@ -46,7 +53,8 @@ class _Lock:
     def held(self) -> bool:
         """Whether the client still believes it holds the lock: held and the
         session's deadline has not passed (it reads the clock)."""
-        return self._token != 0 and self.session.err is None
+        return (self._token != 0 and self.session.err is None
+                and (self._until is None or time.monotonic() < self._until))
 
     def check(self) -> int:
         """Returns the token if the lock is held and its lease live, else raises
@@ -54,7 +62,23 @@ class _Lock:
         if self._token == 0:
             raise E.NotHeld(f"lock {self.name!r} not held")
         self.session.check()
+        if self._until is not None and time.monotonic() >= self._until:
+            raise E.HoldExpired(f"lock {self.name!r}: hold budget ran out")
         return self._token
+
+    @property
+    def deadline(self) -> float:
+        """Until when the hold may be believed (time.monotonic()): the earlier
+        of the session's lease deadline and the hold budget's; 0 when not held."""
+        if not self._token:
+            return 0.0
+        d = self.session.deadline
+        return d if self._until is None else min(d, self._until)
+
+    def deadline_unix_ns(self) -> int:
+        """deadline as Unix nanoseconds (wall clock); 0 when not held."""
+        d = self.deadline
+        return self.session._wall0 + int(d * 1e9) if d else 0
 
     async def _acquire(self, shared: bool, wait: bool, timeout: Optional[float]) -> int:
         s = self.session
@@ -67,8 +91,14 @@ class _Lock:
         deadline = time.monotonic() + timeout if timeout is not None else None
         seq = s.seqs.begin()
         mode = pb.MODE_SHARED if shared else pb.MODE_EXCLUSIVE
+        # since: the send of a call known to precede the grant (the acquire
+        # granted at once, or the last repeat answered "queued"): the hold
+        # budget's client deadline counts from it.
+        since = 0.0
         try:
             while True:
+                sent = time.monotonic()
+                since = since or sent
                 poll = 0.0
                 if wait:
                     poll = MAX_LONG_POLL
@@ -83,6 +113,8 @@ class _Lock:
                         m.poll_timeout.CopyFrom(_dur(poll))
                     if self.lock_delay > 0:
                         m.lock_delay.CopyFrom(_dur(self.lock_delay))
+                    if self.max_hold > 0:
+                        m.max_hold.CopyFrom(_dur(self.max_hold))
                     return m
                 try:
                     resp = await s.call_seq(seq, "Acquire", build, pb.AcquireResponse, name=self.name,
@@ -103,9 +135,17 @@ class _Lock:
                 if resp.status == pb.ACQUIRE_STATUS_GRANTED:
                     if s.err is not None:  # granted after the deadline: of no use
                         raise type(s.err)(str(s.err))
-                    self._token, self._shared = resp.token, shared
+                    budget = resp.max_hold.ToNanoseconds() / 1e9 if resp.HasField("max_hold") else 0.0
+                    until = lease_deadline(since, budget) if budget > 0 else None
+                    if until is not None and time.monotonic() >= until:
+                        token = resp.token
+                        s.keep_trying(lambda: s.call("Release", lambda **kw: pb.ReleaseRequest(name=self.name, token=token, **kw),
+                                                     pb.ReleaseResponse, name=self.name))
+                        raise E.HoldExpired(f"acquire {self.name!r}: granted after the hold's client deadline")
+                    self._token, self._shared, self._until = resp.token, shared, until
                     return resp.token
                 if resp.status == pb.ACQUIRE_STATUS_QUEUED and wait:
+                    since = sent
                     if deadline is not None and time.monotonic() >= deadline:
                         await self._withdraw(seq)
                         seq = 0
@@ -153,7 +193,7 @@ class _Lock:
         token = self._token
         if not token or self._shared != shared:
             raise E.NotHeld(f"release {self.name!r}: not held")
-        self._token = 0
+        self._token, self._until = 0, None
         if s.err is not None:
             raise type(s.err)(f"release {self.name!r}: {s.err}")
 
@@ -193,8 +233,8 @@ class _Lock:
 class Mutex(_Lock):
     """An exclusive lock. ``async with mutex:`` locks (waiting) and unlocks."""
 
-    def __init__(self, s: Session, name: str, value: bytes = b"", lock_delay: float = 0.0):
-        super().__init__(s, name, None, value, lock_delay)
+    def __init__(self, s: Session, name: str, value: bytes = b"", lock_delay: float = 0.0, max_hold: float = 0.0):
+        super().__init__(s, name, None, value, lock_delay, max_hold)
 
     async def lock(self, timeout: Optional[float] = None) -> int:
         """Waits (FIFO) for the lock and returns its fencing token."""

@@ -321,9 +321,12 @@ class Session:
 
     # -- primitives ----------------------------------------------------------
 
-    def mutex(self, name: str, *, value: bytes = b"", lock_delay: float = 0.0):
+    def mutex(self, name: str, *, value: bytes = b"", lock_delay: float = 0.0, max_hold: float = 0.0):
+        """An exclusive lock; max_hold (1 s to 720 h) asks the server to end each
+        hold after it even while the session lives (check() raises HoldExpired
+        before)."""
         from .locks import Mutex
-        return Mutex(self, name, value=value, lock_delay=lock_delay)
+        return Mutex(self, name, value=value, lock_delay=lock_delay, max_hold=max_hold)
 
     def semaphore(self, name: str, permits: int, *, value: bytes = b""):
         from .locks import Semaphore
@@ -332,6 +335,11 @@ class Session:
     def rwmutex(self, name: str, *, value: bytes = b""):
         from .locks import RWMutex
         return RWMutex(self, name, value=value)
+
+    def multi_lock(self, names, *, value: bytes = b""):
+        """Exclusive locks on names (2 to 32, distinct), taken all at once or not at all."""
+        from .multilock import MultiLock
+        return MultiLock(self, names, value=value)
 
     def election(self, name: str):
         from .locks import Election

@@ -114,6 +114,9 @@ class Session:
     def rwmutex(self, name: str, **kw) -> "Lock":
         return Lock(self._l, self.aio.rwmutex(name, **kw))
 
+    def multi_lock(self, names, **kw) -> "Lock":
+        return Lock(self._l, self.aio.multi_lock(names, **kw))
+
     def election(self, name: str) -> "Lock":
         return Lock(self._l, self.aio.election(name))
 

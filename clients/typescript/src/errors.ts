@@ -23,6 +23,8 @@ export type ErrorCode =
   | "unauthenticated" // no or unknown bearer token
   | "no_leader" // an election has no leader
   | "watch_reset" // a watch lost events; re-read the state
+  | "hold_expired" // the hold's budget ran out (maxHoldMs): the client stopped believing in it
+  | "deadlock" // the wait would close a cycle of sessions waiting for each other; nothing was queued
   | "deadline" // the call's timeout ran out
   | "cancelled" // the call's AbortSignal fired
   | "closed" // the Client was closed
@@ -92,6 +94,7 @@ const reasonCodes: Partial<Record<ErrorReason, ErrorCode>> = {
   [ErrorReason.PERMISSION_DENIED]: "permission_denied",
   [ErrorReason.UNAUTHENTICATED]: "unauthenticated",
   [ErrorReason.RATE_LIMITED]: "rate_limited",
+  [ErrorReason.DEADLOCK]: "deadlock",
 };
 
 const connectCodes: Partial<Record<Code, ErrorCode>> = {
@@ -138,7 +141,7 @@ function holderOf(h: PbHolder): Holder {
 export function definitive(err: LockdError): boolean {
   switch (err.code) {
     case "busy": case "invalid": case "already_held": case "limit_mismatch": case "wait_dropped":
-    case "too_many": case "rate_limited": case "not_held": case "closed": case "cluster_mismatch": case "done":
+    case "too_many": case "rate_limited": case "not_held": case "closed": case "cluster_mismatch": case "done": case "deadlock":
       return true;
   }
   return false;

@@ -4,7 +4,7 @@ import { type CallOptions } from "./client.js";
 import { send } from "./call.js";
 import { definitive, LockdError, toLockdError } from "./errors.js";
 import { Mode } from "./gen/lockd/v1/lockd_pb.js";
-import { duration } from "./lease.js";
+import { duration, durationMs, leaseDeadline, now, toUnixMs } from "./lease.js";
 import { type Ctx, ctxDone, ctxWithin, sleep } from "./retry.js";
 import type { SeqReq } from "./seq.js";
 import type { Session } from "./session.js";
@@ -15,6 +15,8 @@ export interface LockOptions {
   value?: Uint8Array | string;
   /** Lock-delay, fixed when the lock is created: after a holder's session expires the lock is not granted again for this long. */
   lockDelayMs?: number;
+  /** Hold budget (1 s to 720 h): the server ends each hold after it even while the session lives; the client stops believing in the hold before (see `deadline`). */
+  maxHoldMs?: number;
 }
 
 /** maxLongPoll: one queued Acquire blocks at most this long on the server before the client repeats it (below the server's 30 s cap). */
@@ -23,7 +25,7 @@ const maxLongPoll = 25_000;
 const waitRepeatPause = 100;
 const maxRetentionMs = 400 * 24 * 3600 * 1000;
 
-interface Hold { token: bigint; shared: boolean; ac: AbortController }
+interface Hold { token: bigint; shared: boolean; ac: AbortController; until?: number; timer?: ReturnType<typeof setTimeout> }
 
 /** released is the reason of a hold's signal after unlock or complete (one object: an Error per release costs a stack trace). */
 const released = new LockdError("not_held", "lockd: lock released");
@@ -49,6 +51,14 @@ export class LockBase {
     return this.hold?.ac.signal ?? notHeld;
   }
 
+  /** deadline is until when the current hold may be believed (Unix ms): the earlier of the session's lease deadline and the hold budget's client deadline; 0 when not held. */
+  get deadline(): number {
+    const h = this.hold;
+    if (!h) return 0;
+    const d = this.session.deadline;
+    return h.until === undefined ? d : Math.min(d, toUnixMs(h.until));
+  }
+
   /** held reports whether the lock is held and its lease live now. */
   get held(): boolean {
     try { this.guard(); return true; } catch { return false; }
@@ -61,6 +71,11 @@ export class LockBase {
       throw h?.ac.signal.reason instanceof LockdError ? h.ac.signal.reason : new LockdError("not_held", `lockd: lock "${this.name}" not held`);
     }
     this.session.live();
+    if (h.until !== undefined && now() >= h.until) {
+      const err = new LockdError("hold_expired", `lockd: lock "${this.name}": hold budget ran out`);
+      h.ac.abort(err);
+      throw err;
+    }
     return h.token;
   }
 
@@ -77,9 +92,21 @@ export class LockBase {
     // stays in flight until this returns, or until the withdrawal that
     // takes it over ends.
     const seq = s.seqs.begin();
+    const maxHoldMs = this.opts.maxHoldMs;
+    if (maxHoldMs !== undefined && !(maxHoldMs >= 1000 && maxHoldMs <= 720 * 3600 * 1000)) {
+      this.busy = false;
+      seq.end();
+      throw new LockdError("invalid", `lockd: lock "${this.name}": maxHoldMs outside [1 s, 720 h]`);
+    }
+    // since: the send of a call known to precede the grant (the acquire
+    // granted at once, or the last repeat the leader answered "queued"):
+    // the hold budget's client deadline counts from it.
+    let since = 0;
     try {
       const bctx = s.bind(ctx);
       for (;;) {
+        const sent = now();
+        if (!since) since = sent;
         let pollMs = 0;
         if (wait) {
           pollMs = maxLongPoll;
@@ -90,6 +117,7 @@ export class LockBase {
           mode: shared ? Mode.SHARED : Mode.EXCLUSIVE, limit: this.limit, wait, value: this.value,
           lockDelay: this.opts.lockDelayMs ? duration(this.opts.lockDelayMs) : undefined,
           pollTimeout: wait ? duration(pollMs) : undefined,
+          maxHold: maxHoldMs ? duration(maxHoldMs) : undefined,
         };
         let resp;
         try {
@@ -114,14 +142,25 @@ export class LockBase {
           // A grant is never reported after the session ended (the server
           // releases such a hold when it ends the session).
           s.live();
-          this.hold = { token: resp.token, shared, ac: new AbortController() };
-          const h = this.hold;
+          const budget = durationMs(resp.maxHold);
+          const h: Hold = { token: resp.token, shared, ac: new AbortController() };
+          if (budget > 0) {
+            h.until = leaseDeadline(since, budget);
+            if (now() >= h.until) {
+              const token = resp.token;
+              s.keepTrying(() => this.releaseToken(token, {}));
+              throw new LockdError("hold_expired", `lockd: acquire "${this.name}": granted after the hold's client deadline`);
+            }
+            h.timer = setTimeout(() => h.ac.abort(new LockdError("hold_expired", `lockd: lock "${this.name}": hold budget ran out`)), h.until - now());
+            h.timer.unref?.(); // a forgotten hold does not keep the process alive
+          }
+          this.hold = h;
           const onEnd = () => h.ac.abort(s.signal.reason);
           s.signal.addEventListener("abort", onEnd, { once: true });
-          h.ac.signal.addEventListener("abort", () => s.signal.removeEventListener("abort", onEnd), { once: true });
+          h.ac.signal.addEventListener("abort", () => { clearTimeout(h.timer); s.signal.removeEventListener("abort", onEnd); }, { once: true });
           return;
         }
-        if (resp.status === 2 /* QUEUED */ && wait) continue;
+        if (resp.status === 2 /* QUEUED */ && wait) { since = sent; continue; }
         this.withdraw(seq);
         throw new LockdError("other", `lockd: acquire "${this.name}": unexpected status ${resp.status}`);
       }
@@ -144,7 +183,8 @@ export class LockBase {
     });
   }
 
-  private async cancelWait(acquireSeq: bigint, ctx: Ctx) {
+  /** @internal cancelWait sends Cancel for the acquire of seq acquireSeq (MultiLock uses it too). */
+  async cancelWait(acquireSeq: bigint, ctx: Ctx) {
     const s = this.session;
     const c = s.client;
     const seq = s.seqs.begin();
@@ -181,7 +221,8 @@ export class LockBase {
     }
   }
 
-  private async releaseToken(token: bigint, ctx: Ctx) {
+  /** @internal releaseToken releases the hold of token (MultiLock uses it too). */
+  async releaseToken(token: bigint, ctx: Ctx) {
     const s = this.session;
     const seq = s.seqs.begin();
     try {

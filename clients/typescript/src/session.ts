@@ -11,6 +11,7 @@ import { type Ctx, ctxWithin, delay, type Policy, sleep } from "./retry.js";
 import { SeqTracker } from "./seq.js";
 import { Election } from "./election.js";
 import { Mutex, RWMutex, Semaphore, type LockOptions } from "./lock.js";
+import { MultiLock, type MultiLockOptions } from "./multilock.js";
 import type { KaResult } from "./keepalive.js";
 
 /** Options of a session. */
@@ -299,6 +300,11 @@ export class Session {
   /** rwmutex returns a read-write lock on name: any number of readers, or one writer; a waiting writer holds back later readers. */
   rwmutex(name: string, opts: LockOptions = {}): RWMutex {
     return new RWMutex(this, name, opts);
+  }
+
+  /** multiLock returns a handle on the exclusive locks names (2 to 32, distinct), taken all at once or not at all (AcquireMany). */
+  multiLock(names: string[], opts: MultiLockOptions = {}): MultiLock {
+    return new MultiLock(this, names, opts);
   }
 
   /** election returns an election on name: its leader holds the exclusive lock name, candidates queue in campaign order. */

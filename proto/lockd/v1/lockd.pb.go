@@ -150,6 +150,7 @@ const (
 	ErrorReason_ERROR_REASON_UNAUTHENTICATED   ErrorReason = 15 // no or unknown credentials while authentication is on
 	ErrorReason_ERROR_REASON_RATE_LIMITED      ErrorReason = 16 // a per-identity rate limit or cap was reached
 	ErrorReason_ERROR_REASON_DEADLOCK          ErrorReason = 17 // the wait would close a cycle of sessions waiting for each other (the message names it)
+	ErrorReason_ERROR_REASON_UPGRADE_REQUIRED  ErrorReason = 18 // the command needs a version some voter does not apply yet
 )
 
 // Enum value maps for ErrorReason.
@@ -173,6 +174,7 @@ var (
 		15: "ERROR_REASON_UNAUTHENTICATED",
 		16: "ERROR_REASON_RATE_LIMITED",
 		17: "ERROR_REASON_DEADLOCK",
+		18: "ERROR_REASON_UPGRADE_REQUIRED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":       0,
@@ -193,6 +195,7 @@ var (
 		"ERROR_REASON_UNAUTHENTICATED":   15,
 		"ERROR_REASON_RATE_LIMITED":      16,
 		"ERROR_REASON_DEADLOCK":          17,
+		"ERROR_REASON_UPGRADE_REQUIRED":  18,
 	}
 )
 
@@ -2764,21 +2767,26 @@ func (x *Member) GetVoter() bool {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Leader        string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"` // leader's node id, "" when none
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`   // this node's raft state
-	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
-	CommitIndex   uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	AppliedIndex  uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Sessions      uint32                 `protobuf:"varint,7,opt,name=sessions,proto3" json:"sessions,omitempty"`
-	Locks         uint32                 `protobuf:"varint,8,opt,name=locks,proto3" json:"locks,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,9,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	Members       []*Member              `protobuf:"bytes,10,rep,name=members,proto3" json:"members,omitempty"`
-	LastToken     uint64                 `protobuf:"varint,11,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
-	Version       string                 `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Leader       string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"` // leader's node id, "" when none
+	State        string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`   // this node's raft state
+	Term         uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64                 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64                 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Sessions     uint32                 `protobuf:"varint,7,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	Locks        uint32                 `protobuf:"varint,8,opt,name=locks,proto3" json:"locks,omitempty"`
+	ClusterId    string                 `protobuf:"bytes,9,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	Members      []*Member              `protobuf:"bytes,10,rep,name=members,proto3" json:"members,omitempty"`
+	LastToken    uint64                 `protobuf:"varint,11,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
+	Version      string                 `protobuf:"bytes,12,opt,name=version,proto3" json:"version,omitempty"`
+	// apply_version is the highest command version this node applies.
+	ApplyVersion uint32 `protobuf:"varint,13,opt,name=apply_version,json=applyVersion,proto3" json:"apply_version,omitempty"`
+	// cluster_version is the highest command version the cluster accepts
+	// (every voter applies it), as this node has applied it.
+	ClusterVersion uint32 `protobuf:"varint,14,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2895,13 +2903,30 @@ func (x *StatusResponse) GetVersion() string {
 	return ""
 }
 
+func (x *StatusResponse) GetApplyVersion() uint32 {
+	if x != nil {
+		return x.ApplyVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	NodeId      string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	ApiUrl      string                 `protobuf:"bytes,3,opt,name=api_url,json=apiUrl,proto3" json:"api_url,omitempty"`
 	// Join as a non-voter and stay one.
-	NonVoter      bool `protobuf:"varint,4,opt,name=non_voter,json=nonVoter,proto3" json:"non_voter,omitempty"`
+	NonVoter bool `protobuf:"varint,4,opt,name=non_voter,json=nonVoter,proto3" json:"non_voter,omitempty"`
+	// apply_version is the highest command version the joining node applies;
+	// 0 (a node that does not send it) means 1.
+	ApplyVersion  uint32 `protobuf:"varint,5,opt,name=apply_version,json=applyVersion,proto3" json:"apply_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2962,6 +2987,13 @@ func (x *JoinRequest) GetNonVoter() bool {
 		return x.NonVoter
 	}
 	return false
+}
+
+func (x *JoinRequest) GetApplyVersion() uint32 {
+	if x != nil {
+		return x.ApplyVersion
+	}
+	return 0
 }
 
 type JoinResponse struct {
@@ -4943,7 +4975,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x03api\x18\x02 \x01(\tR\x03api\x12\x12\n" +
 	"\x04raft\x18\x03 \x01(\tR\x04raft\x12\x12\n" +
 	"\x04role\x18\x04 \x01(\tR\x04role\x12\x14\n" +
-	"\x05voter\x18\x05 \x01(\bR\x05voter\"\xe9\x02\n" +
+	"\x05voter\x18\x05 \x01(\bR\x05voter\"\xb7\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06leader\x18\x02 \x01(\tR\x06leader\x12\x14\n" +
@@ -4959,12 +4991,15 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	" \x03(\v2\x10.lockd.v1.MemberR\amembers\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\v \x01(\x04R\tlastToken\x12\x18\n" +
-	"\aversion\x18\f \x01(\tR\aversion\"\x7f\n" +
+	"\aversion\x18\f \x01(\tR\aversion\x12#\n" +
+	"\rapply_version\x18\r \x01(\rR\fapplyVersion\x12'\n" +
+	"\x0fcluster_version\x18\x0e \x01(\rR\x0eclusterVersion\"\xa4\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12\x17\n" +
 	"\aapi_url\x18\x03 \x01(\tR\x06apiUrl\x12\x1b\n" +
-	"\tnon_voter\x18\x04 \x01(\bR\bnonVoter\"Y\n" +
+	"\tnon_voter\x18\x04 \x01(\bR\bnonVoter\x12#\n" +
+	"\rapply_version\x18\x05 \x01(\rR\fapplyVersion\"Y\n" +
 	"\fJoinResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12*\n" +
@@ -5100,7 +5135,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x0fReadConsistency\x12 \n" +
 	"\x1cREAD_CONSISTENCY_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREAD_CONSISTENCY_LINEARIZABLE\x10\x01\x12\x1a\n" +
-	"\x16READ_CONSISTENCY_STALE\x10\x02*\xba\x04\n" +
+	"\x16READ_CONSISTENCY_STALE\x10\x02*\xdd\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\"\n" +
@@ -5120,7 +5155,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x0e\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x0f\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x10\x12\x19\n" +
-	"\x15ERROR_REASON_DEADLOCK\x10\x11*f\n" +
+	"\x15ERROR_REASON_DEADLOCK\x10\x11\x12!\n" +
+	"\x1dERROR_REASON_UPGRADE_REQUIRED\x10\x12*f\n" +
 	"\rAcquireStatus\x12\x1e\n" +
 	"\x1aACQUIRE_STATUS_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16ACQUIRE_STATUS_GRANTED\x10\x01\x12\x19\n" +

@@ -2187,6 +2187,16 @@ func (m *StatusResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.ClusterVersion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ClusterVersion))
+		i--
+		dAtA[i] = 0x70
+	}
+	if m.ApplyVersion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ApplyVersion))
+		i--
+		dAtA[i] = 0x68
+	}
 	if len(m.Version) > 0 {
 		i -= len(m.Version)
 		copy(dAtA[i:], m.Version)
@@ -2296,6 +2306,11 @@ func (m *JoinRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.ApplyVersion != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ApplyVersion))
+		i--
+		dAtA[i] = 0x28
 	}
 	if m.NonVoter {
 		i--
@@ -4854,6 +4869,12 @@ func (m *StatusResponse) SizeVT() (n int) {
 	if l > 0 {
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.ApplyVersion != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ApplyVersion))
+	}
+	if m.ClusterVersion != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ClusterVersion))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -4878,6 +4899,9 @@ func (m *JoinRequest) SizeVT() (n int) {
 	}
 	if m.NonVoter {
 		n += 2
+	}
+	if m.ApplyVersion != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.ApplyVersion))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -11326,6 +11350,44 @@ func (m *StatusResponse) UnmarshalVT(dAtA []byte) error {
 			}
 			m.Version = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 13:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ApplyVersion", wireType)
+			}
+			m.ApplyVersion = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ApplyVersion |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 14:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ClusterVersion", wireType)
+			}
+			m.ClusterVersion = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ClusterVersion |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -11493,6 +11555,25 @@ func (m *JoinRequest) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.NonVoter = bool(v != 0)
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ApplyVersion", wireType)
+			}
+			m.ApplyVersion = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.ApplyVersion |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

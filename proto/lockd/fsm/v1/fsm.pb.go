@@ -773,10 +773,13 @@ type Snapshot struct {
 	// state, so a node that installs the snapshot knows where the next
 	// entry's events start. 0 in backups (GET /v1/snapshot) and in snapshots
 	// written before it existed.
-	AppliedIndex  uint64        `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	Policies      []*LockPolicy `protobuf:"bytes,8,rep,name=policies,proto3" json:"policies,omitempty"` // by name
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AppliedIndex uint64 `protobuf:"varint,7,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// cluster_version is the highest command version every voter applies, as
+	// raised by SetClusterVersion; 0 (absent) means 1.
+	ClusterVersion uint32        `protobuf:"varint,9,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	Policies       []*LockPolicy `protobuf:"bytes,8,rep,name=policies,proto3" json:"policies,omitempty"` // by name
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Snapshot) Reset() {
@@ -854,6 +857,13 @@ func (x *Snapshot) GetMembers() []*MemberInfo {
 func (x *Snapshot) GetAppliedIndex() uint64 {
 	if x != nil {
 		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *Snapshot) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
 	}
 	return 0
 }
@@ -2444,6 +2454,53 @@ func (x *RequestRelease) GetTimeUnixNano() int64 {
 	return 0
 }
 
+// SetClusterVersion raises the cluster version: the highest command version
+// (internal/fsm NeedsVersion) the leader may propose. The leader proposes it
+// once every voter reports that it applies the version. Apply only raises it.
+type SetClusterVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint32                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClusterVersion) Reset() {
+	*x = SetClusterVersion{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClusterVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClusterVersion) ProtoMessage() {}
+
+func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
+func (*SetClusterVersion) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *SetClusterVersion) GetVersion() uint32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 var File_lockd_fsm_v1_fsm_proto protoreflect.FileDescriptor
 
 const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
@@ -2525,7 +2582,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0etime_unix_nano\x18\x06 \x01(\x03R\ftimeUnixNano\x12\x1f\n" +
 	"\vsecret_hash\x18\a \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\b \x01(\tR\bidentity\"\xca\x02\n" +
+	"\bidentity\x18\b \x01(\tR\bidentity\"\xf3\x02\n" +
 	"\bSnapshot\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x14\n" +
@@ -2535,7 +2592,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\bsessions\x18\x04 \x03(\v2\x15.lockd.fsm.v1.SessionR\bsessions\x12(\n" +
 	"\x05locks\x18\x05 \x03(\v2\x12.lockd.fsm.v1.LockR\x05locks\x122\n" +
 	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\x12#\n" +
-	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x124\n" +
+	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12'\n" +
+	"\x0fcluster_version\x18\t \x01(\rR\x0eclusterVersion\x124\n" +
 	"\bpolicies\x18\b \x03(\v2\x18.lockd.fsm.v1.LockPolicyR\bpolicies\"O\n" +
 	"\n" +
 	"LockPolicy\x12\x12\n" +
@@ -2681,7 +2739,9 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12$\n" +
-	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNanoB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNano\"-\n" +
+	"\x11SetClusterVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\rR\aversionB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
 var (
 	file_lockd_fsm_v1_fsm_proto_rawDescOnce sync.Once
@@ -2695,36 +2755,37 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
-	(*Init)(nil),           // 0: lockd.fsm.v1.Init
-	(*CreateSession)(nil),  // 1: lockd.fsm.v1.CreateSession
-	(*CloseSession)(nil),   // 2: lockd.fsm.v1.CloseSession
-	(*ExpireSession)(nil),  // 3: lockd.fsm.v1.ExpireSession
-	(*RevokeSession)(nil),  // 4: lockd.fsm.v1.RevokeSession
-	(*Acquire)(nil),        // 5: lockd.fsm.v1.Acquire
-	(*Release)(nil),        // 6: lockd.fsm.v1.Release
-	(*Cancel)(nil),         // 7: lockd.fsm.v1.Cancel
-	(*Snapshot)(nil),       // 8: lockd.fsm.v1.Snapshot
-	(*LockPolicy)(nil),     // 9: lockd.fsm.v1.LockPolicy
-	(*SetLockPolicy)(nil),  // 10: lockd.fsm.v1.SetLockPolicy
-	(*EndHold)(nil),        // 11: lockd.fsm.v1.EndHold
-	(*Result)(nil),         // 12: lockd.fsm.v1.Result
-	(*Session)(nil),        // 13: lockd.fsm.v1.Session
-	(*Hold)(nil),           // 14: lockd.fsm.v1.Hold
-	(*Wait)(nil),           // 15: lockd.fsm.v1.Wait
-	(*Lock)(nil),           // 16: lockd.fsm.v1.Lock
-	(*Undelay)(nil),        // 17: lockd.fsm.v1.Undelay
-	(*Mark)(nil),           // 18: lockd.fsm.v1.Mark
-	(*Complete)(nil),       // 19: lockd.fsm.v1.Complete
-	(*ClearMark)(nil),      // 20: lockd.fsm.v1.ClearMark
-	(*SetMember)(nil),      // 21: lockd.fsm.v1.SetMember
-	(*MemberInfo)(nil),     // 22: lockd.fsm.v1.MemberInfo
-	(*Restore)(nil),        // 23: lockd.fsm.v1.Restore
-	(*SetValue)(nil),       // 24: lockd.fsm.v1.SetValue
-	(*AcquireMany)(nil),    // 25: lockd.fsm.v1.AcquireMany
-	(*ManyLock)(nil),       // 26: lockd.fsm.v1.ManyLock
-	(*RequestRelease)(nil), // 27: lockd.fsm.v1.RequestRelease
+	(*Init)(nil),              // 0: lockd.fsm.v1.Init
+	(*CreateSession)(nil),     // 1: lockd.fsm.v1.CreateSession
+	(*CloseSession)(nil),      // 2: lockd.fsm.v1.CloseSession
+	(*ExpireSession)(nil),     // 3: lockd.fsm.v1.ExpireSession
+	(*RevokeSession)(nil),     // 4: lockd.fsm.v1.RevokeSession
+	(*Acquire)(nil),           // 5: lockd.fsm.v1.Acquire
+	(*Release)(nil),           // 6: lockd.fsm.v1.Release
+	(*Cancel)(nil),            // 7: lockd.fsm.v1.Cancel
+	(*Snapshot)(nil),          // 8: lockd.fsm.v1.Snapshot
+	(*LockPolicy)(nil),        // 9: lockd.fsm.v1.LockPolicy
+	(*SetLockPolicy)(nil),     // 10: lockd.fsm.v1.SetLockPolicy
+	(*EndHold)(nil),           // 11: lockd.fsm.v1.EndHold
+	(*Result)(nil),            // 12: lockd.fsm.v1.Result
+	(*Session)(nil),           // 13: lockd.fsm.v1.Session
+	(*Hold)(nil),              // 14: lockd.fsm.v1.Hold
+	(*Wait)(nil),              // 15: lockd.fsm.v1.Wait
+	(*Lock)(nil),              // 16: lockd.fsm.v1.Lock
+	(*Undelay)(nil),           // 17: lockd.fsm.v1.Undelay
+	(*Mark)(nil),              // 18: lockd.fsm.v1.Mark
+	(*Complete)(nil),          // 19: lockd.fsm.v1.Complete
+	(*ClearMark)(nil),         // 20: lockd.fsm.v1.ClearMark
+	(*SetMember)(nil),         // 21: lockd.fsm.v1.SetMember
+	(*MemberInfo)(nil),        // 22: lockd.fsm.v1.MemberInfo
+	(*Restore)(nil),           // 23: lockd.fsm.v1.Restore
+	(*SetValue)(nil),          // 24: lockd.fsm.v1.SetValue
+	(*AcquireMany)(nil),       // 25: lockd.fsm.v1.AcquireMany
+	(*ManyLock)(nil),          // 26: lockd.fsm.v1.ManyLock
+	(*RequestRelease)(nil),    // 27: lockd.fsm.v1.RequestRelease
+	(*SetClusterVersion)(nil), // 28: lockd.fsm.v1.SetClusterVersion
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
@@ -2756,7 +2817,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
