@@ -468,18 +468,6 @@ func checkStateCaps(snap *fsmv1.Snapshot, sessions map[string]*session, cs *coun
 	return nil
 }
 
-// decodeMembers builds the member table of a snapshot.
-func decodeMembers(pms []*fsmv1.MemberInfo) (map[string]Member, error) {
-	members := map[string]Member{}
-	for _, m := range pms {
-		if m.NodeId == "" {
-			return nil, fmt.Errorf("snapshot: member without id")
-		}
-		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress, NonVoter: m.NonVoter}
-	}
-	return members, nil
-}
-
 // has reports whether session s (id) already holds or waits for l, while
 // l is being decoded. Lock names are unique by then, so only l's own
 // holders and waiters can clash: a short lock is scanned instead of

@@ -109,3 +109,15 @@ func sizeHoldsBytes(b []byte, sessions map[string]*session) {
 		s.holds = make(map[string]*hold, n)
 	}
 }
+
+// decodeMembers builds the member table of a snapshot.
+func decodeMembers(pms []*fsmv1.MemberInfo) (map[string]Member, error) {
+	members := map[string]Member{}
+	for _, m := range pms {
+		if m.NodeId == "" {
+			return nil, fmt.Errorf("snapshot: member without id")
+		}
+		members[m.NodeId] = Member{ID: m.NodeId, API: m.ApiUrl, Raft: m.RaftAddress, NonVoter: m.NonVoter}
+	}
+	return members, nil
+}
