@@ -26,12 +26,16 @@ const MaxHoldMs = 30 * 24 * 3600 * 1000
 type policy struct {
 	name             string
 	defaultMaxHoldMs int64
+	revokeGraceMs    int64
 }
 
 // LockPolicy is a lock name's policy, for the server.
 type LockPolicy struct {
 	// DefaultMaxHold is the budget of a hold whose acquire asked none.
 	DefaultMaxHold time.Duration
+	// RevokeGrace is how long after an admin's RequestRelease the holder's
+	// session is revoked (0: an admin's request only asks).
+	RevokeGrace time.Duration
 }
 
 // Budget is one hold that has a budget, for the leader's timers.
@@ -44,9 +48,13 @@ type Budget struct {
 }
 
 // ValidateSetLockPolicy reports why Apply refuses c for its fields alone: the
-// name, and a default outside [0, MaxHoldMs].
+// name, a default outside [0, MaxHoldMs], and a revoke grace neither 0 nor
+// in [MinRevokeGraceMs, MaxRevokeGraceMs].
 func ValidateSetLockPolicy(c *fsmv1.SetLockPolicy) error {
 	if err := ValidateName(c.Name); err != nil {
+		return err
+	}
+	if err := checkGraceMs(c.RevokeGraceMs); err != nil {
 		return err
 	}
 	return checkHoldMs("default max hold", c.DefaultMaxHoldMs)
@@ -79,7 +87,7 @@ func (f *FSM) applySetLockPolicy(c *fsmv1.SetLockPolicy) *Result {
 	if err := ValidateSetLockPolicy(c); err != nil {
 		return fail(CodeInvalid, "%v", err)
 	}
-	if c.DefaultMaxHoldMs == 0 {
+	if c.DefaultMaxHoldMs == 0 && c.RevokeGraceMs == 0 {
 		delete(f.policies, c.Name)
 		return &Result{}
 	}
@@ -91,7 +99,7 @@ func (f *FSM) applySetLockPolicy(c *fsmv1.SetLockPolicy) *Result {
 		p = &policy{name: c.Name}
 		f.policies[c.Name] = p
 	}
-	p.defaultMaxHoldMs = c.DefaultMaxHoldMs
+	p.defaultMaxHoldMs, p.revokeGraceMs = c.DefaultMaxHoldMs, c.RevokeGraceMs
 	return &Result{}
 }
 
@@ -128,19 +136,26 @@ func (f *FSM) Policy(name string) (LockPolicy, bool) {
 	if p == nil {
 		return LockPolicy{}, false
 	}
-	return LockPolicy{DefaultMaxHold: time.Duration(p.defaultMaxHoldMs) * time.Millisecond}, true
+	return LockPolicy{DefaultMaxHold: ms(p.defaultMaxHoldMs), RevokeGrace: ms(p.revokeGraceMs)}, true
 }
 
 // WithBudgets calls fn with every hold that has a budget, by lock name and
 // token, while no command can be applied (see WithSessions).
 func (f *FSM) WithBudgets(fn func([]Budget)) {
+	f.withHoldTimers(func(h *hold) int64 { return h.maxHoldMs }, fn)
+}
+
+// withHoldTimers calls fn, while no command can be applied, with every hold
+// for which d returns more than 0, by lock name and token, that duration in
+// Budget.MaxHold.
+func (f *FSM) withHoldTimers(d func(*hold) int64, fn func([]Budget)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var bs []Budget
 	f.names.Ascend(func(l *lock) bool {
 		for _, h := range l.holders {
-			if h.maxHoldMs > 0 {
-				bs = append(bs, Budget{Name: l.name, Session: h.session, Token: h.token, MaxHold: time.Duration(h.maxHoldMs) * time.Millisecond})
+			if ms := d(h); ms > 0 {
+				bs = append(bs, Budget{Name: l.name, Session: h.session, Token: h.token, MaxHold: time.Duration(ms) * time.Millisecond})
 			}
 		}
 		return true
@@ -153,7 +168,7 @@ func (f *FSM) statePolicies() []*fsmv1.LockPolicy {
 	var out []*fsmv1.LockPolicy
 	for _, name := range slices.Sorted(maps.Keys(f.policies)) {
 		p := f.policies[name]
-		out = append(out, &fsmv1.LockPolicy{Name: p.name, DefaultMaxHoldMs: p.defaultMaxHoldMs})
+		out = append(out, &fsmv1.LockPolicy{Name: p.name, DefaultMaxHoldMs: p.defaultMaxHoldMs, RevokeGraceMs: p.revokeGraceMs})
 	}
 	return out
 }
@@ -168,10 +183,10 @@ func decodePolicies(pps []*fsmv1.LockPolicy) (map[string]*policy, error) {
 		switch {
 		case out[pp.Name] != nil:
 			return nil, fmt.Errorf("snapshot: duplicate lock policy %q", pp.Name)
-		case ValidateSetLockPolicy(&fsmv1.SetLockPolicy{Name: pp.Name, DefaultMaxHoldMs: pp.DefaultMaxHoldMs}) != nil || pp.DefaultMaxHoldMs == 0:
+		case ValidateSetLockPolicy(&fsmv1.SetLockPolicy{Name: pp.Name, DefaultMaxHoldMs: pp.DefaultMaxHoldMs, RevokeGraceMs: pp.RevokeGraceMs}) != nil || pp.DefaultMaxHoldMs == 0 && pp.RevokeGraceMs == 0:
 			return nil, fmt.Errorf("snapshot: bad lock policy %q", pp.Name)
 		}
-		out[pp.Name] = &policy{name: pp.Name, defaultMaxHoldMs: pp.DefaultMaxHoldMs}
+		out[pp.Name] = &policy{name: pp.Name, defaultMaxHoldMs: pp.DefaultMaxHoldMs, revokeGraceMs: pp.RevokeGraceMs}
 	}
 	return out, nil
 }

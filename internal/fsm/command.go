@@ -38,6 +38,8 @@ const (
 	CmdAcquireMany CmdType = 17
 	// CmdRequestRelease: a notice to a lock's holders (revoke.go).
 	CmdRequestRelease CmdType = 18
+	// CmdRevokeHold: a revoke grace ran out on the leader (revoke.go).
+	CmdRevokeHold CmdType = 20
 	// CmdSetClusterVersion raises the cluster version (version.go).
 	CmdSetClusterVersion CmdType = 19
 )
@@ -141,6 +143,8 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		m = &fsmv1.AcquireMany{}
 	case CmdRequestRelease:
 		m = &fsmv1.RequestRelease{}
+	case CmdRevokeHold:
+		m = &fsmv1.RevokeHold{}
 	case CmdSetClusterVersion:
 		m = &fsmv1.SetClusterVersion{}
 	default:

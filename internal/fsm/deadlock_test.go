@@ -1,13 +1,10 @@
 package fsm_test
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
-	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
 // TestDeadlockRefused: two sessions each holding one lock and asking for
@@ -112,40 +109,3 @@ func TestExplain(t *testing.T) {
 		t.Fatal("explain of a lock that does not exist")
 	}
 }
-
-// TestRequestRelease: one event per hold (session, token, the reason as
-// value), in token order; no change of state; a long reason is refused.
-func TestRequestRelease(t *testing.T) {
-	rec := &releaseAsks{}
-	f := initFSM(t, rec)
-	mustOK(t, f, newSession("s1"))
-	mustOK(t, f, newSession("s2"))
-	t1 := mustOK(t, f, acqLimit("s1", 1, "sem", shrd, false, 0)).Token
-	t2 := mustOK(t, f, acqLimit("s2", 1, "sem", shrd, false, 0)).Token
-	before := f.State().String()
-	r := mustOK(t, f, &fsmv1.RequestRelease{Name: "sem", Reason: "deploy"})
-	if len(r.Holders) != 2 || f.State().String() != before {
-		t.Fatalf("answer %+v; state changed: %v", r, f.State().String() != before)
-	}
-	want := []string{fmt.Sprintf("s1 %d deploy", t1), fmt.Sprintf("s2 %d deploy", t2)}
-	if !slices.Equal(rec.lines, want) {
-		t.Fatalf("events %q, want %q", rec.lines, want)
-	}
-	if r := apply(t, f, &fsmv1.RequestRelease{Name: "sem", Reason: strings.Repeat("x", fsm.MaxReasonBytes+1)}); r.Code != fsm.CodeInvalid {
-		t.Fatalf("long reason: %+v", r)
-	}
-	if r := mustOK(t, f, &fsmv1.RequestRelease{Name: "free"}); len(r.Holders) != 0 {
-		t.Fatalf("free lock: %+v", r)
-	}
-}
-
-type releaseAsks struct{ lines []string }
-
-func (r *releaseAsks) Events(_ uint64, evs []fsm.Event) {
-	for _, e := range evs {
-		if e.Kind == fsm.EventReleaseAsked {
-			r.lines = append(r.lines, fmt.Sprintf("%s %d %s", e.Session, e.Token, e.Value))
-		}
-	}
-}
-func (r *releaseAsks) Reset(uint64) {}

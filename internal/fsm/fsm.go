@@ -291,6 +291,8 @@ func (f *FSM) apply(data []byte, term uint64) *Result {
 		return f.applyEndHold(m.(*fsmv1.EndHold), term)
 	case CmdRequestRelease:
 		return f.applyRequestRelease(m.(*fsmv1.RequestRelease))
+	case CmdRevokeHold:
+		return f.applyRevokeHold(m.(*fsmv1.RevokeHold), term)
 	case CmdAcquireMany:
 		c := m.(*fsmv1.AcquireMany)
 		if r := f.authorize(c.SessionId, c.SecretHash, c.Identity); r != nil {

@@ -78,6 +78,8 @@ func typeOf(m proto.Message) fsm.CmdType {
 		return fsm.CmdAcquireMany
 	case *fsmv1.RequestRelease:
 		return fsm.CmdRequestRelease
+	case *fsmv1.RevokeHold:
+		return fsm.CmdRevokeHold
 	}
 	panic(fmt.Sprintf("no command type for %T", m))
 }

@@ -20,6 +20,17 @@ type hold struct {
 	// maxHoldMs is the hold's budget (0: none): the leader ends the hold
 	// (EndHold) when it has run out on its timer.
 	maxHoldMs int64
+	// ask is the first RequestRelease of the hold (nil: never asked).
+	ask *holdAsk
+}
+
+// holdAsk is a hold's first release request: when (the proposer's clock,
+// display only), why, and the revoke grace an admin's request set (0:
+// none; a later admin request sets it on a hold asked before).
+type holdAsk struct {
+	at      int64
+	reason  string
+	graceMs int64
 }
 
 type wait struct {

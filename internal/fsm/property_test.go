@@ -23,6 +23,8 @@ type mHold struct {
 	mode       int32
 	token, seq uint64
 	budget     int64 // max hold ms, 0: none
+	asked      bool  // a RequestRelease asked it
+	grace      int64 // its revoke grace ms, 0: none
 }
 
 type mWait struct {
@@ -46,8 +48,9 @@ type model struct {
 	locks   map[string]*mLock
 	last    uint64
 	caps    fsm.Caps
-	// policies are the lock policies' default budgets by name.
-	policies map[string]int64
+	// policies are the lock policies' default budgets by name, graces
+	// their revoke graces (each without zeros).
+	policies, graces map[string]int64
 }
 
 // budget is the hold budget Apply fixes for acquire a: the request's or
@@ -65,15 +68,60 @@ func (m *model) budget(a *fsmv1.Acquire) int64 {
 
 // setPolicy predicts SetLockPolicy.
 func (m *model) setPolicy(p *fsmv1.SetLockPolicy) outcome {
-	if p.DefaultMaxHoldMs == 0 {
-		delete(m.policies, p.Name)
-		return outcome{}
-	}
-	if _, ok := m.policies[p.Name]; !ok && len(m.policies) >= m.caps.Policies {
+	_, had := m.policies[p.Name]
+	_, hadGrace := m.graces[p.Name]
+	if !had && !hadGrace && (p.DefaultMaxHoldMs != 0 || p.RevokeGraceMs != 0) && m.policyCount() >= m.caps.Policies {
 		return outcome{code: fsm.CodeTooMany}
 	}
-	m.policies[p.Name] = p.DefaultMaxHoldMs
+	delete(m.policies, p.Name)
+	delete(m.graces, p.Name)
+	if p.DefaultMaxHoldMs != 0 {
+		m.policies[p.Name] = p.DefaultMaxHoldMs
+	}
+	if p.RevokeGraceMs != 0 {
+		m.graces[p.Name] = p.RevokeGraceMs
+	}
 	return outcome{}
+}
+
+// policyCount counts the names with a policy.
+func (m *model) policyCount() int {
+	n := len(m.policies)
+	for name := range m.graces {
+		if _, ok := m.policies[name]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// requestRelease predicts RequestRelease: every holder is asked, and an
+// admin's request on a lock with a revoke grace sets it on holds without.
+func (m *model) requestRelease(r *fsmv1.RequestRelease) {
+	l := m.locks[r.Name]
+	if l == nil {
+		return
+	}
+	for i := range l.holders {
+		h := &l.holders[i]
+		h.asked = true
+		if g := m.graces[r.Name]; r.Admin && h.grace == 0 {
+			h.grace = g
+		}
+	}
+}
+
+// revokeHold predicts RevokeHold: the session of the named hold (session
+// and token) is revoked, when that hold is there.
+func (m *model) revokeHold(r *fsmv1.RevokeHold) {
+	l := m.locks[r.Name]
+	if l == nil || !slices.ContainsFunc(l.holders, func(h mHold) bool { return h.token == r.Token && h.session == r.SessionId }) {
+		return
+	}
+	if revoked, ok := m.revoked[r.SessionId]; ok && !revoked {
+		m.revoked[r.SessionId] = true
+		m.dropWaits(r.SessionId)
+	}
 }
 
 // endHold predicts EndHold: the named hold (session and token) ends as on
@@ -142,7 +190,7 @@ func (l *mLock) has(session string) bool {
 
 func (m *model) grant(l *mLock, session string, mode int32, seq uint64, budget int64) uint64 {
 	m.last++
-	l.holders = append(l.holders, mHold{session, mode, m.last, seq, budget})
+	l.holders = append(l.holders, mHold{session: session, mode: mode, token: m.last, seq: seq, budget: budget})
 	return m.last
 }
 
@@ -499,7 +547,7 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 		}
 		var holders []mHold
 		for _, h := range pl.Holders {
-			holders = append(holders, mHold{h.SessionId, h.Mode, h.Token, h.Seq, h.MaxHoldMs})
+			holders = append(holders, mHold{h.SessionId, h.Mode, h.Token, h.Seq, h.MaxHoldMs, h.Asked, h.RevokeGraceMs})
 		}
 		var queue []mWait
 		for _, w := range pl.Queue {
@@ -515,12 +563,17 @@ func (m *model) compare(snap *fsmv1.Snapshot) error {
 	if want := slices.Sorted(maps.Keys(m.locks)); !slices.Equal(names, want) {
 		return fmt.Errorf("locks: got %v, want %v", names, want)
 	}
-	got := map[string]int64{}
+	got, graces := map[string]int64{}, map[string]int64{}
 	for _, p := range snap.Policies {
-		got[p.Name] = p.DefaultMaxHoldMs
+		if p.DefaultMaxHoldMs != 0 {
+			got[p.Name] = p.DefaultMaxHoldMs
+		}
+		if p.RevokeGraceMs != 0 {
+			graces[p.Name] = p.RevokeGraceMs
+		}
 	}
-	if !maps.Equal(got, m.policies) {
-		return fmt.Errorf("lock policies: got %v, want %v", got, m.policies)
+	if !maps.Equal(got, m.policies) || !maps.Equal(graces, m.graces) {
+		return fmt.Errorf("lock policies: got %v and graces %v, want %v and %v", got, graces, m.policies, m.graces)
 	}
 	return nil
 }
@@ -557,7 +610,7 @@ type machine struct {
 }
 
 func newMachine(t *rapid.T) *machine {
-	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch, caps: fsm.CurrentCaps(), policies: map[string]int64{}}}
+	m := &machine{mainRec: &recorder{}, twinRec: &recorder{}, model: &model{revoked: map[string]bool{}, locks: map[string]*mLock{}, last: epoch, caps: fsm.CurrentCaps(), policies: map[string]int64{}, graces: map[string]int64{}}}
 	m.main, m.twin = fsm.New(m.mainRec), fsm.New(m.twinRec)
 	m.exec(t, &fsmv1.Init{ClusterId: "c1", Epoch: epoch}, outcome{}, false)
 	m.maxToken = epoch
@@ -976,15 +1029,29 @@ func (m *machine) acquireMany(t *rapid.T) {
 	}
 }
 
-// requestRelease asks a lock's holders to let go: no change (the model
-// stays as it is, and exec compares).
+// requestRelease asks a lock's holders to let go, as a waiter or an admin.
 func (m *machine) requestRelease(t *rapid.T) {
-	m.exec(t, &fsmv1.RequestRelease{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), Reason: "r"}, outcome{}, false)
+	r := &fsmv1.RequestRelease{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), Reason: "r", Admin: rapid.Bool().Draw(t, "admin")}
+	m.model.requestRelease(r)
+	m.exec(t, r, outcome{}, false)
+}
+
+// revokeHold revokes a hold's session as the leader's grace timer does:
+// mostly a live hold, sometimes one that does not match (a late timer),
+// which must change nothing.
+func (m *machine) revokeHold(t *rapid.T) {
+	r := &fsmv1.RevokeHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, epoch+20).Draw(t, "token"), TimeUnixNano: m.now}
+	if l := m.model.locks[r.Name]; l != nil && len(l.holders) > 0 && rapid.IntRange(0, 3).Draw(t, "liveHold") > 0 {
+		h := rapid.SampledFrom(l.holders).Draw(t, "hold")
+		r.SessionId, r.Token = h.session, h.token
+	}
+	m.model.revokeHold(r)
+	m.exec(t, r, outcome{}, false)
 }
 
 // setPolicy sets or removes a lock's default hold budget.
 func (m *machine) setPolicy(t *rapid.T) {
-	p := &fsmv1.SetLockPolicy{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), DefaultMaxHoldMs: rapid.SampledFrom([]int64{0, 3000, 7000}).Draw(t, "defaultMaxHold")}
+	p := &fsmv1.SetLockPolicy{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), DefaultMaxHoldMs: rapid.SampledFrom([]int64{0, 3000, 7000}).Draw(t, "defaultMaxHold"), RevokeGraceMs: rapid.SampledFrom([]int64{0, 0, 2000}).Draw(t, "revokeGrace")}
 	m.exec(t, p, m.model.setPolicy(p), false)
 }
 
@@ -1038,6 +1105,11 @@ func (m *machine) replay(t *rapid.T) {
 		// A policy set again sets what it set (an admin's repeat): not a
 		// duplicate the FSM detects, so not replayed here.
 		if _, ok := a.msg.(*fsmv1.SetLockPolicy); ok {
+			continue
+		}
+		// A release request asks whoever holds the lock now: replayed
+		// after a new grant, it asks that hold too, by design.
+		if _, ok := a.msg.(*fsmv1.RequestRelease); ok {
 			continue
 		}
 		candidates = append(candidates, i)
@@ -1219,6 +1291,7 @@ func TestProperties(t *testing.T) {
 			{"acquireMany", 4, m.acquireMany},
 			{"requestRelease", 1, m.requestRelease},
 			{"endHold", 2, m.endHold},
+			{"revokeHold", 1, m.revokeHold},
 		}
 		var deck []int
 		for i, a := range actions {

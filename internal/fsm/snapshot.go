@@ -433,11 +433,16 @@ func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, token
 			return fmt.Errorf("snapshot: lock %q: holders not in token order", pl.Name)
 		case checkHoldMs("", ph.MaxHoldMs) != nil:
 			return fmt.Errorf("snapshot: lock %q: holder %q: %w", pl.Name, ph.SessionId, errBadBudget)
+		case checkAsk(ph) != nil:
+			return fmt.Errorf("snapshot: lock %q: holder %q: %w", pl.Name, ph.SessionId, checkAsk(ph))
 		}
 		tokens[ph.Token] = true
 		// The session's own id string, not the decoded copy: a million
 		// holds then keep 64 strings alive, not a million.
 		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
+		if ph.Asked {
+			h.ask = &holdAsk{at: ph.AskedUnixNano, reason: ph.AskedReason, graceMs: ph.RevokeGraceMs}
+		}
 		l.holders = append(l.holders, h)
 		s.holds[l.name] = h
 	}

@@ -50,6 +50,7 @@ var versionTable = []versionRow{
 	{CmdEndHold, 2, nil},
 	{CmdAcquireMany, 2, nil},
 	{CmdRequestRelease, 2, nil},
+	{CmdRevokeHold, 2, nil},
 	{CmdAcquire, 2, func(m proto.Message) bool {
 		a := m.(*fsmv1.Acquire)
 		return a.MaxHoldMs != 0 || a.MaxHoldCeilingMs != 0 || a.RefuseDeadlock

@@ -27,6 +27,12 @@ type HolderInfo struct {
 	GrantedAt time.Time
 	// MaxHold is the hold's budget (0: none).
 	MaxHold time.Duration
+	// ReleaseRequestedAt is when the hold was first asked to let go (zero:
+	// never), ReleaseReason why, and RevokeGrace the grace after which its
+	// session is revoked (0: none).
+	ReleaseRequestedAt time.Time
+	ReleaseReason      string
+	RevokeGrace        time.Duration
 }
 
 // WaiterInfo describes one queued request.
@@ -65,6 +71,9 @@ func (f *FSM) holderInfos(l *lock) []HolderInfo {
 	out := make([]HolderInfo, len(l.holders))
 	for i, h := range l.holders {
 		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedAt: time.Unix(0, h.granted), MaxHold: ms(h.maxHoldMs)}
+		if a := h.ask; a != nil {
+			out[i].ReleaseRequestedAt, out[i].ReleaseReason, out[i].RevokeGrace = time.Unix(0, a.at), a.reason, ms(a.graceMs)
+		}
 	}
 	return out
 }

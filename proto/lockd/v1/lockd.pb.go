@@ -1766,7 +1766,14 @@ type Holder struct {
 	Value     []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	Owner     string                 `protobuf:"bytes,6,opt,name=owner,proto3" json:"owner,omitempty"`
 	// The hold's budget; absent: none.
-	MaxHold       *durationpb.Duration `protobuf:"bytes,7,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	MaxHold *durationpb.Duration `protobuf:"bytes,7,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	// When the hold was first asked to let go (RequestRelease), and why;
+	// absent: never asked.
+	ReleaseRequestedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=release_requested_at,json=releaseRequestedAt,proto3" json:"release_requested_at,omitempty"`
+	ReleaseReason      string                 `protobuf:"bytes,9,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
+	// The grace after which the holder's session is revoked (an admin's
+	// request on a lock whose policy has a revoke grace); absent: none.
+	RevokeGrace   *durationpb.Duration `protobuf:"bytes,10,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1846,6 +1853,27 @@ func (x *Holder) GetOwner() string {
 func (x *Holder) GetMaxHold() *durationpb.Duration {
 	if x != nil {
 		return x.MaxHold
+	}
+	return nil
+}
+
+func (x *Holder) GetReleaseRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReleaseRequestedAt
+	}
+	return nil
+}
+
+func (x *Holder) GetReleaseReason() string {
+	if x != nil {
+		return x.ReleaseReason
+	}
+	return ""
+}
+
+func (x *Holder) GetRevokeGrace() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeGrace
 	}
 	return nil
 }
@@ -2071,8 +2099,13 @@ type LockPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The hold budget of an acquire that asks none (absent or 0: none).
 	DefaultMaxHold *durationpb.Duration `protobuf:"bytes,1,opt,name=default_max_hold,json=defaultMaxHold,proto3" json:"default_max_hold,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// When set, a RequestRelease by a caller with admin permission on the
+	// lock ends each hold it asks this long after the request, unless the
+	// holder lets go first: the holder's session is revoked, as
+	// ForceRelease does (its lease runs out; nothing is stolen). 1 s to 1 h.
+	RevokeGrace   *durationpb.Duration `protobuf:"bytes,2,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LockPolicy) Reset() {
@@ -2108,6 +2141,13 @@ func (*LockPolicy) Descriptor() ([]byte, []int) {
 func (x *LockPolicy) GetDefaultMaxHold() *durationpb.Duration {
 	if x != nil {
 		return x.DefaultMaxHold
+	}
+	return nil
+}
+
+func (x *LockPolicy) GetRevokeGrace() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeGrace
 	}
 	return nil
 }
@@ -3458,6 +3498,7 @@ type StreamRequest struct {
 	//	*StreamRequest_Cancel
 	//	*StreamRequest_Complete
 	//	*StreamRequest_CloseSession
+	//	*StreamRequest_SubscribeNotices
 	Body          isStreamRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3570,6 +3611,15 @@ func (x *StreamRequest) GetCloseSession() *CloseSessionRequest {
 	return nil
 }
 
+func (x *StreamRequest) GetSubscribeNotices() *SubscribeNoticesRequest {
+	if x != nil {
+		if x, ok := x.Body.(*StreamRequest_SubscribeNotices); ok {
+			return x.SubscribeNotices
+		}
+	}
+	return nil
+}
+
 type isStreamRequest_Body interface {
 	isStreamRequest_Body()
 }
@@ -3602,6 +3652,10 @@ type StreamRequest_CloseSession struct {
 	CloseSession *CloseSessionRequest `protobuf:"bytes,8,opt,name=close_session,json=closeSession,proto3,oneof"`
 }
 
+type StreamRequest_SubscribeNotices struct {
+	SubscribeNotices *SubscribeNoticesRequest `protobuf:"bytes,9,opt,name=subscribe_notices,json=subscribeNotices,proto3,oneof"`
+}
+
 func (*StreamRequest_CreateSession) isStreamRequest_Body() {}
 
 func (*StreamRequest_KeepAlive) isStreamRequest_Body() {}
@@ -3615,6 +3669,8 @@ func (*StreamRequest_Cancel) isStreamRequest_Body() {}
 func (*StreamRequest_Complete) isStreamRequest_Body() {}
 
 func (*StreamRequest_CloseSession) isStreamRequest_Body() {}
+
+func (*StreamRequest_SubscribeNotices) isStreamRequest_Body() {}
 
 // StreamResponse answers the StreamRequest with the same call_id.
 type StreamResponse struct {
@@ -3632,6 +3688,8 @@ type StreamResponse struct {
 	//	*StreamResponse_Complete
 	//	*StreamResponse_CloseSession
 	//	*StreamResponse_Error
+	//	*StreamResponse_SubscribeNotices
+	//	*StreamResponse_ReleaseRequested
 	Body          isStreamResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3760,6 +3818,24 @@ func (x *StreamResponse) GetError() *StreamError {
 	return nil
 }
 
+func (x *StreamResponse) GetSubscribeNotices() *SubscribeNoticesResponse {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_SubscribeNotices); ok {
+			return x.SubscribeNotices
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetReleaseRequested() *ReleaseRequested {
+	if x != nil {
+		if x, ok := x.Body.(*StreamResponse_ReleaseRequested); ok {
+			return x.ReleaseRequested
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Body interface {
 	isStreamResponse_Body()
 }
@@ -3796,6 +3872,15 @@ type StreamResponse_Error struct {
 	Error *StreamError `protobuf:"bytes,10,opt,name=error,proto3,oneof"`
 }
 
+type StreamResponse_SubscribeNotices struct {
+	SubscribeNotices *SubscribeNoticesResponse `protobuf:"bytes,11,opt,name=subscribe_notices,json=subscribeNotices,proto3,oneof"`
+}
+
+type StreamResponse_ReleaseRequested struct {
+	// A notice (call_id 0), after a SubscribeNotices.
+	ReleaseRequested *ReleaseRequested `protobuf:"bytes,12,opt,name=release_requested,json=releaseRequested,proto3,oneof"`
+}
+
 func (*StreamResponse_CreateSession) isStreamResponse_Body() {}
 
 func (*StreamResponse_KeepAlive) isStreamResponse_Body() {}
@@ -3811,6 +3896,10 @@ func (*StreamResponse_Complete) isStreamResponse_Body() {}
 func (*StreamResponse_CloseSession) isStreamResponse_Body() {}
 
 func (*StreamResponse_Error) isStreamResponse_Body() {}
+
+func (*StreamResponse_SubscribeNotices) isStreamResponse_Body() {}
+
+func (*StreamResponse_ReleaseRequested) isStreamResponse_Body() {}
 
 type SetValueRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -4739,7 +4828,10 @@ func (x *RequestReleaseRequest) GetReason() string {
 type RequestReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The holds asked (0 when the lock had no holder).
-	Holders       uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
+	Holders uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
+	// Set when this request (an admin's, on a lock whose policy has a revoke
+	// grace) revokes the holders' sessions unless they let go within it.
+	RevokeGrace   *durationpb.Duration `protobuf:"bytes,2,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4779,6 +4871,195 @@ func (x *RequestReleaseResponse) GetHolders() uint32 {
 		return x.Holders
 	}
 	return 0
+}
+
+func (x *RequestReleaseResponse) GetRevokeGrace() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeGrace
+	}
+	return nil
+}
+
+// SubscribeNoticesRequest asks the session stream to deliver the notices of
+// a session: every RequestRelease of its holds, pending ones first. It lasts
+// as long as the stream; a client subscribes again on a new stream.
+type SubscribeNoticesRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The session secret given by CreateSession.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeNoticesRequest) Reset() {
+	*x = SubscribeNoticesRequest{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeNoticesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeNoticesRequest) ProtoMessage() {}
+
+func (x *SubscribeNoticesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeNoticesRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeNoticesRequest) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *SubscribeNoticesRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SubscribeNoticesRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type SubscribeNoticesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeNoticesResponse) Reset() {
+	*x = SubscribeNoticesResponse{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeNoticesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeNoticesResponse) ProtoMessage() {}
+
+func (x *SubscribeNoticesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeNoticesResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeNoticesResponse) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{64}
+}
+
+// ReleaseRequested is a notice on a session stream (call_id 0) to a
+// session that subscribed: someone asked one of its holds to let go. A
+// notice may come more than once (after a new subscription, for a request
+// still pending); a client keys it by (name, token).
+type ReleaseRequested struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SessionId   string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Reason      string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
+	// Set when the session is revoked this long after requested_at unless
+	// the hold ends first.
+	RevokeGrace   *durationpb.Duration `protobuf:"bytes,6,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseRequested) Reset() {
+	*x = ReleaseRequested{}
+	mi := &file_lockd_v1_lockd_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseRequested) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseRequested) ProtoMessage() {}
+
+func (x *ReleaseRequested) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_v1_lockd_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseRequested.ProtoReflect.Descriptor instead.
+func (*ReleaseRequested) Descriptor() ([]byte, []int) {
+	return file_lockd_v1_lockd_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ReleaseRequested) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReleaseRequested) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReleaseRequested) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ReleaseRequested) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ReleaseRequested) GetRequestedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequestedAt
+	}
+	return nil
+}
+
+func (x *ReleaseRequested) GetRevokeGrace() *durationpb.Duration {
+	if x != nil {
+		return x.RevokeGrace
+	}
+	return nil
 }
 
 var File_lockd_v1_lockd_proto protoreflect.FileDescriptor
@@ -4902,7 +5183,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\"f\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xfe\x01\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xb1\x03\n" +
 	"\x06Holder\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4912,7 +5193,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"granted_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tgrantedAt\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12\x14\n" +
 	"\x05owner\x18\x06 \x01(\tR\x05owner\x124\n" +
-	"\bmax_hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxHold\"\x9a\x01\n" +
+	"\bmax_hold\x18\a \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x12L\n" +
+	"\x14release_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x12releaseRequestedAt\x12%\n" +
+	"\x0erelease_reason\x18\t \x01(\tR\rreleaseReason\x12<\n" +
+	"\frevoke_grace\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\"\x9a\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -4930,10 +5215,11 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\adelayed\x18\a \x01(\bR\adelayed\"l\n" +
 	"\x14DescribeLockResponse\x12&\n" +
 	"\x04lock\x18\x01 \x01(\v2\x12.lockd.v1.LockInfoR\x04lock\x12,\n" +
-	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"Q\n" +
+	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"\x8f\x01\n" +
 	"\n" +
 	"LockPolicy\x12C\n" +
-	"\x10default_max_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0edefaultMaxHold\"X\n" +
+	"\x10default_max_hold\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x0edefaultMaxHold\x12<\n" +
+	"\frevoke_grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\"X\n" +
 	"\x14SetLockPolicyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
 	"\x06policy\x18\x02 \x01(\v2\x14.lockd.v1.LockPolicyR\x06policy\"\x17\n" +
@@ -5025,7 +5311,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\vStreamError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12-\n" +
-	"\x06detail\x18\x03 \x01(\v2\x15.lockd.v1.ErrorDetailR\x06detail\"\xd2\x03\n" +
+	"\x06detail\x18\x03 \x01(\v2\x15.lockd.v1.ErrorDetailR\x06detail\"\xa4\x04\n" +
 	"\rStreamRequest\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12G\n" +
 	"\x0ecreate_session\x18\x02 \x01(\v2\x1e.lockd.v1.CreateSessionRequestH\x00R\rcreateSession\x129\n" +
@@ -5035,8 +5321,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\arelease\x18\x05 \x01(\v2\x18.lockd.v1.ReleaseRequestH\x00R\arelease\x121\n" +
 	"\x06cancel\x18\x06 \x01(\v2\x17.lockd.v1.CancelRequestH\x00R\x06cancel\x127\n" +
 	"\bcomplete\x18\a \x01(\v2\x19.lockd.v1.CompleteRequestH\x00R\bcomplete\x12D\n" +
-	"\rclose_session\x18\b \x01(\v2\x1d.lockd.v1.CloseSessionRequestH\x00R\fcloseSessionB\x06\n" +
-	"\x04body\"\xaf\x04\n" +
+	"\rclose_session\x18\b \x01(\v2\x1d.lockd.v1.CloseSessionRequestH\x00R\fcloseSession\x12P\n" +
+	"\x11subscribe_notices\x18\t \x01(\v2!.lockd.v1.SubscribeNoticesRequestH\x00R\x10subscribeNoticesB\x06\n" +
+	"\x04body\"\xcd\x05\n" +
 	"\x0eStreamResponse\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x12\x1d\n" +
 	"\n" +
@@ -5050,7 +5337,9 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\bcomplete\x18\b \x01(\v2\x1a.lockd.v1.CompleteResponseH\x00R\bcomplete\x12E\n" +
 	"\rclose_session\x18\t \x01(\v2\x1e.lockd.v1.CloseSessionResponseH\x00R\fcloseSession\x12-\n" +
 	"\x05error\x18\n" +
-	" \x01(\v2\x15.lockd.v1.StreamErrorH\x00R\x05errorB\x06\n" +
+	" \x01(\v2\x15.lockd.v1.StreamErrorH\x00R\x05error\x12Q\n" +
+	"\x11subscribe_notices\x18\v \x01(\v2\".lockd.v1.SubscribeNoticesResponseH\x00R\x10subscribeNotices\x12I\n" +
+	"\x11release_requested\x18\f \x01(\v2\x1a.lockd.v1.ReleaseRequestedH\x00R\x10releaseRequestedB\x06\n" +
 	"\x04body\"\xac\x01\n" +
 	"\x0fSetValueRequest\x12\x1d\n" +
 	"\n" +
@@ -5125,9 +5414,23 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"C\n" +
 	"\x15RequestReleaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"2\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"p\n" +
 	"\x16RequestReleaseResponse\x12\x18\n" +
-	"\aholders\x18\x01 \x01(\rR\aholders*A\n" +
+	"\aholders\x18\x01 \x01(\rR\aholders\x12<\n" +
+	"\frevoke_grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\"P\n" +
+	"\x17SubscribeNoticesRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x1a\n" +
+	"\x18SubscribeNoticesResponse\"\xf0\x01\n" +
+	"\x10ReleaseRequested\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12=\n" +
+	"\frequested_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12<\n" +
+	"\frevoke_grace\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -5223,7 +5526,7 @@ func file_lockd_v1_lockd_proto_rawDescGZIP() []byte {
 }
 
 var file_lockd_v1_lockd_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_lockd_v1_lockd_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_lockd_v1_lockd_proto_goTypes = []any{
 	(Mode)(0),                          // 0: lockd.v1.Mode
 	(ReadConsistency)(0),               // 1: lockd.v1.ReadConsistency
@@ -5293,136 +5596,148 @@ var file_lockd_v1_lockd_proto_goTypes = []any{
 	(*ExplainResponse)(nil),            // 65: lockd.v1.ExplainResponse
 	(*RequestReleaseRequest)(nil),      // 66: lockd.v1.RequestReleaseRequest
 	(*RequestReleaseResponse)(nil),     // 67: lockd.v1.RequestReleaseResponse
-	(*timestamppb.Timestamp)(nil),      // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),        // 69: google.protobuf.Duration
+	(*SubscribeNoticesRequest)(nil),    // 68: lockd.v1.SubscribeNoticesRequest
+	(*SubscribeNoticesResponse)(nil),   // 69: lockd.v1.SubscribeNoticesResponse
+	(*ReleaseRequested)(nil),           // 70: lockd.v1.ReleaseRequested
+	(*timestamppb.Timestamp)(nil),      // 71: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 72: google.protobuf.Duration
 }
 var file_lockd_v1_lockd_proto_depIdxs = []int32{
-	2,  // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
-	25, // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
-	6,  // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
-	68, // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
-	69, // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
-	69, // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	69, // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
-	69, // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	1,  // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	69, // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	68, // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
-	68, // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
-	0,  // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
-	69, // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
-	69, // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	69, // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
-	3,  // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
-	69, // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
-	0,  // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
-	1,  // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	0,  // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
-	68, // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
-	69, // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
-	0,  // 24: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	68, // 25: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	25, // 26: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	26, // 27: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	6,  // 28: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	69, // 29: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	27, // 30: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	29, // 31: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
-	69, // 32: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
-	29, // 33: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
-	1,  // 34: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	27, // 35: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	69, // 36: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	6,  // 37: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	41, // 38: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	41, // 39: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	9,  // 40: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	69, // 41: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	52, // 42: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	50, // 43: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	5,  // 44: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	7,  // 45: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	49, // 46: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	16, // 47: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	18, // 48: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	20, // 49: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	36, // 50: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	11, // 51: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	8,  // 52: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	51, // 53: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	17, // 54: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	19, // 55: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	21, // 56: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	37, // 57: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	12, // 58: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	52, // 59: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	4,  // 60: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	0,  // 61: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	0,  // 62: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
-	59, // 63: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
-	69, // 64: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
-	69, // 65: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
-	3,  // 66: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
-	61, // 67: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
-	69, // 68: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
-	1,  // 69: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	68, // 70: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
-	27, // 71: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
-	64, // 72: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
-	7,  // 73: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,  // 74: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11, // 75: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13, // 76: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16, // 77: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18, // 78: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20, // 79: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22, // 80: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24, // 81: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	32, // 82: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	34, // 83: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	40, // 84: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	36, // 85: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	38, // 86: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	55, // 87: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	30, // 88: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
-	60, // 89: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
-	63, // 90: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
-	66, // 91: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
-	43, // 92: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	45, // 93: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	47, // 94: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	53, // 95: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	57, // 96: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,  // 97: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10, // 98: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12, // 99: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15, // 100: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17, // 101: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19, // 102: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21, // 103: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23, // 104: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28, // 105: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	33, // 106: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	35, // 107: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	42, // 108: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	37, // 109: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	39, // 110: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	56, // 111: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	31, // 112: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
-	62, // 113: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
-	65, // 114: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
-	67, // 115: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
-	44, // 116: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	46, // 117: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	48, // 118: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	54, // 119: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	58, // 120: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	97, // [97:121] is the sub-list for method output_type
-	73, // [73:97] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	2,   // 0: lockd.v1.ErrorDetail.reason:type_name -> lockd.v1.ErrorReason
+	25,  // 1: lockd.v1.ErrorDetail.holders:type_name -> lockd.v1.Holder
+	6,   // 2: lockd.v1.ErrorDetail.mark:type_name -> lockd.v1.Mark
+	71,  // 3: lockd.v1.Mark.completed_at:type_name -> google.protobuf.Timestamp
+	72,  // 4: lockd.v1.Mark.retention:type_name -> google.protobuf.Duration
+	72,  // 5: lockd.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	72,  // 6: lockd.v1.CreateSessionResponse.ttl:type_name -> google.protobuf.Duration
+	72,  // 7: lockd.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	1,   // 8: lockd.v1.ListSessionsRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	72,  // 9: lockd.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	71,  // 10: lockd.v1.SessionInfo.created_at:type_name -> google.protobuf.Timestamp
+	71,  // 11: lockd.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	14,  // 12: lockd.v1.ListSessionsResponse.sessions:type_name -> lockd.v1.SessionInfo
+	0,   // 13: lockd.v1.AcquireRequest.mode:type_name -> lockd.v1.Mode
+	72,  // 14: lockd.v1.AcquireRequest.poll_timeout:type_name -> google.protobuf.Duration
+	72,  // 15: lockd.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	72,  // 16: lockd.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	3,   // 17: lockd.v1.AcquireResponse.status:type_name -> lockd.v1.AcquireStatus
+	72,  // 18: lockd.v1.AcquireResponse.max_hold:type_name -> google.protobuf.Duration
+	0,   // 19: lockd.v1.CheckTokenResponse.mode:type_name -> lockd.v1.Mode
+	1,   // 20: lockd.v1.DescribeLockRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	0,   // 21: lockd.v1.Holder.mode:type_name -> lockd.v1.Mode
+	71,  // 22: lockd.v1.Holder.granted_at:type_name -> google.protobuf.Timestamp
+	72,  // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
+	71,  // 24: lockd.v1.Holder.release_requested_at:type_name -> google.protobuf.Timestamp
+	72,  // 25: lockd.v1.Holder.revoke_grace:type_name -> google.protobuf.Duration
+	0,   // 26: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	71,  // 27: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25,  // 28: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26,  // 29: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,   // 30: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	72,  // 31: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27,  // 32: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	29,  // 33: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
+	72,  // 34: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	72,  // 35: lockd.v1.LockPolicy.revoke_grace:type_name -> google.protobuf.Duration
+	29,  // 36: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
+	1,   // 37: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	27,  // 38: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	72,  // 39: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,   // 40: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	41,  // 41: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	41,  // 42: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,   // 43: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	72,  // 44: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	52,  // 45: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	50,  // 46: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,   // 47: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,   // 48: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	49,  // 49: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16,  // 50: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18,  // 51: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20,  // 52: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	36,  // 53: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11,  // 54: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	68,  // 55: lockd.v1.StreamRequest.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesRequest
+	8,   // 56: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	51,  // 57: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17,  // 58: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19,  // 59: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21,  // 60: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	37,  // 61: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12,  // 62: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	52,  // 63: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	69,  // 64: lockd.v1.StreamResponse.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesResponse
+	70,  // 65: lockd.v1.StreamResponse.release_requested:type_name -> lockd.v1.ReleaseRequested
+	4,   // 66: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,   // 67: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	0,   // 68: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
+	59,  // 69: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
+	72,  // 70: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	72,  // 71: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	3,   // 72: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
+	61,  // 73: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
+	72,  // 74: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	1,   // 75: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	71,  // 76: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
+	27,  // 77: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
+	64,  // 78: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
+	72,  // 79: lockd.v1.RequestReleaseResponse.revoke_grace:type_name -> google.protobuf.Duration
+	71,  // 80: lockd.v1.ReleaseRequested.requested_at:type_name -> google.protobuf.Timestamp
+	72,  // 81: lockd.v1.ReleaseRequested.revoke_grace:type_name -> google.protobuf.Duration
+	7,   // 82: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,   // 83: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11,  // 84: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13,  // 85: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16,  // 86: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18,  // 87: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20,  // 88: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22,  // 89: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24,  // 90: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32,  // 91: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34,  // 92: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40,  // 93: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36,  // 94: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38,  // 95: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55,  // 96: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30,  // 97: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	60,  // 98: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
+	63,  // 99: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
+	66,  // 100: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
+	43,  // 101: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45,  // 102: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47,  // 103: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53,  // 104: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57,  // 105: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,   // 106: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10,  // 107: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12,  // 108: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15,  // 109: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17,  // 110: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19,  // 111: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21,  // 112: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23,  // 113: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28,  // 114: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33,  // 115: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35,  // 116: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42,  // 117: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37,  // 118: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39,  // 119: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56,  // 120: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31,  // 121: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62,  // 122: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	65,  // 123: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
+	67,  // 124: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
+	44,  // 125: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46,  // 126: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48,  // 127: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54,  // 128: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58,  // 129: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	106, // [106:130] is the sub-list for method output_type
+	82,  // [82:106] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }
@@ -5439,6 +5754,7 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamRequest_Cancel)(nil),
 		(*StreamRequest_Complete)(nil),
 		(*StreamRequest_CloseSession)(nil),
+		(*StreamRequest_SubscribeNotices)(nil),
 	}
 	file_lockd_v1_lockd_proto_msgTypes[49].OneofWrappers = []any{
 		(*StreamResponse_CreateSession)(nil),
@@ -5449,6 +5765,8 @@ func file_lockd_v1_lockd_proto_init() {
 		(*StreamResponse_Complete)(nil),
 		(*StreamResponse_CloseSession)(nil),
 		(*StreamResponse_Error)(nil),
+		(*StreamResponse_SubscribeNotices)(nil),
+		(*StreamResponse_ReleaseRequested)(nil),
 	}
 	file_lockd_v1_lockd_proto_msgTypes[54].OneofWrappers = []any{}
 	type x struct{}
@@ -5457,7 +5775,7 @@ func file_lockd_v1_lockd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_v1_lockd_proto_rawDesc), len(file_lockd_v1_lockd_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   63,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -880,6 +880,7 @@ type LockPolicy struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	DefaultMaxHoldMs int64                  `protobuf:"varint,2,opt,name=default_max_hold_ms,json=defaultMaxHoldMs,proto3" json:"default_max_hold_ms,omitempty"`
+	RevokeGraceMs    int64                  `protobuf:"varint,3,opt,name=revoke_grace_ms,json=revokeGraceMs,proto3" json:"revoke_grace_ms,omitempty"` // 0: an admin's RequestRelease only asks
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -928,12 +929,20 @@ func (x *LockPolicy) GetDefaultMaxHoldMs() int64 {
 	return 0
 }
 
+func (x *LockPolicy) GetRevokeGraceMs() int64 {
+	if x != nil {
+		return x.RevokeGraceMs
+	}
+	return 0
+}
+
 // SetLockPolicy sets (or, all zero, removes) a lock name's policy.
 type SetLockPolicy struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	DefaultMaxHoldMs int64                  `protobuf:"varint,2,opt,name=default_max_hold_ms,json=defaultMaxHoldMs,proto3" json:"default_max_hold_ms,omitempty"`
 	TimeUnixNano     int64                  `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	RevokeGraceMs    int64                  `protobuf:"varint,4,opt,name=revoke_grace_ms,json=revokeGraceMs,proto3" json:"revoke_grace_ms,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -985,6 +994,13 @@ func (x *SetLockPolicy) GetDefaultMaxHoldMs() int64 {
 func (x *SetLockPolicy) GetTimeUnixNano() int64 {
 	if x != nil {
 		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *SetLockPolicy) GetRevokeGraceMs() int64 {
+	if x != nil {
+		return x.RevokeGraceMs
 	}
 	return 0
 }
@@ -1283,8 +1299,15 @@ type Hold struct {
 	Value           []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	GrantedUnixNano int64                  `protobuf:"varint,6,opt,name=granted_unix_nano,json=grantedUnixNano,proto3" json:"granted_unix_nano,omitempty"`
 	MaxHoldMs       int64                  `protobuf:"varint,7,opt,name=max_hold_ms,json=maxHoldMs,proto3" json:"max_hold_ms,omitempty"` // the hold's budget, 0: none
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Whether a RequestRelease asked this hold; the first one's time and
+	// reason, and the grace after which the leader revokes the session (0:
+	// none).
+	Asked         bool   `protobuf:"varint,11,opt,name=asked,proto3" json:"asked,omitempty"`
+	AskedUnixNano int64  `protobuf:"varint,8,opt,name=asked_unix_nano,json=askedUnixNano,proto3" json:"asked_unix_nano,omitempty"`
+	AskedReason   string `protobuf:"bytes,9,opt,name=asked_reason,json=askedReason,proto3" json:"asked_reason,omitempty"`
+	RevokeGraceMs int64  `protobuf:"varint,10,opt,name=revoke_grace_ms,json=revokeGraceMs,proto3" json:"revoke_grace_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hold) Reset() {
@@ -1362,6 +1385,34 @@ func (x *Hold) GetGrantedUnixNano() int64 {
 func (x *Hold) GetMaxHoldMs() int64 {
 	if x != nil {
 		return x.MaxHoldMs
+	}
+	return 0
+}
+
+func (x *Hold) GetAsked() bool {
+	if x != nil {
+		return x.Asked
+	}
+	return false
+}
+
+func (x *Hold) GetAskedUnixNano() int64 {
+	if x != nil {
+		return x.AskedUnixNano
+	}
+	return 0
+}
+
+func (x *Hold) GetAskedReason() string {
+	if x != nil {
+		return x.AskedReason
+	}
+	return ""
+}
+
+func (x *Hold) GetRevokeGraceMs() int64 {
+	if x != nil {
+		return x.RevokeGraceMs
 	}
 	return 0
 }
@@ -2383,15 +2434,18 @@ func (x *ManyLock) GetLimit() uint32 {
 	return 0
 }
 
-// RequestRelease asks a lock's holders to let go: one event per hold, no
-// change of state.
+// RequestRelease asks a lock's holders to let go: one event per hold, and
+// each hold not asked before records the request (time, reason, and, when
+// admin asked and the lock's policy has a revoke grace, that grace).
 type RequestRelease struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Who asked: their identity ("" with authentication off).
-	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
-	TimeUnixNano  int64  `protobuf:"varint,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	Identity     string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	TimeUnixNano int64  `protobuf:"varint,4,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	// The asker may force-release the lock (admin permission).
+	Admin         bool `protobuf:"varint,5,opt,name=admin,proto3" json:"admin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2454,6 +2508,92 @@ func (x *RequestRelease) GetTimeUnixNano() int64 {
 	return 0
 }
 
+func (x *RequestRelease) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+// RevokeHold revokes the session of a hold whose revoke grace ran out on the
+// leader's timer, as a force-release does, if that hold (session and token)
+// still exists. Bound to the deciding term like ExpireSession.
+type RevokeHold struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"` // display only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeHold) Reset() {
+	*x = RevokeHold{}
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeHold) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeHold) ProtoMessage() {}
+
+func (x *RevokeHold) ProtoReflect() protoreflect.Message {
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeHold.ProtoReflect.Descriptor instead.
+func (*RevokeHold) Descriptor() ([]byte, []int) {
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RevokeHold) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RevokeHold) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *RevokeHold) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RevokeHold) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *RevokeHold) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 // SetClusterVersion raises the cluster version: the highest command version
 // (internal/fsm NeedsVersion) the leader may propose. The leader proposes it
 // once every voter reports that it applies the version. Apply only raises it.
@@ -2466,7 +2606,7 @@ type SetClusterVersion struct {
 
 func (x *SetClusterVersion) Reset() {
 	*x = SetClusterVersion{}
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2618,7 @@ func (x *SetClusterVersion) String() string {
 func (*SetClusterVersion) ProtoMessage() {}
 
 func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[28]
+	mi := &file_lockd_fsm_v1_fsm_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2631,7 @@ func (x *SetClusterVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetClusterVersion.ProtoReflect.Descriptor instead.
 func (*SetClusterVersion) Descriptor() ([]byte, []int) {
-	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{28}
+	return file_lockd_fsm_v1_fsm_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetClusterVersion) GetVersion() uint32 {
@@ -2594,15 +2734,17 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\amembers\x18\x06 \x03(\v2\x18.lockd.fsm.v1.MemberInfoR\amembers\x12#\n" +
 	"\rapplied_index\x18\a \x01(\x04R\fappliedIndex\x12'\n" +
 	"\x0fcluster_version\x18\t \x01(\rR\x0eclusterVersion\x124\n" +
-	"\bpolicies\x18\b \x03(\v2\x18.lockd.fsm.v1.LockPolicyR\bpolicies\"O\n" +
+	"\bpolicies\x18\b \x03(\v2\x18.lockd.fsm.v1.LockPolicyR\bpolicies\"w\n" +
 	"\n" +
 	"LockPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\x13default_max_hold_ms\x18\x02 \x01(\x03R\x10defaultMaxHoldMs\"x\n" +
+	"\x13default_max_hold_ms\x18\x02 \x01(\x03R\x10defaultMaxHoldMs\x12&\n" +
+	"\x0frevoke_grace_ms\x18\x03 \x01(\x03R\rrevokeGraceMs\"\xa0\x01\n" +
 	"\rSetLockPolicy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x13default_max_hold_ms\x18\x02 \x01(\x03R\x10defaultMaxHoldMs\x12$\n" +
-	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\x8c\x01\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\x12&\n" +
+	"\x0frevoke_grace_ms\x18\x04 \x01(\x03R\rrevokeGraceMs\"\x8c\x01\n" +
 	"\aEndHold\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2630,7 +2772,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vsecret_hash\x18\t \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\xc3\x01\n" +
+	" \x01(\tR\bidentity\"\xcc\x02\n" +
 	"\x04Hold\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2639,7 +2781,12 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05value\x18\x05 \x01(\fR\x05value\x12*\n" +
 	"\x11granted_unix_nano\x18\x06 \x01(\x03R\x0fgrantedUnixNano\x12\x1e\n" +
-	"\vmax_hold_ms\x18\a \x01(\x03R\tmaxHoldMs\"\xc6\x01\n" +
+	"\vmax_hold_ms\x18\a \x01(\x03R\tmaxHoldMs\x12\x14\n" +
+	"\x05asked\x18\v \x01(\bR\x05asked\x12&\n" +
+	"\x0fasked_unix_nano\x18\b \x01(\x03R\raskedUnixNano\x12!\n" +
+	"\fasked_reason\x18\t \x01(\tR\vaskedReason\x12&\n" +
+	"\x0frevoke_grace_ms\x18\n" +
+	" \x01(\x03R\rrevokeGraceMs\"\xc6\x01\n" +
 	"\x04Wait\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2734,12 +2881,21 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\x05R\x04mode\x12\x19\n" +
 	"\x05limit\x18\x03 \x01(\rH\x00R\x05limit\x88\x01\x01B\b\n" +
-	"\x06_limit\"~\n" +
+	"\x06_limit\"\x94\x01\n" +
 	"\x0eRequestRelease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1a\n" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\x12$\n" +
-	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNano\"-\n" +
+	"\x0etime_unix_nano\x18\x04 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
+	"\x05admin\x18\x05 \x01(\bR\x05admin\"\x8f\x01\n" +
+	"\n" +
+	"RevokeHold\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"-\n" +
 	"\x11SetClusterVersion\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\rR\aversionB5Z3github.com/lockd-dev/lockd/proto/lockd/fsm/v1;fsmv1b\x06proto3"
 
@@ -2755,7 +2911,7 @@ func file_lockd_fsm_v1_fsm_proto_rawDescGZIP() []byte {
 	return file_lockd_fsm_v1_fsm_proto_rawDescData
 }
 
-var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lockd_fsm_v1_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*Init)(nil),              // 0: lockd.fsm.v1.Init
 	(*CreateSession)(nil),     // 1: lockd.fsm.v1.CreateSession
@@ -2785,7 +2941,8 @@ var file_lockd_fsm_v1_fsm_proto_goTypes = []any{
 	(*AcquireMany)(nil),       // 25: lockd.fsm.v1.AcquireMany
 	(*ManyLock)(nil),          // 26: lockd.fsm.v1.ManyLock
 	(*RequestRelease)(nil),    // 27: lockd.fsm.v1.RequestRelease
-	(*SetClusterVersion)(nil), // 28: lockd.fsm.v1.SetClusterVersion
+	(*RevokeHold)(nil),        // 28: lockd.fsm.v1.RevokeHold
+	(*SetClusterVersion)(nil), // 29: lockd.fsm.v1.SetClusterVersion
 }
 var file_lockd_fsm_v1_fsm_proto_depIdxs = []int32{
 	13, // 0: lockd.fsm.v1.Snapshot.sessions:type_name -> lockd.fsm.v1.Session
@@ -2817,7 +2974,7 @@ func file_lockd_fsm_v1_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lockd_fsm_v1_fsm_proto_rawDesc), len(file_lockd_fsm_v1_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
