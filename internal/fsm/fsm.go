@@ -71,7 +71,8 @@ type Result struct {
 	Status int
 	// Token is, for a granted acquire, the grant's fencing token.
 	Token uint64
-	// MaxHold is, for a granted acquire, the hold's budget (0: none).
+	// MaxHold is, for a granted acquire, the hold's budget (0: none); for
+	// a RequestRelease, the revoke grace it started (0: none).
 	MaxHold time.Duration
 	// Tokens are, for a granted AcquireMany, one per lock in name order
 	// (Token is the first).
