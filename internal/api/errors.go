@@ -72,8 +72,8 @@ func (s *Errors) Invalid(format string, args ...any) *connect.Error {
 }
 
 // RaftError maps Raft's errors in one place: not leader → unavailable with a
-// leader hint; leadership lost mid-commit → outcome unknown, safe to retry
-// with the same request id.
+// leader hint; leadership lost mid-commit, a shutdown or a timeout →
+// outcome unknown, safe to retry with the same request id.
 func (s *Errors) RaftError(err error) *connect.Error {
 	var upgrade *node.UpgradeRequiredError
 	switch {
@@ -88,14 +88,24 @@ func (s *Errors) RaftError(err error) *connect.Error {
 			return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_NO_LEADER, "no leader elected; retry")
 		}
 		return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, fmt.Sprintf("node %s is not the leader (leader: %s); retry", s.nodeID, id))
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "leadership lost while committing; outcome unknown, retry with the same request id")
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "node is shutting down; retry elsewhere")
-	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft apply timed out; outcome unknown, retry with the same request id")
 	}
-	return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, "raft: "+err.Error())
+	return s.Unavailable(lockdv1.ErrorReason_ERROR_REASON_OUTCOME_UNKNOWN, unknownOutcome(err))
+}
+
+// unknownOutcome is the message of every other Raft error: after each, an
+// entry proposed may still commit. Never NOT_LEADER for these (a shutdown
+// included): clients take that for "not done" and retry even a call that
+// is not idempotent.
+func unknownOutcome(err error) string {
+	switch {
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return "leadership lost while committing; outcome unknown, retry with the same request id"
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return "node is shutting down; outcome unknown, retry elsewhere with the same request id"
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return "raft apply timed out; outcome unknown, retry with the same request id"
+	}
+	return "raft: " + err.Error()
 }
 
 // ResultError maps a refused FSM command to an API error.
