@@ -10,20 +10,24 @@ import (
 // Deadlock detection. The waits-for graph over sessions is computed on
 // demand from the lock table (never stored, so nothing to snapshot or keep
 // in step): a waiting request of session S on lock L waits for the
-// sessions that hold L and for those of the earlier requests queued on L
-// that block it (FIFO: every earlier request unless both are single shared
-// requests, since a set's wait blocks whatever queues behind it). A
-// session waits for what any of its waiting requests waits for.
+// sessions that hold L and for those of every earlier request queued on L.
+// A session waits for what any of its waiting requests waits for.
+//
+// For a semaphore or a shared request this is more than "blocked now": a
+// request needs one free slot, not every holder gone, and a shared request
+// queued behind another shared one is not held back by it. The graph
+// counts them all on purpose: a request queued before S is granted before
+// S (FIFO) and then holds the lock S waits for, so the edge S would get at
+// that grant exists from the start. Every edge therefore appears when a
+// request queues, never at a grant, and refusing at queue time every
+// request that closes a cycle leaves no cycle at all: none can form later.
+// The price is a refusal where slots might have freed in time (documented
+// in docs/lock-semantics.md).
 //
 // An acquire that would queue and so close a cycle is refused with
 // CodeDeadlock naming the cycle, in the same entry, instead of waiting
 // forever. Every walk is in a sorted order (lock names, then queue and
 // token order), so every replica finds the same cycle.
-
-// blocks reports whether the earlier queued request q keeps w behind it.
-func blocks(q, w *wait) bool {
-	return q.group != nil || w.group != nil || q.mode == ModeExclusive || w.mode == ModeExclusive
-}
 
 // edge is one reason a session waits: on lock name, for session to (a
 // holder, or an earlier blocking request).
@@ -32,22 +36,17 @@ type edge struct {
 	holds    bool
 }
 
-// blockersOf returns why a request of session in mode on l (queued at
-// index pos; len(l.queue) for one about to queue) waits, in holder then
-// queue order. inSet marks a set's request.
-func blockersOf(l *lock, session string, mode int32, pos int, inSet bool) []edge {
+// blockersOf returns why a request of session on l (queued at index pos;
+// len(l.queue) for one about to queue) waits, in holder then queue order.
+func blockersOf(l *lock, session string, pos int) []edge {
 	var out []edge
 	for _, h := range l.holders {
 		if h.session != session {
 			out = append(out, edge{l.name, h.session, true})
 		}
 	}
-	w := &wait{mode: mode}
-	if inSet {
-		w.group = &group{}
-	}
 	for _, q := range l.queue[:min(pos, len(l.queue))] {
-		if q.session != session && blocks(q, w) {
+		if q.session != session {
 			out = append(out, edge{l.name, q.session, false})
 		}
 	}
@@ -60,7 +59,7 @@ func (f *FSM) waitsOf(s *session) []edge {
 	var out []edge
 	for _, name := range sortedKeys(s.waits) {
 		l, w := f.locks[name], s.waits[name]
-		out = append(out, blockersOf(l, s.id, w.mode, slices.Index(l.queue, w), w.group != nil)...)
+		out = append(out, blockersOf(l, s.id, slices.Index(l.queue, w))...)
 	}
 	return out
 }
@@ -81,7 +80,7 @@ func (f *FSM) waitsOf(s *session) []edge {
 // the walk meets that lock. With one lock and n waiters this is O(n) per
 // queued acquire; a walk that expanded each waiter's prefix afresh was
 // O(n²), and queueing n waiters O(n³): 10 000 waiters took minutes.
-func (f *FSM) cycleTo(target string, first []edge, seeds []seed) []edge {
+func (f *FSM) cycleTo(target string, first []edge, seeds []*lock) []edge {
 	type reach struct {
 		from string // the session whose wait the edge leaves (target: first)
 		e    edge
@@ -109,14 +108,8 @@ func (f *FSM) cycleTo(target string, first []edge, seeds []seed) []edge {
 		return false
 	}
 	// The new request's own locks were read whole into first.
-	for _, sd := range seeds {
-		lw := &lockWalk{holders: true}
-		if sd.all {
-			lw.all = len(sd.l.queue)
-		} else {
-			lw.strict = len(sd.l.queue)
-		}
-		walks[sd.l.name] = lw
+	for _, l := range seeds {
+		walks[l.name] = &lockWalk{holders: true, read: len(l.queue)}
 	}
 	for _, e := range first {
 		if visit(target, e) {
@@ -148,34 +141,19 @@ func (f *FSM) cycleTo(target string, first []edge, seeds []seed) []edge {
 	return nil
 }
 
-// seed is one lock of the request being checked: its holders and queue
-// were read whole into cycleTo's first edges, as blocking a request that
-// every earlier request blocks (all) or a single shared one.
-type seed struct {
-	l   *lock
-	all bool
-}
-
 // lockWalk is how far cycleTo has read one lock: its holders, and the
-// prefix of its queue read for waiters that every earlier request blocks
-// (exclusive or set requests: all) and for single shared waiters, whom
-// only exclusive and set requests block (strict). pos is each queued
+// prefix of its queue (read). The locks of the request being checked (the
+// seeds) were read whole into cycleTo's first edges. pos is each queued
 // request's position, made when first needed.
 type lockWalk struct {
-	pos         map[*wait]int
-	holders     bool
-	all, strict int
+	pos     map[*wait]int
+	holders bool
+	read    int
 }
 
-// done reports whether every edge a wait w on l has was read already.
-func (lw *lockWalk) done(l *lock, w *wait) bool {
-	if !lw.holders {
-		return false
-	}
-	if w.group != nil || w.mode == ModeExclusive {
-		return lw.all >= len(l.queue)
-	}
-	return max(lw.all, lw.strict) >= len(l.queue)
+// done reports whether every edge of every wait on l was read already.
+func (lw *lockWalk) done(l *lock) bool {
+	return lw.holders && lw.read >= len(l.queue)
 }
 
 // leaf reports whether the session e reaches can lead nowhere new: it
@@ -188,9 +166,9 @@ func (f *FSM) leaf(walks map[string]*lockWalk, e edge) bool {
 	if len(s.waits) > 1 {
 		return false
 	}
-	for name, w := range s.waits {
+	for name := range s.waits {
 		lw := walks[name]
-		return lw != nil && lw.done(f.locks[name], w)
+		return lw != nil && lw.done(f.locks[name])
 	}
 	return false
 }
@@ -216,7 +194,7 @@ func (lw *lockWalk) blockers(l *lock, session string, w *wait, yield func(edge) 
 			}
 		}
 	}
-	if lw.done(l, w) {
+	if lw.done(l) {
 		return
 	}
 	if lw.pos == nil {
@@ -229,18 +207,9 @@ func (lw *lockWalk) blockers(l *lock, session string, w *wait, yield func(edge) 
 	if !ok {
 		return
 	}
-	if w.group != nil || w.mode == ModeExclusive {
-		for ; lw.all < p; lw.all++ {
-			if q := l.queue[lw.all]; q.session != session && !yield(edge{l.name, q.session, false}) {
-				lw.all++
-				return
-			}
-		}
-		return
-	}
-	for lw.strict = max(lw.strict, lw.all); lw.strict < p; lw.strict++ {
-		if q := l.queue[lw.strict]; q.session != session && blocks(q, w) && !yield(edge{l.name, q.session, false}) {
-			lw.strict++
+	for ; lw.read < p; lw.read++ {
+		if q := l.queue[lw.read]; q.session != session && !yield(edge{l.name, q.session, false}) {
+			lw.read++
 			return
 		}
 	}
@@ -248,7 +217,7 @@ func (lw *lockWalk) blockers(l *lock, session string, w *wait, yield func(edge) 
 
 // deadlock returns the refusal of a request of session s that would wait
 // for the edges first, when one of them leads back to s; nil otherwise.
-func (f *FSM) deadlock(s *session, first []edge, seeds ...seed) *Result {
+func (f *FSM) deadlock(s *session, first []edge, seeds ...*lock) *Result {
 	path := f.cycleTo(s.id, first, seeds)
 	if path == nil {
 		return nil

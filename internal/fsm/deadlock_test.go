@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
 // TestDeadlockRefused: two sessions each holding one lock and asking for
@@ -48,6 +49,39 @@ func TestDeadlockRefused(t *testing.T) {
 	old := acq("s2", 3, "a", excl, true) // refuse_deadlock unset: an old entry
 	if r := mustOK(t, f, old); r.Status != fsm.StatusQueued {
 		t.Fatalf("old entry: %+v, want queued as before", r)
+	}
+}
+
+// TestDeadlockBeforeGrant: on a full semaphore, x (shared) queues first,
+// and x also waits for k, which w holds; w's shared request queued behind x
+// is refused at once: when the next slot frees, x gets it (FIFO), and w
+// would then wait for x while x waits for w. Counting every earlier request
+// makes the cycle visible when w queues, so no grant can close one later.
+func TestDeadlockBeforeGrant(t *testing.T) {
+	f := initFSM(t, nil)
+	for _, id := range []string{"a", "b", "w", "x"} {
+		mustOK(t, f, newSession(id))
+	}
+	tokA := mustOK(t, f, acqLimit("a", 1, "sem", shrd, false, 2)).Token
+	mustOK(t, f, acqLimit("b", 1, "sem", shrd, false, 2))
+	mustOK(t, f, acq("w", 1, "k", excl, false))
+	for i, a := range []*fsmv1.Acquire{acq("x", 1, "k", excl, true), acqLimit("x", 2, "sem", shrd, true, 2)} {
+		a.RefuseDeadlock = true
+		if r := mustOK(t, f, a); r.Status != fsm.StatusQueued {
+			t.Fatalf("x's wait %d: %+v", i, r)
+		}
+	}
+	c := acqLimit("w", 2, "sem", shrd, true, 2)
+	c.RefuseDeadlock = true
+	r := apply(t, f, c)
+	if r.Code != fsm.CodeDeadlock || !strings.Contains(r.Msg, `"sem"`) || !strings.Contains(r.Msg, `"k"`) {
+		t.Fatalf("w's acquire behind x: %+v", r)
+	}
+	// The grant the refusal foresaw: x takes a's slot, and nothing waits in
+	// a cycle.
+	mustOK(t, f, rel("a", 2, "sem", tokA))
+	if l, _ := f.Describe("sem"); len(l.Holders) != 2 || l.Holders[1].Session != "x" || len(l.Waiters) != 0 {
+		t.Fatalf("after a's release: %+v", l)
 	}
 }
 

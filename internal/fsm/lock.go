@@ -187,7 +187,7 @@ func (f *FSM) applyAcquire(c *fsmv1.Acquire) *Result {
 		return refuse(fail(CodeTooMany, "lock %q has %d waiters already", c.Name, limits.waiters))
 	}
 	if c.RefuseDeadlock {
-		if r := f.deadlock(s, blockersOf(l, s.id, c.Mode, len(l.queue), false), seed{l, c.Mode == ModeExclusive}); r != nil {
+		if r := f.deadlock(s, blockersOf(l, s.id, len(l.queue)), l); r != nil {
 			return refuse(r)
 		}
 	}

@@ -217,15 +217,13 @@ func (f *FSM) applyAcquireMany(c *fsmv1.AcquireMany) *Result {
 		}
 	}
 	var edges []edge
-	seeds := make([]seed, len(locks))
-	for i, l := range locks {
-		seeds[i] = seed{l, true}
+	for _, l := range locks {
 		if len(l.queue) >= limits.waiters {
 			return refuse(fail(CodeTooMany, "lock %q has %d waiters already", l.name, limits.waiters))
 		}
-		edges = append(edges, blockersOf(l, s.id, ls[i].Mode, len(l.queue), true)...)
+		edges = append(edges, blockersOf(l, s.id, len(l.queue))...)
 	}
-	if r := f.deadlock(s, edges, seeds...); r != nil {
+	if r := f.deadlock(s, edges, locks...); r != nil {
 		return refuse(r)
 	}
 	g := &group{session: s.id, seq: c.Seq}

@@ -334,11 +334,11 @@ func (m *model) acquireMany(a *fsmv1.AcquireMany) outcome {
 		return outcome{code: fsm.CodeBusy}
 	}
 	var blockers []string
-	for i, l := range locks {
+	for _, l := range locks {
 		if len(l.queue) >= m.caps.Waiters {
 			return outcome{code: fsm.CodeTooMany}
 		}
-		blockers = append(blockers, mBlockers(l, a.SessionId, mWait{mode: ls[i].Mode, setSize: uint32(len(ls))}, len(l.queue))...)
+		blockers = append(blockers, mBlockers(l, a.SessionId, len(l.queue))...)
 	}
 	if m.reaches(blockers, a.SessionId) {
 		return outcome{code: fsm.CodeDeadlock}
@@ -386,7 +386,7 @@ func (m *model) acquire(a *fsmv1.Acquire) outcome {
 	if len(l.queue) >= m.caps.Waiters {
 		return outcome{code: fsm.CodeTooMany}
 	}
-	if a.RefuseDeadlock && m.reaches(mBlockers(l, a.SessionId, mWait{mode: a.Mode}, len(l.queue)), a.SessionId) {
+	if a.RefuseDeadlock && m.reaches(mBlockers(l, a.SessionId, len(l.queue)), a.SessionId) {
 		return outcome{code: fsm.CodeDeadlock}
 	}
 	m.locks[a.Name] = l
@@ -604,8 +604,8 @@ type machine struct {
 	maxToken       uint64
 	now            int64
 	queueGrantsObs int
-	// noCycles: every acquire is exclusive and refuses deadlocks, and no
-	// cycle of waiting sessions may survive any command.
+	// noCycles: every acquire refuses deadlocks, and no cycle of waiting
+	// sessions may survive any command.
 	noCycles bool
 }
 
@@ -895,7 +895,7 @@ func (m *machine) acquire(t *rapid.T) {
 	a.MaxHoldMs = rapid.SampledFrom([]int64{0, 0, 1000, 5000}).Draw(t, "maxHold")
 	a.RefuseDeadlock = rapid.IntRange(0, 3).Draw(t, "refuseDeadlock") > 0
 	if m.noCycles {
-		a.Mode, a.RefuseDeadlock = excl, true
+		a.RefuseDeadlock = true
 	}
 	a.MaxHoldCeilingMs = rapid.SampledFrom([]int64{0, 0, 2000}).Draw(t, "maxHoldCeiling")
 	r := m.exec(t, a, m.model.acquire(a), false)
@@ -1007,9 +1007,6 @@ func (m *machine) acquireMany(t *rapid.T) {
 	for range n {
 		i := rapid.IntRange(0, len(names)-1).Draw(t, "manyName")
 		ml := &fsmv1.ManyLock{Name: names[i], Mode: rapid.SampledFrom([]int32{excl, shrd}).Draw(t, "mode")}
-		if m.noCycles {
-			ml.Mode = excl
-		}
 		names = slices.Delete(names, i, i+1)
 		if l := rapid.IntRange(-4, 3).Draw(t, "limit"); l >= 0 {
 			ml.Limit = proto.Uint32(uint32(l))
@@ -1521,15 +1518,10 @@ func liveMany(pre *fsmv1.Snapshot, a *fsmv1.AcquireMany, session string, seq uin
 	return nil
 }
 
-// mBlocks reports whether the earlier queued q keeps w behind it (the
-// FIFO rule): always, unless both are single shared requests.
-func mBlocks(q, w mWait) bool {
-	return q.setSize > 0 || w.setSize > 0 || q.mode == excl || w.mode == excl
-}
-
-// blockers returns the sessions a request w of session on l, queued at pos,
-// waits for: l's holders and the earlier requests that block it.
-func mBlockers(l *mLock, session string, w mWait, pos int) []string {
+// mBlockers returns the sessions a request of session on l, queued at pos,
+// waits for: l's holders and every earlier request (internal/fsm,
+// deadlock.go, says why every one counts).
+func mBlockers(l *mLock, session string, pos int) []string {
 	var out []string
 	for _, h := range l.holders {
 		if h.session != session {
@@ -1537,7 +1529,21 @@ func mBlockers(l *mLock, session string, w mWait, pos int) []string {
 		}
 	}
 	for _, q := range l.queue[:min(pos, len(l.queue))] {
-		if q.session != session && mBlocks(q, w) {
+		if q.session != session {
+			out = append(out, q.session)
+		}
+	}
+	return out
+}
+
+// heldBack returns the sessions a request w of session on l, queued at
+// pos, cannot be granted before: l's holders, and the earlier requests that
+// keep it behind them (FIFO: all but a single shared request before a
+// single shared w). A cycle of these is a real deadlock.
+func heldBack(l *mLock, session string, w mWait, pos int) []string {
+	out := mBlockers(l, session, 0)
+	for _, q := range l.queue[:pos] {
+		if q.session != session && (q.setSize > 0 || w.setSize > 0 || q.mode == excl || w.mode == excl) {
 			out = append(out, q.session)
 		}
 	}
@@ -1547,6 +1553,11 @@ func mBlockers(l *mLock, session string, w mWait, pos int) []string {
 // reaches reports whether some session of from waits, directly or through
 // others, for target.
 func (m *model) reaches(from []string, target string) bool {
+	return m.reachesBy(from, target, func(l *mLock, s string, _ mWait, i int) []string { return mBlockers(l, s, i) })
+}
+
+// reachesBy is reaches over the edges next gives.
+func (m *model) reachesBy(from []string, target string, next func(l *mLock, s string, w mWait, pos int) []string) bool {
 	seen := map[string]bool{}
 	stack := slices.Clone(from)
 	for len(stack) > 0 {
@@ -1562,7 +1573,7 @@ func (m *model) reaches(from []string, target string) bool {
 		for _, l := range m.locks {
 			for i, w := range l.queue {
 				if w.session == s {
-					stack = append(stack, mBlockers(l, s, w, i)...)
+					stack = append(stack, next(l, s, w, i)...)
 				}
 			}
 		}
@@ -1570,12 +1581,13 @@ func (m *model) reaches(from []string, target string) bool {
 	return false
 }
 
-// cycles reports whether any waiting session waits, through others, for
-// itself.
+// cycles reports whether any waiting session is held back, through others,
+// by itself: a real deadlock (heldBack's edges, fewer than the ones the
+// refusals count).
 func (m *model) cycles() bool {
 	for _, l := range m.locks {
 		for i, w := range l.queue {
-			if m.reaches(mBlockers(l, w.session, w, i), w.session) {
+			if m.reachesBy(heldBack(l, w.session, w, i), w.session, heldBack) {
 				return true
 			}
 		}
@@ -1583,11 +1595,12 @@ func (m *model) cycles() bool {
 	return false
 }
 
-// TestPropertyNoDeadlockCycle runs the random commands with exclusive
-// acquires that all refuse deadlocks (as a server of this version sends
-// them), single and sets: after every command no waiting session waits,
-// through others, for itself. Each refused acquire is predicted by the
-// model's own walk of the waits-for graph.
+// TestPropertyNoDeadlockCycle runs the random commands with acquires that
+// all refuse deadlocks (as a server of this version sends them), single and
+// sets, exclusive and shared, mutexes and semaphores: after every command,
+// grants included, no waiting session waits, through others, for itself.
+// Each refused acquire is predicted by the model's own walk of the
+// waits-for graph.
 func TestPropertyNoDeadlockCycle(t *testing.T) {
 	fsm.SetCaps(t, propertyCaps)
 	rapid.Check(t, func(t *rapid.T) {
