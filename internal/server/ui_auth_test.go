@@ -20,8 +20,9 @@ import (
 // authentication"): a browser sends no bearer token, so an operator gives
 // it a client certificate whose name has a read grant, or puts a proxy in
 // front that adds a read-only token. Every request the page makes (the
-// page, Status, ListLocks, ListSessions, member health, /metrics, the
-// watch stream) is answered both ways, and refused with neither.
+// page, Status, ListLocks, ListSessions, Explain of the selected lock,
+// member health, /metrics, the watch stream) is answered both ways, and
+// refused with neither.
 func TestDashboardUnderAuth(t *testing.T) {
 	leakCheck(t)
 	p := newTestPKI(t)
@@ -47,6 +48,7 @@ func TestDashboardUnderAuth(t *testing.T) {
 		{method: "POST", path: "/lockd.v1.LockService/Status", body: "{}"},
 		{method: "POST", path: "/lockd.v1.LockService/ListLocks", body: `{"prefix":"","pageSize":50}`},
 		{method: "POST", path: "/lockd.v1.LockService/ListSessions", body: "{}"},
+		{method: "POST", path: "/lockd.v1.LockService/Explain", body: `{"name":"jobs/a"}`},
 		{method: "GET", path: "/ui/api/health"},
 		{method: "GET", path: "/v1/watch?prefix="},
 	}

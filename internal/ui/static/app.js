@@ -15,6 +15,7 @@ const state = {
   lockPage: 0,
   nextToken: "",
   openQueues: new Set(),  // locks whose queue is shown
+  explain: params.get("explain") || "", // the lock shown in the Explain view
   sessions: [],
   sessionPage: 0,
   expiresBySession: new Map(),
@@ -82,7 +83,8 @@ function renderLocks(resp, total) {
     const n = esc(l.name);
     const holders = (l.holders || []);
     const mode = holders.length ? modeName(holders[0].mode) : (l.waiters && l.waiters.length ? modeName(l.waiters[0].mode) : "–");
-    const hs = holders.map((h) => `<div class="holder"><b>${esc(h.owner || h.sessionId)}</b> · <span class="token">#${esc(h.token)}</span> · ${since(h.grantedAt)} · lease ${until(state.expiresBySession.get(h.sessionId))}</div>`).join("") || "<span class=muted>free</span>";
+    const asked = (h) => (h.releaseRequestedAt ? ` · <span class="soon" title="${esc(h.releaseReason)}">asked to let go</span>` : "");
+    const hs = holders.map((h) => `<div class="holder"><b>${esc(h.owner || h.sessionId)}</b> · <span class="token">#${esc(h.token)}</span> · ${since(h.grantedAt)} · lease ${until(state.expiresBySession.get(h.sessionId))}${asked(h)}</div>`).join("") || "<span class=muted>free</span>";
     const ws = l.waiters || [];
     const open = state.openQueues.has(l.name);
     let q = `<button type="button" class="queue" data-queue="${n}" ${ws.length ? "" : "disabled"} aria-expanded="${open}">${ws.length}</button>`;
@@ -93,7 +95,8 @@ function renderLocks(resp, total) {
     if (l.mark) md.push(`done by ${esc(l.mark.owner || l.mark.sessionId)} #${esc(l.mark.token)} ${since(l.mark.completedAt)} ago`);
     if (l.lockDelay) md.push(`${l.delayed ? '<span class="soon">delayed</span> ' : ""}delay ${human(secs(l.lockDelay))}`);
     const limit = l.limit > 1 ? ` <span class="muted">(limit ${l.limit})</span>` : "";
-    rows.push(`<tr data-lock="${n}"><td class="name">${n}</td><td>${mode}${limit}</td><td>${hs}</td><td>${q}</td><td>${md.join("<br>") || "–"}</td></tr>`);
+    const sel = l.name === state.explain;
+    rows.push(`<tr data-lock="${n}"${sel ? ' class="selected"' : ""}><td class="name"><button type="button" class="explain" data-explain="${n}" aria-pressed="${sel}" title="explain: who holds it, who waits, what the holders wait for">${n}</button></td><td>${mode}${limit}</td><td>${hs}</td><td>${q}</td><td>${md.join("<br>") || "–"}</td></tr>`);
   }
   if (!rows.length) rows.push(`<tr><td colspan="5" class="muted">no locks${state.prefix ? " under " + esc(state.prefix) : ""}</td></tr>`);
   $("locks").tBodies[0].innerHTML = rows.join("");
@@ -218,17 +221,20 @@ async function refresh() {
   const started = performance.now();
   try {
     const token = state.lockTokens[state.lockPage] || "";
-    const [status, locks, sessions, health] = await Promise.all([
+    const explaining = state.explain;
+    const [status, locks, sessions, health, explain] = await Promise.all([
       lockCall("Status", {}),
       lockCall("ListLocks", { prefix: state.prefix, pageSize: PAGE, pageToken: token }),
       lockCall("ListSessions", {}),
       fetch("api/health").then((r) => (r.ok ? r.json() : [])).catch(() => []),
+      explainOf(explaining),
     ]);
     state.sessions = (sessions.sessions || []).slice().sort((a, b) => (ms(a.expiresAt) || Infinity) - (ms(b.expiresAt) || Infinity));
     state.expiresBySession = new Map(state.sessions.map((s) => [s.sessionId, s.expiresAt]));
     renderLocks(locks, status.locks || 0);
     renderSessions();
     renderMembers(status, health);
+    if (explaining === state.explain) renderExplain(explaining, explain); // else a newer selection's refresh follows
     tickClocks();
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     $("updated").classList.remove("bad");
@@ -321,12 +327,27 @@ function setPrefix(p) {
   schedule();
 }
 
+// setExplain shows the Explain view of lock name ("": closes it), kept in
+// the URL (?explain=NAME) like the prefix.
+function setExplain(name) {
+  state.explain = name;
+  const u = new URL(location.href);
+  if (name) u.searchParams.set("explain", name); else u.searchParams.delete("explain");
+  history.replaceState(null, "", u);
+  $("explain").innerHTML = name ? '<p class="muted">loading…</p>' : "";
+  renderExplain(name, null);
+  schedule();
+}
+
 function init() {
   $("interval").textContent = REFRESH_MS / 1000;
   $("prefix").value = state.prefix;
   let debounce;
   $("prefix").addEventListener("input", (e) => { clearTimeout(debounce); debounce = setTimeout(() => setPrefix(e.target.value.trim()), 250); });
   $("locks").addEventListener("click", (e) => {
+    const x = e.target.closest("button[data-explain]");
+    // data-explain holds the escaped name, given back unescaped (as data-queue).
+    if (x) { setExplain(x.dataset.explain === state.explain ? "" : x.dataset.explain); return; }
     const b = e.target.closest("button[data-queue]");
     if (!b) return;
     const name = b.dataset.queue;
@@ -338,6 +359,8 @@ function init() {
   $("locks-prev").addEventListener("click", () => { if (state.lockPage > 0) { state.lockPage--; schedule(); } });
   $("sessions-next").addEventListener("click", () => { state.sessionPage++; renderSessions(); tickClocks(); });
   $("sessions-prev").addEventListener("click", () => { state.sessionPage = Math.max(0, state.sessionPage - 1); renderSessions(); tickClocks(); });
+  $("explain-close").addEventListener("click", () => setExplain(""));
+  renderExplain(state.explain, null);
   setInterval(tickClocks, 250);
   startWatch();
   schedule();

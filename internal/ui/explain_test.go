@@ -1,0 +1,178 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/chromedp/chromedp"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lockd-dev/lockd/lockdtest"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// xssName is a lock name that is markup: the page must show it as text.
+// (The page's CSP would stop the handler anyway; an <img> element in the
+// DOM is what the test looks for.)
+const xssName = `<img src=x onerror=alert(1)>`
+
+// explainCycle makes, on a real server, a shared lock (limit 1) named
+// xssName held by second@host-b, with third waiting for it, while second
+// waits for ledger/eu, which third holds: a cycle made by a grant, which
+// Acquire cannot refuse (docs/lock-semantics.md). It returns the holder's
+// and the waiter's session ids.
+func explainCycle(t *testing.T, c *client) (holder, waiter string) {
+	t.Helper()
+	s1 := c.session("first@host-a", time.Minute)
+	s2 := c.session("second@host-b", time.Minute)
+	s3 := c.session("<i>third</i>@host-c", time.Minute)
+	g1 := c.acquire(&lockdv1.AcquireRequest{SessionId: s1, Seq: 1, Name: xssName, Mode: lockdv1.Mode_MODE_SHARED, Limit: ptr(uint32(1))})
+	queue := func(s string, seq uint64, name string, mode lockdv1.Mode) {
+		t.Helper()
+		if q := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: seq, Name: name, Mode: mode, Wait: true, PollTimeout: durationpb.New(0)}); q.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED {
+			t.Fatalf("%s on %q: %v, want queued", s, name, q)
+		}
+	}
+	queue(s2, 1, xssName, lockdv1.Mode_MODE_SHARED)
+	queue(s3, 1, xssName, lockdv1.Mode_MODE_SHARED) // waits for first only (shared behind shared)
+	c.acquire(&lockdv1.AcquireRequest{SessionId: s3, Seq: 2, Name: "ledger/eu"})
+	queue(s2, 2, "ledger/eu", lockdv1.Mode_MODE_EXCLUSIVE) // second waits for third: no cycle yet
+	// first lets go: second is granted and third now waits for it.
+	if _, err := c.svc.Release(context.Background(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: s1, Seq: 2, Name: xssName, Token: g1.Token})); err != nil {
+		t.Fatal(err)
+	}
+	return s2, s3
+}
+
+// TestDashboardExplainChain opens the Explain view of a lock by clicking
+// its name: the holder, the waiter with its wait, and the chain of what
+// the holder waits for (depth 1, then depth 2 indented, marked as a cycle)
+// show; the lock's name and an owner that are markup show as text. It
+// checks the server's answer first, so a failure says which side is wrong.
+func TestDashboardExplainChain(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
+	holder, waiter := explainCycle(t, c)
+	ex, err := c.svc.Explain(context.Background(), connect.NewRequest(&lockdv1.ExplainRequest{Name: xssName}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch := ex.Msg.GetChain(); len(ch) != 2 || ch[0].GetSessionId() != holder || ch[1].GetSessionId() != waiter || !ch[1].GetCycle() {
+		t.Fatalf("the server's chain: %v, want second then third, a cycle", ch)
+	}
+
+	ctx := browser(t, 1280, 900)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL()+"/ui/?refresh=300")); err != nil {
+		t.Fatal(err)
+	}
+	row := fmt.Sprintf(`document.querySelector('tr[data-lock=%q]')`, xssName)
+	poll(t, ctx, "the lock's row", row)
+	poll(t, ctx, "the explain view hidden", `document.getElementById("explain-section").hidden`)
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](row+`.querySelector("button[data-explain]").click()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the lock's name as the view's title", fmt.Sprintf(`!document.getElementById("explain-section").hidden && document.getElementById("explain-name").textContent === %q`, xssName))
+	poll(t, ctx, "the holder", `[...document.querySelectorAll(".explain-holders tbody tr")].some((r) => r.cells[0].querySelector("b").textContent === "second@host-b" && /#\d+/.test(r.cells[1].textContent))`)
+	poll(t, ctx, "the waiter and its wait", `(() => { const r = document.querySelector(".explain-waiters tbody tr"); return r && r.cells[1].querySelector("b").textContent === "<i>third</i>@host-c" && /^\d/.test(r.cells[3].textContent); })()`)
+	chain := `[...document.querySelectorAll(".explain-chain tbody tr")]`
+	poll(t, ctx, "the chain", fmt.Sprintf(`%s.length === 2`, chain))
+	type step struct {
+		Depth            string
+		Who, Lock, By    string
+		Since, How       string
+		Cycle            bool
+		Indent           float64
+		CycleMarkerShown bool
+	}
+	steps, err := chromedp.Run(ctx, chromedp.Evaluate[[]step](chain+`.map((r) => ({
+		Depth: r.dataset.depth, Who: r.cells[0].querySelector("b").textContent, Lock: r.cells[1].textContent,
+		Since: r.cells[2].textContent, By: r.cells[3].querySelector("b").textContent, How: r.cells[4].textContent,
+		Cycle: r.classList.contains("cycle"), Indent: parseFloat(getComputedStyle(r.cells[0]).paddingLeft),
+		CycleMarkerShown: r.cells[5].textContent.includes("cycle")}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []step{
+		{Depth: "1", Who: "second@host-b", Lock: "ledger/eu", By: "<i>third</i>@host-c", How: "holding it"},
+		{Depth: "2", Who: "<i>third</i>@host-c", Lock: xssName, By: "second@host-b", How: "holding it", Cycle: true, CycleMarkerShown: true},
+	}
+	for i, w := range want {
+		got := steps[i]
+		if got.Depth != w.Depth || got.Who != w.Who || got.Lock != w.Lock || got.By != w.By || got.How != w.How || got.Cycle != w.Cycle || got.CycleMarkerShown != w.CycleMarkerShown || got.Since == "" || got.Since == "–" {
+			t.Errorf("chain row %d: %+v, want %+v (and a wait time)", i, got, w)
+		}
+	}
+	if len(steps) == 2 && !(steps[1].Indent > steps[0].Indent) {
+		t.Errorf("depth 2 indented %vpx, depth 1 %vpx: want it further in", steps[1].Indent, steps[0].Indent)
+	}
+	// Markup from the server stays text: no element made of it anywhere.
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("main img, main i").length`)); err != nil || n != 0 {
+		t.Fatalf("%d elements made of lock names or owners (%v); want none", n, err)
+	}
+	// The view is in the URL (bookmarkable), and its close button hides it.
+	u, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pu, err := url.Parse(u); err != nil || pu.Query().Get("explain") != xssName {
+		t.Errorf("URL %s (%v): want explain=%s", u, err, xssName)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](`document.getElementById("explain-close").click()`)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the view closed", `document.getElementById("explain-section").hidden && !location.search.includes("explain")`)
+}
+
+// TestDashboardExplainReleaseAsked: after RequestRelease on a held lock,
+// the Explain view (opened by ?explain=NAME) shows the holder's pending
+// request, its reason as text and the revoke countdown of the lock's
+// grace, and the lock row says it was asked. It skips while the API leaves
+// Holder.release_requested_at unset, and checks the countdown only once
+// the API fills Holder.revoke_grace.
+func TestDashboardExplainReleaseAsked(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
+	const name, reason = "deploy/prod", "<b>hotfix</b> needs it"
+	s := c.session("deployer@host-a", time.Minute)
+	c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: 1, Name: name})
+	// A revoke grace on the lock: the request (an admin's: no --auth-file
+	// here) revokes the holder's session an hour later.
+	if _, err := c.svc.SetLockPolicy(context.Background(), connect.NewRequest(&lockdv1.SetLockPolicyRequest{Name: name, Policy: &lockdv1.LockPolicy{RevokeGrace: durationpb.New(time.Hour)}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.svc.RequestRelease(context.Background(), connect.NewRequest(&lockdv1.RequestReleaseRequest{Name: name, Reason: reason})); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := c.svc.Explain(context.Background(), connect.NewRequest(&lockdv1.ExplainRequest{Name: name}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := ex.Msg.GetLock().GetHolders(); len(hs) != 1 || hs[0].GetReleaseRequestedAt() == nil {
+		t.Skipf("the API does not fill Holder.release_requested_at yet (holders %v)", hs)
+	}
+
+	ctx := browser(t, 1280, 900)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL()+"/ui/?refresh=300&explain="+url.QueryEscape(name))); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the pending request and its reason", fmt.Sprintf(`(() => { const c = document.querySelector(".explain-holders tbody tr td.release"); return c && c.textContent.startsWith("asked ") && c.querySelector(".reason") && c.querySelector(".reason").textContent === %q; })()`, reason))
+	if ex.Msg.GetLock().GetHolders()[0].GetRevokeGrace() != nil {
+		poll(t, ctx, "the revoke countdown", `/revoke in (59m|1h)/.test(document.querySelector(".explain-holders td.release").textContent)`)
+	} else {
+		t.Log("no revoke countdown checked: the API does not fill Holder.revoke_grace yet")
+	}
+	poll(t, ctx, "the request in the lock row", fmt.Sprintf(`document.querySelector('tr[data-lock=%q] .holder').textContent.includes("asked to let go")`, name))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("main b").length - document.querySelectorAll("main td > b, main .holder > b").length`)); err != nil || n != 0 {
+		t.Fatalf("%d <b> elements made of the reason (%v); want none", n, err)
+	}
+	if got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector(".explain-holders td.release").textContent`)); err != nil || !strings.Contains(got, reason) {
+		t.Fatalf("release cell %q (%v)", got, err)
+	}
+}
