@@ -23,49 +23,50 @@ import (
 // DOM is what the test looks for.)
 const xssName = `<img src=x onerror=alert(1)>`
 
-// explainCycle makes, on a real server, a shared lock (limit 1) named
-// xssName held by second@host-b, with third waiting for it, while second
-// waits for ledger/eu, which third holds: a cycle made by a grant, which
-// Acquire cannot refuse (docs/lock-semantics.md). It returns the holder's
-// and the waiter's session ids.
-func explainCycle(t *testing.T, c *client) (holder, waiter string) {
+// explainChain makes, on a real server, a lock named xssName held by
+// second@host-b, with <i>third</i>@host-c waiting for it, while second
+// waits for ledger/eu, which fourth@host-d holds, and fourth waits for
+// ledger/us, which <i>fifth</i>@host-e holds: a chain two deep. (No cycle:
+// the server refuses every acquire that would close one.) It returns the
+// holder's, the waiter's and the middle session's ids.
+func explainChain(t *testing.T, c *client) (holder, waiter, middle string) {
 	t.Helper()
-	s1 := c.session("first@host-a", time.Minute)
 	s2 := c.session("second@host-b", time.Minute)
 	s3 := c.session("<i>third</i>@host-c", time.Minute)
-	g1 := c.acquire(&lockdv1.AcquireRequest{SessionId: s1, Seq: 1, Name: xssName, Mode: lockdv1.Mode_MODE_SHARED, Limit: ptr(uint32(1))})
-	queue := func(s string, seq uint64, name string, mode lockdv1.Mode) {
+	s4 := c.session("fourth@host-d", time.Minute)
+	s5 := c.session("<i>fifth</i>@host-e", time.Minute)
+	queue := func(s string, seq uint64, name string) {
 		t.Helper()
-		if q := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: seq, Name: name, Mode: mode, Wait: true, PollTimeout: durationpb.New(0)}); q.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED {
+		if q := c.acquire(&lockdv1.AcquireRequest{SessionId: s, Seq: seq, Name: name, Wait: true, PollTimeout: durationpb.New(0)}); q.Status != lockdv1.AcquireStatus_ACQUIRE_STATUS_QUEUED {
 			t.Fatalf("%s on %q: %v, want queued", s, name, q)
 		}
 	}
-	queue(s2, 1, xssName, lockdv1.Mode_MODE_SHARED)
-	queue(s3, 1, xssName, lockdv1.Mode_MODE_SHARED) // waits for first only (shared behind shared)
-	c.acquire(&lockdv1.AcquireRequest{SessionId: s3, Seq: 2, Name: "ledger/eu"})
-	queue(s2, 2, "ledger/eu", lockdv1.Mode_MODE_EXCLUSIVE) // second waits for third: no cycle yet
-	// first lets go: second is granted and third now waits for it.
-	if _, err := c.svc.Release(context.Background(), connect.NewRequest(&lockdv1.ReleaseRequest{SessionId: s1, Seq: 2, Name: xssName, Token: g1.Token})); err != nil {
-		t.Fatal(err)
-	}
-	return s2, s3
+	c.acquire(&lockdv1.AcquireRequest{SessionId: s2, Seq: 1, Name: xssName})
+	c.acquire(&lockdv1.AcquireRequest{SessionId: s4, Seq: 1, Name: "ledger/eu"})
+	c.acquire(&lockdv1.AcquireRequest{SessionId: s5, Seq: 1, Name: "ledger/us"})
+	queue(s3, 1, xssName)
+	queue(s2, 2, "ledger/eu")
+	queue(s4, 2, "ledger/us")
+	return s2, s3, s4
 }
 
 // TestDashboardExplainChain opens the Explain view of a lock by clicking
 // its name: the holder, the waiter with its wait, and the chain of what
-// the holder waits for (depth 1, then depth 2 indented, marked as a cycle)
-// show; the lock's name and an owner that are markup show as text. It
+// the holder waits for (depth 1, then depth 2 indented) show; the lock's name and an owner that are markup show as text. It
 // checks the server's answer first, so a failure says which side is wrong.
 func TestDashboardExplainChain(t *testing.T) {
 	srv := lockdtest.New(t)
 	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
-	holder, waiter := explainCycle(t, c)
+	holder, waiter, middle := explainChain(t, c)
 	ex, err := c.svc.Explain(context.Background(), connect.NewRequest(&lockdv1.ExplainRequest{Name: xssName}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ch := ex.Msg.GetChain(); len(ch) != 2 || ch[0].GetSessionId() != holder || ch[1].GetSessionId() != waiter || !ch[1].GetCycle() {
-		t.Fatalf("the server's chain: %v, want second then third, a cycle", ch)
+	if ch := ex.Msg.GetChain(); len(ch) != 2 || ch[0].GetSessionId() != holder || ch[1].GetSessionId() != middle || ch[1].GetCycle() {
+		t.Fatalf("the server's chain: %v, want second then fourth, no cycle", ch)
+	}
+	if ws := ex.Msg.GetLock().GetWaiters(); len(ws) != 1 || ws[0].GetSessionId() != waiter {
+		t.Fatalf("the server's waiters: %v, want third", ws)
 	}
 
 	ctx := browser(t, 1280, 900)
@@ -100,8 +101,8 @@ func TestDashboardExplainChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []step{
-		{Depth: "1", Who: "second@host-b", Lock: "ledger/eu", By: "<i>third</i>@host-c", How: "holding it"},
-		{Depth: "2", Who: "<i>third</i>@host-c", Lock: xssName, By: "second@host-b", How: "holding it", Cycle: true, CycleMarkerShown: true},
+		{Depth: "1", Who: "second@host-b", Lock: "ledger/eu", By: "fourth@host-d", How: "holding it"},
+		{Depth: "2", Who: "fourth@host-d", Lock: "ledger/us", By: "<i>fifth</i>@host-e", How: "holding it"},
 	}
 	for i, w := range want {
 		got := steps[i]
