@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -54,11 +55,11 @@ func goldenQueuedLock() *lockdv1.LockInfo {
 // let go (`lockd request-release`), on a lock with a 1m revoke grace.
 func goldenAskedLock() *lockdv1.LockInfo {
 	l := goldenQueuedLock()
-	h := *l.Holders[0]
+	h := proto.Clone(l.Holders[0]).(*lockdv1.Holder)
 	h.ReleaseRequestedAt = timestamppb.New(goldenNow.Add(-2 * time.Second))
 	h.ReleaseReason = "database migration at 23:00"
 	h.RevokeGrace = durationpb.New(time.Minute)
-	l.Holders = []*lockdv1.Holder{&h}
+	l.Holders = []*lockdv1.Holder{h}
 	return l
 }
 
