@@ -55,6 +55,9 @@ func writeLock(w io.Writer, r *lockdv1.DescribeLockResponse, pos []string, now t
 		return err
 	}
 	fmt.Fprintf(w, "name:   %s\nlimit:  %s\n", printable(l.GetName()), limitString(l.GetLimit()))
+	if p := r.GetPolicy(); p != nil {
+		fmt.Fprintf(w, "policy: %s\n", policyString(policyOf(p)))
+	}
 	if d := delayString(l); d != "" {
 		fmt.Fprintf(w, "lock-delay: %s\n", d)
 	}
@@ -69,6 +72,9 @@ func writeLock(w io.Writer, r *lockdv1.DescribeLockResponse, pos []string, now t
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if err := writeReleaseAsks(w, l.GetHolders(), now); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "waiters (%d), first in line first:\n", len(l.GetWaiters()))
 	if len(l.GetWaiters()) > 0 {
@@ -80,6 +86,28 @@ func writeLock(w io.Writer, r *lockdv1.DescribeLockResponse, pos []string, now t
 		return tw.Flush()
 	}
 	return nil
+}
+
+// writeReleaseAsks lists the holders asked to let go (RequestRelease):
+// when first, why, and the revoke grace an admin's request started.
+func writeReleaseAsks(w io.Writer, hs []*lockdv1.Holder, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	n := 0
+	for _, h := range hs {
+		if h.GetReleaseRequestedAt() == nil {
+			continue
+		}
+		if n++; n == 1 {
+			fmt.Fprintln(w, "asked to let go:")
+			fmt.Fprintln(tw, "  TOKEN\tASKED\tREVOKE GRACE\tREASON")
+		}
+		grace := "none (only asked)"
+		if g := h.GetRevokeGrace(); g != nil {
+			grace = g.AsDuration().String()
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%q\n", h.GetToken(), since(h.GetReleaseRequestedAt(), now), grace, h.GetReleaseReason())
+	}
+	return tw.Flush()
 }
 
 // delayString renders a lock's lock-delay, "" when it has none.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -47,6 +48,18 @@ func goldenQueuedLock() *lockdv1.LockInfo {
 		SessionId: goldenWaiter, Mode: lockdv1.Mode_MODE_EXCLUSIVE,
 		QueuedAt: timestamppb.New(goldenNow.Add(-4 * time.Second)), Owner: "host/6502",
 	}}
+	return l
+}
+
+// goldenAskedLock is goldenQueuedLock after an admin asked its holder to
+// let go (`lockd request-release`), on a lock with a 1m revoke grace.
+func goldenAskedLock() *lockdv1.LockInfo {
+	l := goldenQueuedLock()
+	h := proto.Clone(l.Holders[0]).(*lockdv1.Holder)
+	h.ReleaseRequestedAt = timestamppb.New(goldenNow.Add(-2 * time.Second))
+	h.ReleaseReason = "database migration at 23:00"
+	h.RevokeGrace = durationpb.New(time.Minute)
+	l.Holders = []*lockdv1.Holder{h}
 	return l
 }
 
@@ -108,6 +121,15 @@ func goldenOutputs(t *testing.T) []struct{ name, doc, out string } {
 				{Depth: 2, SessionId: "5b0e9d2c47a13f8e6c1d0a9b8f7e6d5c", Owner: "host/7120", Lock: "ledger/us", QueuedAt: timestamppb.New(goldenNow.Add(-30 * time.Second)),
 					BlockedBy: "a7c3e5f1d9b2846e0c4a8f6d2b1e9c7a", BlockedByOwner: "host/7311", Holding: true},
 			}}, []string{"invoices/2026-11"}, goldenNow)
+		})},
+		{"describe-asked", "docs/cli.md", render(func(b *bytes.Buffer) error {
+			return writeLock(b, &lockdv1.DescribeLockResponse{Lock: goldenAskedLock(), Policy: &lockdv1.LockPolicy{RevokeGrace: durationpb.New(time.Minute)}}, []string{"invoices/2026-11"}, goldenNow)
+		})},
+		{"request-release", "docs/cli.md", render(func(b *bytes.Buffer) error {
+			return writeReleaseRequest(b, "invoices/2026-11", lockd.ReleaseRequest{Holders: 1, RevokeGrace: time.Minute})
+		})},
+		{"policy", "docs/cli.md", render(func(b *bytes.Buffer) error {
+			return writePolicy(b, "invoices/2026-11", lockd.LockPolicy{DefaultMaxHold: 2 * time.Hour, RevokeGrace: time.Minute})
 		})},
 		{"sessions", "docs/cli.md", render(func(b *bytes.Buffer) error {
 			return writeSessions(b, &lockdv1.ListSessionsResponse{Sessions: goldenSessions()}, nil, goldenNow)

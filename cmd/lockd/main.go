@@ -9,6 +9,8 @@
 //	lockd mark clear NAME              end a lock's completion mark early (admin)
 //	lockd sessions                     list sessions
 //	lockd release --force NAME         revoke a lock's holders (admin)
+//	lockd request-release NAME         ask a lock's holders to let go
+//	lockd policy NAME [--revoke-grace D]  show or set a lock's policy (admin)
 //	lockd status                       show this node and the cluster
 //	lockd top                          busiest locks, longest holds and queues, sessions near expiry
 //	lockd members [--json]             list the cluster's members
@@ -115,6 +117,8 @@ var commands = []commandSpec{
 	{"mark", `"mark clear NAME" ends a lock's completion mark early (admin)`, false, func(e commandEnv) command { return &MarkCommand{env: e} }},
 	{"sessions", "list sessions", false, func(e commandEnv) command { return &SessionsCommand{env: e} }},
 	{"release", "revoke a lock's holders (admin; needs --force)", false, func(e commandEnv) command { return &ReleaseCommand{env: e} }},
+	{"request-release", `ask a lock's holders to let go ("request-release NAME [--reason TEXT]"); an admin's starts the lock's revoke grace`, false, func(e commandEnv) command { return &RequestReleaseCommand{env: e} }},
+	{"policy", `show or set a lock's policy ("policy NAME [--max-hold D] [--revoke-grace D] [--clear]"; setting is admin)`, false, func(e commandEnv) command { return &PolicyCommand{env: e} }},
 	{"status", "show this node and the cluster", false, func(e commandEnv) command { return &StatusCommand{env: e} }},
 	{"top", "the cluster at a glance, refreshed in place (q quits)", false, func(e commandEnv) command { return &TopCommand{env: e} }},
 	{"members", `list the cluster's members; "members remove ID" removes one`, false, func(e commandEnv) command { return &MembersCommand{env: e} }},

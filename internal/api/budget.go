@@ -38,13 +38,21 @@ func (a lockService) SetLockPolicy(ctx context.Context, req *connect.Request[loc
 				cmd.DefaultMaxHoldMs = 1
 			}
 		}
+		if p := m.Policy; p != nil && p.RevokeGrace != nil {
+			d := p.RevokeGrace.AsDuration()
+			if p.RevokeGrace.CheckValid() != nil || d != 0 && (d < fsm.MinRevokeGraceMs*time.Millisecond || d > fsm.MaxRevokeGraceMs*time.Millisecond) {
+				return nil, a.s.errs.Invalid("revoke_grace %v: must be 0 (none) or from 1s to 1h", d)
+			}
+			cmd.RevokeGraceMs = d.Milliseconds()
+		}
 		if err := fsm.ValidateSetLockPolicy(cmd); err != nil {
 			return nil, a.s.errs.Invalid("%v", err)
 		}
 		if _, err := a.propose(fsm.CmdSetLockPolicy, cmd); err != nil {
 			return nil, err
 		}
-		a.s.log.Info("lock policy set", "lock", m.Name, "default_max_hold", time.Duration(cmd.DefaultMaxHoldMs)*time.Millisecond)
+		a.s.log.Info("lock policy set", "lock", m.Name, "default_max_hold", time.Duration(cmd.DefaultMaxHoldMs)*time.Millisecond,
+			"revoke_grace", time.Duration(cmd.RevokeGraceMs)*time.Millisecond)
 		return connect.NewResponse(&lockdv1.SetLockPolicyResponse{}), nil
 	})
 }
@@ -55,5 +63,5 @@ func (a lockService) policyPB(name string) *lockdv1.LockPolicy {
 	if !ok {
 		return nil
 	}
-	return &lockdv1.LockPolicy{DefaultMaxHold: BudgetPB(p.DefaultMaxHold)}
+	return &lockdv1.LockPolicy{DefaultMaxHold: BudgetPB(p.DefaultMaxHold), RevokeGrace: BudgetPB(p.RevokeGrace)}
 }

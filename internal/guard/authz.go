@@ -300,3 +300,18 @@ func (g *Guard) CheckLock(ctx context.Context, op, name string) error {
 	}
 	return nil
 }
+
+// May reports whether the caller in ctx holds permission perm on lock name,
+// for a handler whose call is open to a lesser permission but does more for
+// a greater one (RequestRelease: lock to ask, admin to start the lock
+// policy's revoke grace). Nothing is audited: it is a question, not a
+// refusal. With authentication off every caller may do everything (as
+// every call is allowed then, ForceRelease included).
+func (g *Guard) May(ctx context.Context, perm rpcs.Perm, name string) bool {
+	f := g.authFile()
+	if f == nil {
+		return true
+	}
+	c := callerOf(ctx)
+	return c.known && c.stillKnown(f) && (perm == rpcs.Open || f.Allows(c.identity, permOf[perm], name))
+}

@@ -46,6 +46,7 @@ type LockMetrics struct {
 	hold            *prometheus.HistogramVec
 	expiredHolding  prometheus.Counter
 	holdsExpired    prometheus.Counter
+	holdsRevoked    prometheus.Counter
 	DelayHits       prometheus.Counter
 	MarksSet        prometheus.Counter
 	marksExpired    prometheus.Counter
@@ -82,6 +83,9 @@ func NewLockMetrics(reg prometheus.Registerer) *LockMetrics {
 		holdsExpired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_lock_holds_expired_total", Help: "Holds ended by the expiry of their session.",
 		}),
+		holdsRevoked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "lockd_lock_holds_revoked_total", Help: "Holds whose revoke grace ran out on this node as leader: their session was revoked (it expires at its deadline, as after a force-release).",
+		}),
 		DelayHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "lockd_lock_delay_hits_total", Help: "Acquire calls refused or queued while the lock's lock-delay ran.",
 		}),
@@ -113,7 +117,7 @@ func NewLockMetrics(reg prometheus.Registerer) *LockMetrics {
 	for _, e := range []string{EndReleased, EndCompleted, endExpired} {
 		m.hold.WithLabelValues(e)
 	}
-	reg.MustRegister(m.acquire, m.wait, m.hold, m.expiredHolding, m.holdsExpired, m.DelayHits, m.MarksSet, m.marksExpired, m.leaderChanges, m.snapshotSeconds, m.snapshotBytes)
+	reg.MustRegister(m.acquire, m.wait, m.hold, m.expiredHolding, m.holdsExpired, m.holdsRevoked, m.DelayHits, m.MarksSet, m.marksExpired, m.leaderChanges, m.snapshotSeconds, m.snapshotBytes)
 	return m
 }
 

@@ -62,6 +62,7 @@ type Node struct {
 	marks   *lease.Manager
 	delays  *lease.Manager
 	holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
+	graces  *lease.Manager // revoke graces, keyed by holdKey (revoke.go)
 	waiters *Waiters
 	metrics *metrics
 	fwd     *Forwarder
@@ -147,8 +148,9 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.marks = lease.New(0, timers.clearMark)
 	s.delays = lease.New(0, timers.undelay)
 	s.holds = lease.New(0, timers.endHold)
+	s.graces = lease.New(0, timers.revokeHold)
 	s.hub = NewHub(cfg.WatchHistory)
-	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Waiters: s.waiters, Hub: s.hub})
+	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Graces: s.graces, Waiters: s.waiters, Hub: s.hub})
 	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
 	s.vers.reported.Store(o.ReportApplyVersion)
 	return s, nil

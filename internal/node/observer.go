@@ -19,6 +19,7 @@ type Fanout struct {
 	Marks   *lease.Manager // completion marks, keyed by MarkKey
 	Delays  *lease.Manager // lock-delays, keyed by MarkKey(name, token)
 	Holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
+	Graces  *lease.Manager // revoke graces, keyed by holdKey (revoke.go)
 	Waiters *Waiters
 	Hub     *Hub
 }
@@ -46,6 +47,7 @@ func (o *Fanout) Events(index uint64, evs []fsm.Event) {
 	for i := range evs {
 		e := &evs[i]
 		holdEvent(o.Holds, e)
+		graceEvent(o.Graces, e)
 		switch e.Kind {
 		case fsm.EventSessionCreated:
 			o.Lease.Created(e.Session, ms(e.DurationMs))

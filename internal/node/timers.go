@@ -61,6 +61,7 @@ func (s leaderTimers) promoteTimers(term uint64) {
 		})
 	})
 	s.promoteBudgets(term)
+	s.promoteGraces(term)
 }
 
 // promote starts manager m for term with one entry per item.
@@ -78,6 +79,7 @@ func (s leaderTimers) demoteTimers() {
 	s.marks.Demote()
 	s.delays.Demote()
 	s.holds.Demote()
+	s.graces.Demote()
 }
 
 // expire is the lease manager's callback for a session whose deadline

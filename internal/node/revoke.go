@@ -1,0 +1,63 @@
+package node
+
+import (
+	"github.com/lockd-dev/lockd/internal/fsm"
+	"github.com/lockd-dev/lockd/internal/lease"
+	"github.com/lockd-dev/lockd/internal/wallclock"
+	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
+)
+
+// Revoke graces on the leader (docs/lock-semantics.md, "Asking a holder to
+// let go"), the twin of the hold budgets (budget.go). An admin's
+// RequestRelease on a lock whose policy has a revoke grace gives each hold
+// its grace once: the EventReleaseAsked of that first time carries it, and
+// the leader starts a timer in s.graces, keyed by holdKey. A new leader
+// restarts every grace in full from its establish time (WithRevokeGraces),
+// so the server revokes only later than the holder was told, never
+// earlier. When a grace runs out the leader proposes RevokeHold, which
+// Apply carries out only while that very hold (session and token) is still
+// there: the holder's session is revoked as a force-release revokes it (no
+// KeepAlive accepted; it expires at its current deadline, and only then is
+// the lock granted to the next waiter).
+
+// graceEvent keeps the revoke-grace timers in step with one applied event:
+// a release request that starts a grace starts one, any end of a hold
+// stops its own.
+func graceEvent(m *lease.Manager, e *fsm.Event) {
+	if m == nil {
+		return // a fanout without grace timers (tests)
+	}
+	switch e.Kind {
+	case fsm.EventReleaseAsked:
+		if e.DurationMs > 0 {
+			m.Created(holdKey(e.Name, e.Session, e.Token), ms(e.DurationMs))
+		}
+	case fsm.EventReleased, fsm.EventExpired, fsm.EventForceReleased, fsm.EventCompleted, fsm.EventHoldExpired:
+		m.Removed(holdKey(e.Name, e.Session, e.Token))
+	}
+}
+
+// promoteGraces starts every revoke grace of term in full (promoteTimers).
+func (s leaderTimers) promoteGraces(term uint64) {
+	s.fsm.WithRevokeGraces(func(bs []fsm.Budget) {
+		es := make([]lease.Entry, len(bs))
+		for i, b := range bs {
+			es[i] = lease.Entry{ID: holdKey(b.Name, b.Session, b.Token), TTL: b.MaxHold}
+		}
+		s.graces.Promote(term, es)
+	})
+}
+
+// revokeHold is the grace manager's callback: the hold's revoke grace has
+// run out in full on this leader.
+func (s leaderTimers) revokeHold(key string, term uint64) {
+	name, session, token, ok := parseHoldKey(key)
+	if !ok {
+		return
+	}
+	r := s.proposeTimed(s.graces, key, term, fsm.CmdRevokeHold, &fsmv1.RevokeHold{Name: name, SessionId: session, Token: token, Term: term, TimeUnixNano: wallclock.Now().UnixNano()})
+	if r != nil && !r.GrantedAt.IsZero() {
+		s.metrics.lock.holdsRevoked.Inc()
+		s.log.Info("revoke grace ran out: holder's session revoked", "lock", name, "session", session, "token", token)
+	}
+}
