@@ -72,7 +72,8 @@ type Result struct {
 	// Token is, for a granted acquire, the grant's fencing token.
 	Token uint64
 	// MaxHold is, for a granted acquire, the hold's budget (0: none); for
-	// a RequestRelease, the revoke grace it started (0: none).
+	// an admin's RequestRelease, the lock's revoke grace (0: none; a hold
+	// an admin asked before keeps the timer that request started).
 	MaxHold time.Duration
 	// Tokens are, for a granted AcquireMany, one per lock in name order
 	// (Token is the first).

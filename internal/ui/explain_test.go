@@ -134,9 +134,7 @@ func TestDashboardExplainChain(t *testing.T) {
 // TestDashboardExplainReleaseAsked: after RequestRelease on a held lock,
 // the Explain view (opened by ?explain=NAME) shows the holder's pending
 // request, its reason as text and the revoke countdown of the lock's
-// grace, and the lock row says it was asked. It skips while the API leaves
-// Holder.release_requested_at unset, and checks the countdown only once
-// the API fills Holder.revoke_grace.
+// grace, and the lock row says it was asked.
 func TestDashboardExplainReleaseAsked(t *testing.T) {
 	srv := lockdtest.New(t)
 	c := &client{t: t, svc: lockdv1connect.NewLockServiceClient(http.DefaultClient, srv.URL(), connect.WithInterceptors(lockdtest.Secrets()))}
@@ -155,8 +153,8 @@ func TestDashboardExplainReleaseAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hs := ex.Msg.GetLock().GetHolders(); len(hs) != 1 || hs[0].GetReleaseRequestedAt() == nil {
-		t.Skipf("the API does not fill Holder.release_requested_at yet (holders %v)", hs)
+	if hs := ex.Msg.GetLock().GetHolders(); len(hs) != 1 || hs[0].GetReleaseRequestedAt() == nil || hs[0].GetRevokeGrace().AsDuration() != time.Hour {
+		t.Fatalf("the server's holders: %v, want one, asked, with a grace of 1h", hs)
 	}
 
 	ctx := browser(t, 1280, 900)
@@ -164,11 +162,7 @@ func TestDashboardExplainReleaseAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "the pending request and its reason", fmt.Sprintf(`(() => { const c = document.querySelector(".explain-holders tbody tr td.release"); return c && c.textContent.startsWith("asked ") && c.querySelector(".reason") && c.querySelector(".reason").textContent === %q; })()`, reason))
-	if ex.Msg.GetLock().GetHolders()[0].GetRevokeGrace() != nil {
-		poll(t, ctx, "the revoke countdown", `/revoke in (59m|1h)/.test(document.querySelector(".explain-holders td.release").textContent)`)
-	} else {
-		t.Log("no revoke countdown checked: the API does not fill Holder.revoke_grace yet")
-	}
+	poll(t, ctx, "the revoke countdown", `/revoke in (59m|1h)/.test(document.querySelector(".explain-holders td.release").textContent)`)
 	poll(t, ctx, "the request in the lock row", fmt.Sprintf(`document.querySelector('tr[data-lock=%q] .holder').textContent.includes("asked to let go")`, name))
 	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("main b").length - document.querySelectorAll("main td > b, main .holder > b").length`)); err != nil || n != 0 {
 		t.Fatalf("%d <b> elements made of the reason (%v); want none", n, err)

@@ -1771,8 +1771,11 @@ type Holder struct {
 	// absent: never asked.
 	ReleaseRequestedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=release_requested_at,json=releaseRequestedAt,proto3" json:"release_requested_at,omitempty"`
 	ReleaseReason      string                 `protobuf:"bytes,9,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
-	// The grace after which the holder's session is revoked (an admin's
-	// request on a lock whose policy has a revoke grace); absent: none.
+	// The grace after which the holder's session is revoked, counted from
+	// the first admin's request on a lock whose policy has a revoke grace
+	// (which may come after release_requested_at); absent: none. A new
+	// leader restarts it in full: the revocation may come later, never
+	// earlier.
 	RevokeGrace   *durationpb.Duration `protobuf:"bytes,10,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4829,8 +4832,10 @@ type RequestReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The holds asked (0 when the lock had no holder).
 	Holders uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
-	// Set when this request (an admin's, on a lock whose policy has a revoke
-	// grace) revokes the holders' sessions unless they let go within it.
+	// Set when this request is an admin's on a lock whose policy has a
+	// revoke grace: the holders' sessions are revoked unless they let go
+	// within it (a hold an admin asked before keeps the grace that request
+	// started).
 	RevokeGrace   *durationpb.Duration `protobuf:"bytes,2,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4983,8 +4988,10 @@ type ReleaseRequested struct {
 	Token       uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	Reason      string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
-	// Set when the session is revoked this long after requested_at unless
-	// the hold ends first.
+	// Set when an admin's request started a revoke grace for this hold:
+	// unless the hold ends first, the session is revoked this long after
+	// that request (not necessarily requested_at, the first request's
+	// time), or later after a leader change, never earlier.
 	RevokeGrace   *durationpb.Duration `protobuf:"bytes,6,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
