@@ -32,10 +32,6 @@ func (a lockService) RequestRelease(ctx context.Context, req *connect.Request[lo
 		if err != nil {
 			return nil, err
 		}
-		resp := &lockdv1.RequestReleaseResponse{Holders: uint32(len(r.Holders))}
-		if len(r.Holders) > 0 {
-			resp.RevokeGrace = BudgetPB(r.MaxHold)
-		}
-		return connect.NewResponse(resp), nil
+		return connect.NewResponse(&lockdv1.RequestReleaseResponse{Holders: uint32(len(r.Holders)), RevokeGrace: BudgetPB(r.MaxHold)}), nil
 	})
 }

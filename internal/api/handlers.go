@@ -1,6 +1,9 @@
 package api
 
 import (
+	"errors"
+
+	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lockd-dev/lockd/internal/fsm"
@@ -37,6 +40,10 @@ func (a *api) read(c lockdv1.ReadConsistency) error {
 		return nil
 	}
 	if err := a.s.node.Linearizable(); err != nil {
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			// Before any proposal: certainly not done.
+			return a.s.errs.Unavailable(lockdv1.ErrorReason_ERROR_REASON_NOT_LEADER, "node is shutting down; retry elsewhere")
+		}
 		return a.s.errs.RaftError(err)
 	}
 	return nil

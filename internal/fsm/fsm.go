@@ -71,9 +71,9 @@ type Result struct {
 	Status int
 	// Token is, for a granted acquire, the grant's fencing token.
 	Token uint64
-	// MaxHold is, for a granted acquire, the hold's budget (0: none); for
-	// an admin's RequestRelease, the lock's revoke grace (0: none; a hold
-	// an admin asked before keeps the timer that request started).
+	// MaxHold is, for a granted acquire, the hold's budget (0: none); for a
+	// RequestRelease, the revoke grace it started on at least one hold (0:
+	// none started).
 	MaxHold time.Duration
 	// Tokens are, for a granted AcquireMany, one per lock in name order
 	// (Token is the first).

@@ -93,7 +93,7 @@ func (f *FSM) budgetOfMany(c *fsmv1.AcquireMany) int64 {
 	b := c.MaxHoldMs
 	if b == 0 {
 		for _, l := range c.Locks {
-			if p := f.policies[l.Name]; p != nil && (b == 0 || p.defaultMaxHoldMs < b) {
+			if p := f.policies[l.Name]; p != nil && p.defaultMaxHoldMs > 0 && (b == 0 || p.defaultMaxHoldMs < b) {
 				b = p.defaultMaxHoldMs
 			}
 		}
@@ -119,11 +119,22 @@ func (f *FSM) liveMany(c *fsmv1.AcquireMany) *Result {
 	if tokens := heldBySeq(s, ls, c.Seq); tokens != nil {
 		return &Result{Status: StatusGranted, Token: tokens[0], Tokens: tokens, MaxHold: ms(s.holds[ls[0].Name].maxHoldMs), Duplicate: true}
 	}
-	if w := s.waits[ls[0].Name]; w != nil && w.seq == c.Seq && w.group != nil && len(w.group.names) == len(ls) {
+	if w := s.waits[ls[0].Name]; w != nil && w.seq == c.Seq && w.group != nil && len(w.group.names) == len(ls) && queuedBySeq(s, ls, w.group) {
 		l := f.locks[ls[0].Name]
 		return &Result{Status: StatusQueued, Position: uint32(slices.Index(l.queue, w) + 1), Duplicate: true}
 	}
 	return nil
+}
+
+// queuedBySeq reports whether every lock of ls has a wait of s in group g,
+// in the mode ls asks: the repeat asks what the set was queued for.
+func queuedBySeq(s *session, ls []*fsmv1.ManyLock, g *group) bool {
+	for _, ml := range ls {
+		if w := s.waits[ml.Name]; w == nil || w.group != g || w.mode != ml.Mode {
+			return false
+		}
+	}
+	return true
 }
 
 // heldBySeq returns the tokens of s's holds of every lock of ls made by

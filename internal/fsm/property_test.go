@@ -1037,7 +1037,7 @@ func (m *machine) requestRelease(t *rapid.T) {
 // mostly a live hold, sometimes one that does not match (a late timer),
 // which must change nothing.
 func (m *machine) revokeHold(t *rapid.T) {
-	r := &fsmv1.RevokeHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, epoch+20).Draw(t, "token"), TimeUnixNano: m.now}
+	r := &fsmv1.RevokeHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, m.model.last).Draw(t, "token"), TimeUnixNano: m.now}
 	if l := m.model.locks[r.Name]; l != nil && len(l.holders) > 0 && rapid.IntRange(0, 3).Draw(t, "liveHold") > 0 {
 		h := rapid.SampledFrom(l.holders).Draw(t, "hold")
 		r.SessionId, r.Token = h.session, h.token
@@ -1054,9 +1054,11 @@ func (m *machine) setPolicy(t *rapid.T) {
 
 // endHold ends a hold as the leader's budget timer does: mostly a live
 // hold, sometimes one whose token or session does not match (a late
-// timer), which must change nothing.
+// timer), which must change nothing. Tokens are drawn from those issued:
+// a timer never names a grant yet to come, and a replay of one that did
+// would end that grant.
 func (m *machine) endHold(t *rapid.T) {
-	e := &fsmv1.EndHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, epoch+20).Draw(t, "token"), TimeUnixNano: m.now}
+	e := &fsmv1.EndHold{Name: rapid.SampledFrom(lockNames).Draw(t, "name"), SessionId: m.pickClient(t).id, Token: rapid.Uint64Range(epoch, m.model.last).Draw(t, "token"), TimeUnixNano: m.now}
 	if l := m.model.locks[e.Name]; l != nil && len(l.holders) > 0 && rapid.IntRange(0, 3).Draw(t, "liveHold") > 0 {
 		h := rapid.SampledFrom(l.holders).Draw(t, "hold")
 		e.SessionId, e.Token = h.session, h.token

@@ -68,7 +68,7 @@ func (f *FSM) applyRequestRelease(c *fsmv1.RequestRelease) *Result {
 	if l == nil {
 		return &Result{}
 	}
-	var grace int64
+	var grace, started int64
 	if p := f.policies[c.Name]; p != nil && c.Admin {
 		grace = p.revokeGraceMs
 	}
@@ -79,13 +79,13 @@ func (f *FSM) applyRequestRelease(c *fsmv1.RequestRelease) *Result {
 		}
 		if grace > 0 && h.ask.graceMs == 0 {
 			// The leader's timer starts with this event.
-			h.ask.graceMs = grace
+			h.ask.graceMs, started = grace, grace
 			if e != nil {
 				e.DurationMs = grace
 			}
 		}
 	}
-	return &Result{Holders: f.holderInfos(l), MaxHold: ms(grace)}
+	return &Result{Holders: f.holderInfos(l), MaxHold: ms(started)}
 }
 
 // applyRevokeHold revokes the session of the hold c names (lock, session,
@@ -100,19 +100,20 @@ func (f *FSM) applyRevokeHold(c *fsmv1.RevokeHold, term uint64) *Result {
 		return &Result{}
 	}
 	i := slices.IndexFunc(l.holders, func(h *hold) bool { return h.token == c.Token })
-	if i < 0 || l.holders[i].session != c.SessionId {
-		return &Result{}
+	if i < 0 || l.holders[i].session != c.SessionId || f.sessions[c.SessionId].revoked {
+		return &Result{} // GrantedAt zero: nothing revoked by this command
 	}
+	h := l.holders[i]
 	f.applyRevokeSession(&fsmv1.RevokeSession{SessionIds: []string{c.SessionId}, TimeUnixNano: c.TimeUnixNano})
-	return &Result{GrantedAt: time.Unix(0, l.holders[i].granted)}
+	return &Result{GrantedAt: time.Unix(0, h.granted)}
 }
 
-// WithRevokeGraces calls fn with every hold whose revoke grace runs, by
-// lock name and token, the grace in Budget.MaxHold, while no command can be
-// applied (see WithSessions).
+// WithRevokeGraces calls fn with every hold whose revoke grace runs (its
+// session not revoked yet), by lock name and token, the grace in
+// Budget.MaxHold, while no command can be applied (see WithSessions).
 func (f *FSM) WithRevokeGraces(fn func([]Budget)) {
 	f.withHoldTimers(func(h *hold) int64 {
-		if h.ask == nil {
+		if h.ask == nil || f.sessions[h.session].revoked {
 			return 0
 		}
 		return h.ask.graceMs

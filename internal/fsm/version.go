@@ -9,6 +9,11 @@ import (
 // ApplyVersion is the highest command version this binary applies: every
 // command and field of versionTable with a version at most this. Every
 // binary before the version gate applies version 1.
+//
+// Version 2 (hold budgets, sets, deadlock refusal, release requests and
+// revoke graces) is not released yet and changed while it was built:
+// development builds of it must not be mixed in one cluster; the first
+// release that has it fixes it, and any later change gets version 3.
 const ApplyVersion = 2
 
 // versionRow says that a command of kind needs version: every such command

@@ -111,11 +111,13 @@ var Methods = []*Method{
 	{Service: lockService, Name: "SetValue", Retry: Dedup, Dedup: "seq", Perm: Lock, Subject: "name"},
 	// Setting the same policy again changes nothing.
 	{Service: lockService, Name: "SetLockPolicy", Retry: Always, Perm: Admin, Subject: "name"},
+	// Never: a request asks the holds there when it applies, and an
+	// admin's starts their revoke grace; a retry after an unknown outcome
+	// could ask (and revoke) a newer holder nobody meant.
+	{Service: lockService, Name: "RequestRelease", Retry: Never, Perm: Lock, Subject: "name"},
+	{Service: lockService, Name: "Explain", Retry: Always, Perm: Read, Subject: "name"},
 	// Several names: any lock grant passes here, and the handler checks
 	// each name (Guard.CheckLock).
-	// A notice, no change: asking again asks again, harmlessly.
-	{Service: lockService, Name: "RequestRelease", Retry: Always, Perm: Lock, Subject: "name"},
-	{Service: lockService, Name: "Explain", Retry: Always, Perm: Read, Subject: "name"},
 	{Service: lockService, Name: "AcquireMany", Retry: Dedup, Dedup: "seq", Perm: Lock, AnyName: true},
 	{Service: clusterService, Name: "Join", Retry: Always, Perm: Admin, Member: "node_id"},
 	{Service: clusterService, Name: "RemoveMember", Retry: Always, Perm: Admin, Member: "node_id"},

@@ -4832,10 +4832,10 @@ type RequestReleaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The holds asked (0 when the lock had no holder).
 	Holders uint32 `protobuf:"varint,1,opt,name=holders,proto3" json:"holders,omitempty"`
-	// Set when this request is an admin's on a lock whose policy has a
-	// revoke grace: the holders' sessions are revoked unless they let go
-	// within it (a hold an admin asked before keeps the grace that request
-	// started).
+	// Set when this request (an admin's, on a lock whose policy has a
+	// revoke grace) started that grace on at least one hold: those holders'
+	// sessions are revoked unless they let go within it. A hold an admin
+	// asked before keeps the grace that request started.
 	RevokeGrace   *durationpb.Duration `protobuf:"bytes,2,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
