@@ -63,6 +63,7 @@ type Node struct {
 	delays  *lease.Manager
 	holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	waiters *Waiters
+	notices *Notices
 	metrics *metrics
 	fwd     *Forwarder
 	hub     *Hub // the watch history (watch_hub.go)
@@ -148,7 +149,8 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.delays = lease.New(0, timers.undelay)
 	s.holds = lease.New(0, timers.endHold)
 	s.hub = NewHub(cfg.WatchHistory)
-	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Waiters: s.waiters, Hub: s.hub})
+	s.notices = NewNotices()
+	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Waiters: s.waiters, Notices: s.notices, Hub: s.hub})
 	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
 	s.vers.reported.Store(o.ReportApplyVersion)
 	return s, nil
