@@ -25,7 +25,11 @@ func SessionPB(x fsm.SessionInfo) *lockdv1.SessionInfo {
 func HoldersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 	out := make([]*lockdv1.Holder, len(hs))
 	for i, h := range hs {
-		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner, MaxHold: BudgetPB(h.MaxHold)}
+		out[i] = &lockdv1.Holder{SessionId: h.Session, Mode: lockdv1.Mode(h.Mode), Token: h.Token, GrantedAt: timestamppb.New(h.GrantedAt), Value: h.Value, Owner: h.Owner, MaxHold: BudgetPB(h.MaxHold),
+			ReleaseReason: h.ReleaseReason, RevokeGrace: BudgetPB(h.RevokeGrace)}
+		if !h.ReleaseRequestedAt.IsZero() {
+			out[i].ReleaseRequestedAt = timestamppb.New(h.ReleaseRequestedAt)
+		}
 	}
 	return out
 }
