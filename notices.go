@@ -50,21 +50,30 @@ const noticeRetry = 500 * time.Millisecond
 // could be opened, before it tries a stream again (wire's unaryFor).
 const unaryNoticesFor = time.Minute
 
+// noticeTarget is a lock handle that wants notices: a lock (Mutex,
+// RWMutex, Semaphore) or a MultiLock.
+type noticeTarget interface {
+	noticeSession() *Session
+	noticeNames() []string
+	// notify delivers r if it concerns a current hold of the target.
+	notify(r ReleaseRequest)
+}
+
 // noticeHub routes a client's notices to its locks and keeps their
 // sessions subscribed.
 type noticeHub struct {
 	c *Client
 
 	mu      sync.Mutex
-	locks   map[string][]*lock // by session id: the locks that want notices
-	fresh   chan struct{}      // buffered 1: a lock was added
-	stop    chan struct{}      // closed by Client.Close
+	locks   map[string][]noticeTarget // by session id: the handles that want notices
+	fresh   chan struct{}             // buffered 1: a lock was added
+	stop    chan struct{}             // closed by Client.Close
 	running bool
 }
 
 func (h *noticeHub) init(c *Client) {
 	h.c = c
-	h.locks = map[string][]*lock{}
+	h.locks = map[string][]noticeTarget{}
 	h.fresh = make(chan struct{}, 1)
 	h.stop = make(chan struct{})
 }
@@ -81,9 +90,10 @@ func (h *noticeHub) close() {
 }
 
 // add makes l's session deliver its notices to l.
-func (h *noticeHub) add(l *lock) {
+func (h *noticeHub) add(l noticeTarget) {
 	h.mu.Lock()
-	h.locks[l.s.id] = append(h.locks[l.s.id], l)
+	id := l.noticeSession().id
+	h.locks[id] = append(h.locks[id], l)
 	if !h.running {
 		h.running = true
 		go h.run()
@@ -106,9 +116,7 @@ func (h *noticeHub) deliver(n *lockdv1.ReleaseRequested) {
 		r.RequestedAt = n.GetRequestedAt().AsTime()
 	}
 	for _, l := range ls {
-		if l.name == r.Name {
-			l.notify(r)
-		}
+		l.notify(r)
 	}
 }
 
@@ -119,11 +127,12 @@ func (h *noticeHub) sessions() []*Session {
 	defer h.mu.Unlock()
 	var ss []*Session
 	for id, ls := range h.locks {
-		if ls[0].s.ctx.Err() != nil {
+		s := ls[0].noticeSession()
+		if s.ctx.Err() != nil {
 			delete(h.locks, id)
 			continue
 		}
-		ss = append(ss, ls[0].s)
+		ss = append(ss, s)
 	}
 	return ss
 }
@@ -134,7 +143,9 @@ func (h *noticeHub) names() map[string]bool {
 	for _, s := range h.sessions() {
 		h.mu.Lock()
 		for _, l := range h.locks[s.id] {
-			names[l.name] = true
+			for _, n := range l.noticeNames() {
+				names[n] = true
+			}
 		}
 		h.mu.Unlock()
 	}
@@ -334,6 +345,9 @@ func (l *lock) releaseRequested() <-chan ReleaseRequest {
 // was not delivered for it yet; a notice for a grant not installed yet is
 // kept until it is.
 func (l *lock) notify(r ReleaseRequest) {
+	if r.Name != l.name {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h == nil {
@@ -346,11 +360,49 @@ func (l *lock) notify(r ReleaseRequest) {
 		return
 	}
 	l.noted = r.Token
+	sendLatest(l.notes, r)
+}
+
+// sendLatest puts r in ch (buffered 1), replacing an unread one.
+func sendLatest(ch chan ReleaseRequest, r ReleaseRequest) {
 	select {
-	case <-l.notes: // an older hold's, unread
+	case <-ch: // an older hold's, unread
 	default:
 	}
-	l.notes <- r
+	ch <- r
+}
+
+func (l *lock) noticeSession() *Session { return l.s }
+func (l *lock) noticeNames() []string   { return []string{l.name} }
+
+// ReleaseRequested returns a channel that receives a ReleaseRequest when
+// someone asks one lock of the held set to let go (its Name and Token say
+// which), once per lock and hold, as Mutex.ReleaseRequested.
+func (m *MultiLock) ReleaseRequested() <-chan ReleaseRequest {
+	m.mu.Lock()
+	ch, first := m.notes, m.notes == nil
+	if first {
+		ch = make(chan ReleaseRequest, 1)
+		m.notes, m.noted = ch, map[string]uint64{}
+	}
+	m.mu.Unlock()
+	if first {
+		m.s.c.notices.add(m)
+	}
+	return ch
+}
+
+func (m *MultiLock) noticeSession() *Session { return m.s }
+func (m *MultiLock) noticeNames() []string   { return m.names }
+
+func (m *MultiLock) notify(r ReleaseRequest) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h == nil || m.h.tokens[r.Name] != r.Token || m.noted[r.Name] == r.Token {
+		return
+	}
+	m.noted[r.Name] = r.Token
+	sendLatest(m.notes, r)
 }
 
 // noticeGranted is granted's part: a stale notice leaves the channel and
