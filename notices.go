@@ -186,7 +186,13 @@ func (h *noticeHub) run() {
 			clear(subscribed)
 		}
 		failed := false
-		for _, s := range h.sessions() {
+		live := h.sessions()
+		for s := range subscribed {
+			if s.ctx.Err() != nil {
+				delete(subscribed, s)
+			}
+		}
+		for _, s := range live {
 			if subscribed[s] {
 				continue
 			}

@@ -89,3 +89,40 @@ func TestReleaseRequestedReachesHolder(t *testing.T) {
 		t.Errorf("%v notices sent on streams with the stream off", sent)
 	}
 }
+
+// A MultiLock hears of a request for any lock of its set, naming it; a
+// Semaphore's permit holder hears of one for its own token only.
+func TestReleaseRequestedSetsAndPermits(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newClient(t, srv)
+	s := newSession(t, c)
+	set := s.NewMultiLock([]string{"set/a", "set/b"})
+	if err := set.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	setCh := set.ReleaseRequested()
+	requestRelease(t, c, "set/b", "need b")
+	if r := nextNotice(t, setCh); r.Name != "set/b" || r.Token != set.Tokens()["set/b"] || r.Reason != "need b" {
+		t.Fatalf("set notice %+v, tokens %v", r, set.Tokens())
+	}
+
+	p1, p2 := newSession(t, c).NewSemaphore("pool", 2), newSession(t, c).NewSemaphore("pool", 2)
+	for _, p := range []*lockd.Semaphore{p1, p2} {
+		if err := p.Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch1, ch2 := p1.ReleaseRequested(), p2.ReleaseRequested()
+	resp, err := c.Service().RequestRelease(t.Context(), connect.NewRequest(&lockdv1.RequestReleaseRequest{Name: "pool", Reason: "shrink"}))
+	if err != nil || resp.Msg.GetHolders() != 2 {
+		t.Fatalf("RequestRelease: %v, %v", resp, err)
+	}
+	for i, pc := range []struct {
+		p  *lockd.Semaphore
+		ch <-chan lockd.ReleaseRequest
+	}{{p1, ch1}, {p2, ch2}} {
+		if r := nextNotice(t, pc.ch); r.Token != pc.p.Token() || r.Reason != "shrink" {
+			t.Errorf("permit %d: notice %+v, token %d", i, r, pc.p.Token())
+		}
+	}
+}

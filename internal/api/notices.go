@@ -117,6 +117,12 @@ func subscribeNotices(ctx context.Context, h *sessionAPI, msg proto.Message, _ t
 	ns := &sv.notices
 	ns.mu.Lock()
 	_, again := ns.sessions[id]
+	if !again && len(ns.sessions) >= maxNoticeSessions {
+		ns.mu.Unlock()
+		ns.prune(s)
+		ns.mu.Lock()
+		_, again = ns.sessions[id]
+	}
 	if !again {
 		if len(ns.sessions) >= maxNoticeSessions {
 			ns.mu.Unlock()
@@ -139,6 +145,28 @@ func subscribeNotices(ctx context.Context, h *sessionAPI, msg proto.Message, _ t
 		s.notices.Subscribe(id, ns)
 	}
 	return &lockdv1.SubscribeNoticesResponse{}, nil
+}
+
+// prune ends the subscriptions of sessions that ended (a long-lived
+// stream outlives many). Not under ns.mu: the FSM's lock comes first (Apply
+// holds it when it takes ns.mu).
+func (ns *noticeSink) prune(s *Server) {
+	ns.mu.Lock()
+	ids := make([]string, 0, len(ns.sessions))
+	for id := range ns.sessions {
+		ids = append(ids, id)
+	}
+	ns.mu.Unlock()
+	for _, id := range ids {
+		if _, _, ok := s.fsm.SessionAuth(id); ok {
+			continue
+		}
+		ns.reg.Unsubscribe(id, ns)
+		ns.mu.Lock()
+		delete(ns.sessions, id)
+		delete(ns.reread, id)
+		ns.mu.Unlock()
+	}
 }
 
 // started says the answer of a subscription of session id is queued: its
