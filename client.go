@@ -31,6 +31,8 @@ type Client struct {
 	sessions map[*Session]struct{}
 	closing  bool // no new sessions
 	closed   bool // no calls at all
+
+	notices noticeHub // release-request notices (notices.go)
 }
 
 // New returns a Client for the given options. It does not contact the
@@ -57,6 +59,7 @@ func New(opts ...Option) (*Client, error) {
 		cfg.endpoints = []string{DefaultEndpoint}
 	}
 	c := &Client{cfg: cfg, sessions: map[*Session]struct{}{}}
+	c.notices.init(c)
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
 		h2, h1 := wire.NewTransports()
@@ -85,7 +88,7 @@ func New(opts ...Option) (*Client, error) {
 	c.eps = wire.NewEndpoints(c.cfg.endpoints, c.newEndpoint, c.logger)
 	c.call = &wire.Caller{Eps: c.eps, Conns: c.conns, H1: c.h1, Logger: c.logger,
 		RequestTimeout: c.cfg.requestTimeout, RetryTimeout: c.cfg.retryTimeout, ConnectTimeout: c.cfg.connectTimeout,
-		MapError: mapError, Closed: c.isClosed, Stream: c.cfg.stream}
+		MapError: mapError, Closed: c.isClosed, Stream: c.cfg.stream, OnNotice: c.notices.deliver}
 	c.ka = wire.NewKAScheduler(c.call)
 	c.rawClient = wire.NewService(c.call)
 	c.rawCluster = wire.NewClusterService(c.call)
@@ -140,6 +143,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed = true
 	c.mu.Unlock()
 	c.ka.Close()
+	c.notices.close()
 	c.call.CloseStreams()
 	if c.ownsHTTP {
 		c.cfg.httpClient.CloseIdleConnections()

@@ -36,6 +36,11 @@ type lock struct {
 	mu   sync.Mutex
 	busy bool  // an acquire is in flight
 	h    *hold // the current hold, nil when not held
+
+	// Release-request notices (notices.go): nil until asked for.
+	notes chan ReleaseRequest
+	noted uint64          // the token of the last hold notified
+	early *ReleaseRequest // a notice that came before its grant was installed
 }
 
 type hold struct {
@@ -243,6 +248,7 @@ func (l *lock) granted(token uint64, shared bool, since time.Time, budget time.D
 		return fmt.Errorf("acquire %q: granted after the hold's client deadline: %w", l.name, ErrHoldExpired)
 	}
 	l.h = &hold{token: token, shared: shared, deadline: dl}
+	l.noticeGranted()
 	if l.s.c.logger.Enabled(context.Background(), slog.LevelDebug) {
 		l.s.c.logger.Debug("lock granted", "lock", l.name, "session", l.s.id, "token", token)
 	}

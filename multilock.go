@@ -34,6 +34,10 @@ type MultiLock struct {
 	mu   sync.Mutex
 	busy bool
 	h    *multiHold
+
+	// Release-request notices (notices.go): nil until asked for.
+	notes chan ReleaseRequest
+	noted map[string]uint64 // by name, the token of the last hold notified
 }
 
 type multiHold struct {
@@ -202,6 +206,12 @@ func (m *MultiLock) granted(resp *lockdv1.AcquireManyResponse, since time.Time) 
 		return fmt.Errorf("acquire %v: granted after the hold's client deadline: %w", m.names, ErrHoldExpired)
 	}
 	m.h = &multiHold{tokens: tokens, ctx: ctx, cancel: cancel, deadline: dl}
+	if m.notes != nil {
+		select {
+		case <-m.notes: // an earlier hold's, unread
+		default:
+		}
+	}
 	return nil
 }
 

@@ -63,6 +63,26 @@ func (m *Mutex) Err() error { return m.l.err() }
 // Name returns the lock's name.
 func (m *Mutex) Name() string { return m.l.name }
 
+// ReleaseRequested returns a channel that receives a ReleaseRequest when
+// someone asks the current hold to let go (RequestRelease, `lockd
+// request-release`): at most one per hold, only for the hold current when
+// it arrives (its Token). The channel has a buffer of one and is never
+// closed; the Mutex returns the same one for its whole life, across holds,
+// and a grant drops an unread request of an earlier hold. A request made
+// before the first call, or while the client's stream was broken, is
+// delivered once the session is subscribed (pending requests are sent
+// again). It costs a subscription of the session on the client's session
+// stream, or, with the stream off, a watch of the lock's name. Select on it
+// together with Done:
+//
+//	select {
+//	case r := <-m.ReleaseRequested():
+//		log.Printf("asked to let go of %s: %s", r.Name, r.Reason)
+//		finishSoon()
+//	case <-m.Done():
+//	}
+func (m *Mutex) ReleaseRequested() <-chan ReleaseRequest { return m.l.releaseRequested() }
+
 // Semaphore lets up to a fixed number of holders (permits) hold a lock at
 // once, each with its own token. Its methods are safe for concurrent use;
 // one Semaphore value holds at most one permit at a time.
@@ -100,6 +120,9 @@ func (m *Semaphore) Err() error { return m.l.err() }
 
 // Name returns the lock's name.
 func (m *Semaphore) Name() string { return m.l.name }
+
+// ReleaseRequested is Mutex.ReleaseRequested for the held permit.
+func (m *Semaphore) ReleaseRequested() <-chan ReleaseRequest { return m.l.releaseRequested() }
 
 // Permits returns the number of permits.
 func (m *Semaphore) Permits() uint32 { return m.permits }
@@ -148,3 +171,7 @@ func (m *RWMutex) Err() error { return m.l.err() }
 
 // Name returns the lock's name.
 func (m *RWMutex) Name() string { return m.l.name }
+
+// ReleaseRequested is Mutex.ReleaseRequested for the current hold (read
+// or write).
+func (m *RWMutex) ReleaseRequested() <-chan ReleaseRequest { return m.l.releaseRequested() }

@@ -42,8 +42,8 @@ func (c *Client) SetLockPolicy(ctx context.Context, name string, p LockPolicy) e
 	return nil
 }
 
-// ReleaseRequest is what RequestRelease did.
-type ReleaseRequest struct {
+// RequestReleaseResult is what RequestRelease did.
+type RequestReleaseResult struct {
 	// Holders is the number of holds asked (0: the lock had no holder).
 	Holders int
 	// RevokeGrace is set when the request was an admin's on a lock whose
@@ -61,13 +61,13 @@ type ReleaseRequest struct {
 // the lock and the lock's policy has a RevokeGrace: then the holder's
 // session is revoked once the grace ran out. A repeated request does not
 // restart a grace. Calling it needs lock permission on name.
-func (c *Client) RequestRelease(ctx context.Context, name, reason string) (ReleaseRequest, error) {
+func (c *Client) RequestRelease(ctx context.Context, name, reason string) (RequestReleaseResult, error) {
 	msg := &lockdv1.RequestReleaseRequest{Name: name, Reason: reason}
 	resp, err := wire.RequestRelease.Invoke(ctx, c.call, wire.RequestRelease.PolicyOf(msg), msg, nil)
 	if err != nil {
-		return ReleaseRequest{}, fmt.Errorf("request release of %q: %w", name, err)
+		return RequestReleaseResult{}, fmt.Errorf("request release of %q: %w", name, err)
 	}
-	return ReleaseRequest{Holders: int(resp.Msg.GetHolders()), RevokeGrace: resp.Msg.GetRevokeGrace().AsDuration()}, nil
+	return RequestReleaseResult{Holders: int(resp.Msg.GetHolders()), RevokeGrace: resp.Msg.GetRevokeGrace().AsDuration()}, nil
 }
 
 // durationOrNil is d for a request, nil for 0.

@@ -126,7 +126,7 @@ func goldenOutputs(t *testing.T) []struct{ name, doc, out string } {
 			return writeLock(b, &lockdv1.DescribeLockResponse{Lock: goldenAskedLock(), Policy: &lockdv1.LockPolicy{RevokeGrace: durationpb.New(time.Minute)}}, []string{"invoices/2026-11"}, goldenNow)
 		})},
 		{"request-release", "docs/cli.md", render(func(b *bytes.Buffer) error {
-			return writeReleaseRequest(b, "invoices/2026-11", lockd.ReleaseRequest{Holders: 1, RevokeGrace: time.Minute})
+			return writeReleaseRequest(b, "invoices/2026-11", lockd.RequestReleaseResult{Holders: 1, RevokeGrace: time.Minute})
 		})},
 		{"policy", "docs/cli.md", render(func(b *bytes.Buffer) error {
 			return writePolicy(b, "invoices/2026-11", lockd.LockPolicy{DefaultMaxHold: 2 * time.Hour, RevokeGrace: time.Minute})

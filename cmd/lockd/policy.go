@@ -44,7 +44,7 @@ func (c *RequestReleaseCommand) Run(ctx context.Context, args []string) error {
 }
 
 // writeReleaseRequest prints what `lockd request-release` did.
-func writeReleaseRequest(w io.Writer, name string, r lockd.ReleaseRequest) error {
+func writeReleaseRequest(w io.Writer, name string, r lockd.RequestReleaseResult) error {
 	switch {
 	case r.Holders == 0:
 		_, err := fmt.Fprintf(w, "lock %q has no holders: nobody asked\n", printable(name))

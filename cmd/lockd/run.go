@@ -278,7 +278,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		_ = proc.SetDeadline(d)
 	}
 
-	lost := l.lost()
+	lost, revoke := l.lost(), releaseRequests(l)
 	stoppedForLoss := false
 	for waiting := true; waiting; {
 		select {
@@ -291,6 +291,8 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 			lost, stoppedForLoss = nil, true
 		case s := <-sigs:
 			_ = proc.Signal(s.(syscall.Signal))
+		case r := <-revoke:
+			c.releaseRequested(f, proc, r) // run_revoke.go
 		}
 	}
 	res, err := proc.Wait()

@@ -32,11 +32,12 @@ type runFlags struct {
 	value            []byte   // lockd elect: the value announced while leader
 	command          []string
 	redis            []string // --backend: Redis URLs; none means lockd
+	onRevoke         string   // --on-revoke: ignore or term (run_revoke.go)
 	noWait           bool     // --no-wait, settled into wait by check
 	killGraceText    string   // --kill-grace as given, settled into killGrace by check
 }
 
-const runUsage = "lockd run [--endpoints URLS | --backend redis://HOST:PORT] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] NAME -- CMD [ARGS...]"
+const runUsage = "lockd run [--endpoints URLS | --backend redis://HOST:PORT] [--ttl D] [--wait D | --no-wait] [--limit N] [--shared] [--max-hold D] [--kill-grace D] [--conflict-exit-code N] [--once D] [--lock-delay D] [--on-revoke ignore|term] NAME -- CMD [ARGS...]"
 
 // runHelpHead and runHelpTail are what `lockd run -h` prints around the flags: the synopsis, what
 // the command does, and its exit statuses, which scripts rely on.
@@ -168,6 +169,7 @@ func (f *runFlags) register(fs *flag.FlagSet, getenv func(string) string) {
 		f.locks = append(f.locks, s)
 		return nil
 	})
+	fs.StringVar(&f.onRevoke, "on-revoke", onRevokeIgnore, "when someone asks for the lock (lockd request-release): ignore (only log it on stderr) or term (log it and send SIGTERM to CMD, whose exit releases the lock)")
 	fs.DurationVar(&f.once, "once", 0, "run at most once within this time across all servers: after CMD exits 0 the lock is marked done (kept D); a later run exits 0 at once without running CMD (exclusive locks only)")
 }
 
@@ -233,6 +235,9 @@ func (f *runFlags) check() error {
 		return errors.New("--lock takes exclusive locks on lockd: it cannot be used with --shared, --limit, --once, --lock-delay or --backend")
 	}
 	if err := f.checkRedis(); err != nil {
+		return err
+	}
+	if err := f.checkOnRevoke(); err != nil {
 		return err
 	}
 	switch {

@@ -45,7 +45,8 @@ type Server struct {
 	fsm        *fsm.FSM
 	lease      *lease.Manager
 	waiters    *node.Waiters
-	hub        *node.Hub // the watch history
+	notices    *node.Notices // the streams that deliver release requests
+	hub        *node.Hub     // the watch history
 	tls        *certs.Store
 	clientAuth certs.ClientAuth
 	done       <-chan struct{} // closed when the node begins to stop
@@ -65,7 +66,7 @@ type Server struct {
 func New(d Deps) *Server {
 	p := d.Parts
 	s := &Server{cfg: d.Config, log: d.Log, version: d.Version, nodeID: d.NodeID, apiURL: d.APIURL, node: d.Node,
-		fsm: p.FSM, lease: p.Lease, waiters: p.Waiters, hub: p.Hub, tls: p.TLS, clientAuth: p.ClientAuth, done: p.Done, versions: p.Versions,
+		fsm: p.FSM, lease: p.Lease, waiters: p.Waiters, notices: p.Notices, hub: p.Hub, tls: p.TLS, clientAuth: p.ClientAuth, done: p.Done, versions: p.Versions,
 		gatherer: d.Gatherer, keepalive: watchKeepalive}
 	s.metrics = newMetrics(d.Registerer, d.Gatherer, p.LockMetrics)
 	s.errs = NewErrors(d.Node, p.FSM, d.NodeID, s.metrics.limitHits)

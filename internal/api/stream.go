@@ -101,6 +101,8 @@ type streamServer struct {
 	sendErr error
 	queue   answerQueue
 	gate    *flushGate // nil: every answer flushed on its own
+
+	notices noticeSink // the sessions whose release requests it delivers (notices.go)
 }
 
 // Stream serves one session stream: a reader goroutine hands each frame to
@@ -140,6 +142,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		quit:       quit,
 		gate:       gateOf(ctx),
 	}
+	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
 	go sv.work()
 	var rerr error
 	for ended := false; !ended; {
@@ -171,6 +174,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	sv.stopped = true
 	sv.mu.Unlock()
 	sv.calls.Wait()
+	sv.notices.stop()
 	close(sv.reading)
 	sv.sendMu.Lock()
 	defer sv.sendMu.Unlock()
@@ -212,7 +216,11 @@ func (sv *streamServer) work() {
 			<-slots
 			return
 		}
-		sv.answer(sv.h.serve(sv.ctx, req, received), slots)
+		resp := sv.h.serve(sv.ctx, req, received)
+		sv.answer(resp, slots)
+		if resp.GetSubscribeNotices() != nil {
+			sv.notices.started(req.GetSubscribeNotices().GetSessionId())
+		}
 		sv.calls.Done()
 		if sv.idle.Add(1) > maxIdleWorkers {
 			sv.idle.Add(-1)
@@ -303,12 +311,13 @@ type frameHandler func(ctx context.Context, h *sessionAPI, msg proto.Message, re
 // from a follower, or answers with the leader hint), so both paths share
 // every rule; only KeepAlive has its own batched form.
 var frameHandlers = map[*rpcs.Method]frameHandler{
-	rpcs.ByName("CreateSession"): unary((*api).CreateSession),
-	rpcs.ByName("Acquire"):       unary((*api).Acquire),
-	rpcs.ByName("Release"):       unary((*api).Release),
-	rpcs.ByName("Cancel"):        unary((*api).Cancel),
-	rpcs.ByName("Complete"):      unary((*api).Complete),
-	rpcs.ByName("CloseSession"):  unary((*api).CloseSession),
+	rpcs.ByName("CreateSession"):    unary((*api).CreateSession),
+	rpcs.ByName("Acquire"):          unary((*api).Acquire),
+	rpcs.ByName("Release"):          unary((*api).Release),
+	rpcs.ByName("Cancel"):           unary((*api).Cancel),
+	rpcs.ByName("Complete"):         unary((*api).Complete),
+	rpcs.ByName("CloseSession"):     unary((*api).CloseSession),
+	rpcs.ByName("SubscribeNotices"): subscribeNotices,
 	rpcs.ByName("KeepAlive"): func(ctx context.Context, h *sessionAPI, msg proto.Message, received time.Time) (proto.Message, error) {
 		return h.keepAliveBatch(ctx, msg.(*lockdv1.KeepAliveBatch), received)
 	},

@@ -73,7 +73,7 @@ func gateOf(ctx context.Context) *flushGate {
 }
 
 // queuedAnswer is an answer waiting to be written, with the pool slot it
-// holds until then.
+// holds until then (nil for a notice, notices.go).
 type queuedAnswer struct {
 	resp  *lockdv1.StreamResponse
 	slots chan struct{}
@@ -163,7 +163,9 @@ func (sv *streamServer) writeQueued() {
 			sv.gate.letGo()
 		}
 		for _, a := range b {
-			<-a.slots
+			if a.slots != nil { // nil: a notice, which holds no slot
+				<-a.slots
+			}
 		}
 		sv.queue.done(b)
 	}

@@ -17,6 +17,7 @@ type Parts struct {
 	Raft        *raft.Raft       // set by Start
 	Lease       *lease.Manager   // the sessions' lease timers (KeepAlive renews through it)
 	Waiters     *Waiters         // the blocked Acquire calls
+	Notices     *Notices         // the session streams that deliver release requests
 	Hub         *Hub             // the watch history
 	TLS         *certs.Store     // the node's certificates, nil without TLS
 	ClientAuth  certs.ClientAuth // which client certificates the API asks for
@@ -29,7 +30,7 @@ type Parts struct {
 // Parts returns the node's parts (call it again after Start for Raft and
 // Forwarder).
 func (s *Node) Parts() Parts {
-	return Parts{FSM: s.fsm, Raft: s.raft, Lease: s.lease, Waiters: s.waiters, Hub: s.hub, TLS: s.tls,
+	return Parts{FSM: s.fsm, Raft: s.raft, Lease: s.lease, Waiters: s.waiters, Notices: s.notices, Hub: s.hub, TLS: s.tls,
 		ClientAuth: s.clientAuth, Done: s.done, LockMetrics: s.metrics.lock, Forwarder: s.fwd, Versions: Versions{s}}
 }
 

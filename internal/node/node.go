@@ -64,6 +64,7 @@ type Node struct {
 	holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	graces  *lease.Manager // revoke graces, keyed by holdKey (revoke.go)
 	waiters *Waiters
+	notices *Notices
 	metrics *metrics
 	fwd     *Forwarder
 	hub     *Hub // the watch history (watch_hub.go)
@@ -150,7 +151,8 @@ func Open(cfg Config, o Options) (_ *Node, err error) {
 	s.holds = lease.New(0, timers.endHold)
 	s.graces = lease.New(0, timers.revokeHold)
 	s.hub = NewHub(cfg.WatchHistory)
-	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Graces: s.graces, Waiters: s.waiters, Hub: s.hub})
+	s.notices = NewNotices()
+	s.fsm = fsm.New(&Fanout{Lease: s.lease, Marks: s.marks, Delays: s.delays, Holds: s.holds, Graces: s.graces, Waiters: s.waiters, Notices: s.notices, Hub: s.hub})
 	s.fsm.OnClusterVersion(versionGate{s}.clusterVersionChanged)
 	s.vers.reported.Store(o.ReportApplyVersion)
 	return s, nil

@@ -11,8 +11,8 @@ import (
 
 // Fanout is the FSM's one event sink on this node: it hands each applied
 // entry's events to everything that follows Apply: the lease timers of
-// sessions, completion marks and lock-delays, the blocked Acquire calls and
-// the watch history. It runs under the FSM's lock, so every consumer only
+// sessions, completion marks and lock-delays, the blocked Acquire calls,
+// the session streams that deliver release requests and the watch history. It runs under the FSM's lock, so every consumer only
 // records and never blocks.
 type Fanout struct {
 	Lease   *lease.Manager // session leases
@@ -21,6 +21,7 @@ type Fanout struct {
 	Holds   *lease.Manager // hold budgets, keyed by holdKey (budget.go)
 	Graces  *lease.Manager // revoke graces, keyed by holdKey (revoke.go)
 	Waiters *Waiters
+	Notices *Notices // nil: none (tests)
 	Hub     *Hub
 }
 
@@ -70,6 +71,9 @@ func (o *Fanout) Events(index uint64, evs []fsm.Event) {
 		case fsm.EventDelayEnded:
 			o.Delays.Removed(MarkKey(e.Name, e.Token))
 		}
+	}
+	if o.Notices != nil {
+		o.Notices.Events(evs)
 	}
 	o.Hub.Events(index, evs)
 }

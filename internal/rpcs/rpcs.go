@@ -52,10 +52,16 @@ const (
 	Admin
 )
 
-// Method is one RPC's row.
+// Method is one RPC's row, or one stream-only call's.
 type Method struct {
-	// Service and Name name the procedure: /Service/Name.
+	// Service and Name name the procedure: /Service/Name. A StreamOnly
+	// row names no procedure of the proto: Name is the call's name in
+	// metrics and the audit log, Service the service whose stream carries
+	// it.
 	Service, Name string
+	// StreamOnly: the call exists only as a session-stream frame (no unary
+	// RPC); Frame and FrameRequest say which.
+	StreamOnly bool
 	// Retry is when a resend after an unknown outcome is safe; Dedup names
 	// the request field that makes it safe under Retry == Dedup.
 	Retry Retry
@@ -79,7 +85,8 @@ type Method struct {
 	reqField, respField protoreflect.FieldDescriptor
 }
 
-// Procedure returns the method's Connect procedure, /Service/Name.
+// Procedure returns the method's Connect procedure, /Service/Name (for a
+// StreamOnly row, a name no server routes).
 func (m *Method) Procedure() string { return "/" + m.Service + "/" + m.Name }
 
 const (
@@ -125,6 +132,10 @@ var Methods = []*Method{
 	// The stream carries the calls above; each frame is checked as its own
 	// method, the stream itself only needs valid credentials.
 	{Service: sessionService, Name: "Stream", Retry: Never, Perm: Open},
+	// Stream-only: the stream delivers the session's notices after it
+	// (the session's secret is checked as KeepAlive's is).
+	{Service: sessionService, Name: "SubscribeNotices", StreamOnly: true, Retry: Always, Perm: Lock, AnyName: true,
+		Frame: "subscribe_notices", FrameRequest: "lockd.v1.SubscribeNoticesRequest"},
 	{Service: watchService, Name: "Watch", Retry: Always, Perm: Read, Subject: "prefix"},
 }
 
@@ -142,12 +153,17 @@ func init() {
 	for _, m := range Methods {
 		byName[m.Name] = m
 		sd := lockdv1.File_lockd_v1_lockd_proto.Services().ByName(protoreflect.Name(m.Service[len("lockd.v1."):]))
-		if sd == nil || sd.Methods().ByName(protoreflect.Name(m.Name)) == nil {
+		switch {
+		case m.StreamOnly:
+			if sd == nil || m.Frame == "" || m.FrameRequest == "" || sd.Methods().ByName(protoreflect.Name(m.Name)) != nil {
+				panic("rpcs: stream-only row " + m.Name + " needs a service, a frame and its body, and no RPC of its name")
+			}
+		case sd == nil || sd.Methods().ByName(protoreflect.Name(m.Name)) == nil:
 			panic("rpcs: table names an unknown method " + m.Procedure())
-		}
-		md := sd.Methods().ByName(protoreflect.Name(m.Name))
-		if !md.IsStreamingClient() {
-			byRequest[md.Input().FullName()] = m
+		default:
+			if md := sd.Methods().ByName(protoreflect.Name(m.Name)); !md.IsStreamingClient() {
+				byRequest[md.Input().FullName()] = m
+			}
 		}
 		if m.Frame != "" {
 			m.reqField = streamRequest.Fields().ByName(m.Frame)

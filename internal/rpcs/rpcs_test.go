@@ -3,7 +3,9 @@ package rpcs
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -45,10 +47,25 @@ func TestEveryMethodHasARow(t *testing.T) {
 		}
 	}
 	for _, m := range Methods {
+		if m.StreamOnly {
+			if m.Frame == "" || m.FrameRequest == "" || For(frameBody(t, m)) != m {
+				t.Errorf("stream-only row %s: frame %q body %q", m.Name, m.Frame, m.FrameRequest)
+			}
+			continue
+		}
 		if !seen[m.Procedure()] {
 			t.Errorf("row %s names no method of the proto", m.Procedure())
 		}
 	}
+}
+
+// frameBody returns an empty message of m's frame body.
+func frameBody(t *testing.T, m *Method) proto.Message {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(m.FrameRequest)
+	if err != nil {
+		t.Fatalf("%s: %v", m.Name, err)
+	}
+	return mt.New().Interface()
 }
 
 // TestFramesMatchTheStream checks the frame kinds against the session
@@ -96,6 +113,7 @@ func TestIdempotent(t *testing.T) {
 		{&lockdv1.ForceReleaseRequest{Name: "a"}, false},
 		{&lockdv1.TransferLeadershipRequest{}, false},
 		{&lockdv1.RemoveMemberRequest{}, true},
+		{&lockdv1.SubscribeNoticesRequest{}, true},
 	}
 	for _, c := range cases {
 		m := For(c.msg)

@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/lockd-dev/lockd/internal/retry"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // Caller runs calls against the endpoints: the retry loop (Do) with its
@@ -35,6 +36,10 @@ type Caller struct {
 	// Stream says the session stream is on: the methods a frame carries go
 	// over it, else every call is unary.
 	Stream bool
+	// OnNotice receives the release-request notices of the client's
+	// streams (call_id 0 frames, after a SubscribeNotices); it is called
+	// from a stream's reader and must not block. nil: dropped.
+	OnNotice func(*lockdv1.ReleaseRequested)
 }
 
 // ErrClosed means the client was closed (lockd.ErrClosed).

@@ -76,6 +76,7 @@ func (c *Caller) dialStream(ctx context.Context, ep *Node) (s *Stream, unary boo
 	}
 	s = NewStream(ep.URL, &ep.Stream, st, cancel)
 	s.more = more
+	s.notice = c.OnNotice
 	return s, false, nil
 }
 

@@ -11,7 +11,9 @@
 //     checked, from its row of the method table shared with the server
 //     (internal/rpcs).
 //   - Stream, StreamSlot and Caller.StreamCall: the session stream that
-//     carries a client's session calls as frames over one HTTP/2 stream.
+//     carries a client's session calls as frames over one HTTP/2 stream,
+//     and the release-request notices of the sessions that subscribed on
+//     it (notices.go, Caller.OnNotice).
 //   - KAScheduler: the batched keepalives of a client's sessions.
 //   - SeqTracker, ConnTracker, the transports and the classification of a
 //     failed attempt (retry or not, answered or not).

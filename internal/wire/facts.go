@@ -64,6 +64,8 @@ func wrapFrame(m *rpcs.Method, msg proto.Message) *lockdv1.StreamRequest {
 		return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CreateSession{CreateSession: b}}
 	case *lockdv1.CloseSessionRequest:
 		return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_CloseSession{CloseSession: b}}
+	case *lockdv1.SubscribeNoticesRequest:
+		return &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_SubscribeNotices{SubscribeNotices: b}}
 	}
 	return m.Wrap(msg)
 }
@@ -88,6 +90,8 @@ func answerOf(m *rpcs.Method, r *lockdv1.StreamResponse) any {
 		return b.CloseSession
 	case *lockdv1.StreamResponse_KeepAlive:
 		return b.KeepAlive
+	case *lockdv1.StreamResponse_SubscribeNotices:
+		return b.SubscribeNotices
 	case *lockdv1.StreamResponse_Error, nil:
 		return nil
 	}

@@ -72,27 +72,29 @@ func TestClientRows(t *testing.T) {
 
 // TestFramesMatchTable: the client's frames, built and read without
 // reflection, are those of the shared table for every method a stream
-// carries as a frame of its own, and a frame of another kind is not taken
+// carries as a frame of its own (and the stream-only calls), and a frame of another kind is not taken
 // for the answer.
 func TestFramesMatchTable(t *testing.T) {
 	reqs := map[string]proto.Message{
-		"CreateSession": &lockdv1.CreateSessionRequest{RequestId: "r"},
-		"CloseSession":  &lockdv1.CloseSessionRequest{Seq: 1},
-		"Acquire":       &lockdv1.AcquireRequest{Name: "x", Seq: 2},
-		"Release":       &lockdv1.ReleaseRequest{Name: "x", Seq: 3},
-		"Cancel":        &lockdv1.CancelRequest{Name: "x", Seq: 4},
-		"Complete":      &lockdv1.CompleteRequest{Name: "x", Seq: 5},
+		"CreateSession":    &lockdv1.CreateSessionRequest{RequestId: "r"},
+		"CloseSession":     &lockdv1.CloseSessionRequest{Seq: 1},
+		"Acquire":          &lockdv1.AcquireRequest{Name: "x", Seq: 2},
+		"Release":          &lockdv1.ReleaseRequest{Name: "x", Seq: 3},
+		"Cancel":           &lockdv1.CancelRequest{Name: "x", Seq: 4},
+		"Complete":         &lockdv1.CompleteRequest{Name: "x", Seq: 5},
+		"SubscribeNotices": &lockdv1.SubscribeNoticesRequest{SessionId: "s"},
 	}
 	resps := map[string]proto.Message{
-		"CreateSession": &lockdv1.CreateSessionResponse{SessionId: "s"},
-		"CloseSession":  &lockdv1.CloseSessionResponse{},
-		"Acquire":       &lockdv1.AcquireResponse{Token: 1},
-		"Release":       &lockdv1.ReleaseResponse{},
-		"Cancel":        &lockdv1.CancelResponse{Released: true},
-		"Complete":      &lockdv1.CompleteResponse{},
+		"CreateSession":    &lockdv1.CreateSessionResponse{SessionId: "s"},
+		"CloseSession":     &lockdv1.CloseSessionResponse{},
+		"Acquire":          &lockdv1.AcquireResponse{Token: 1},
+		"Release":          &lockdv1.ReleaseResponse{},
+		"Cancel":           &lockdv1.CancelResponse{Released: true},
+		"Complete":         &lockdv1.CompleteResponse{},
+		"SubscribeNotices": &lockdv1.SubscribeNoticesResponse{},
 	}
 	for _, m := range rpcs.Frames() {
-		if m.FrameRequest != "" {
+		if m.FrameRequest != "" && !m.StreamOnly {
 			continue
 		}
 		req, resp := reqs[m.Name], resps[m.Name]

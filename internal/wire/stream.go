@@ -68,6 +68,8 @@ type Stream struct {
 	done    chan struct{}
 
 	acquires chan struct{} // Acquires in flight, at most maxStreamAcquires
+
+	notice func(*lockdv1.ReleaseRequested) // Caller.OnNotice; nil: notices dropped
 }
 
 // maxStreamAcquires bounds the Acquires one stream has in flight: half of
@@ -156,6 +158,14 @@ func (s *Stream) read() {
 		if err != nil {
 			s.Fail(err)
 			return
+		}
+		if r.GetCallId() == 0 {
+			// A notice, after a SubscribeNotices (notices.go); no call
+			// waits for it.
+			if n := r.GetReleaseRequested(); n != nil && s.notice != nil {
+				s.notice(n)
+			}
+			continue
 		}
 		s.mu.Lock()
 		ch := s.pending[r.GetCallId()]
