@@ -15,6 +15,13 @@ import (
 // calls the fatal function (by default: log and exit the process), so the
 // followers stop hearing heartbeats and elect a new leader.
 //
+// Time the process did not run (SIGSTOP, a VM pause, a starved machine)
+// does not count: when the watchdog's own tick comes late by more than a
+// tick, every proposal in flight is taken to have started that much later.
+// A paused leader is deposed while it sleeps, and on waking would otherwise
+// see its old proposals "stalled" and exit before Raft told it so. A hung
+// disk leaves the process running, so the ticks come on time and count.
+//
 // It does not try a leadership transfer first: hashicorp/raft writes the log
 // from its leader loop, the same loop that would run the transfer, so with a
 // hung disk a transfer never starts (and its future is never answered).
@@ -24,6 +31,7 @@ type watchdog struct {
 	mu       sync.Mutex
 	next     uint64
 	inflight map[uint64]time.Time
+	lastTick time.Time // the previous tick's time (zero before the first)
 }
 
 func newWatchdog(limit time.Duration) *watchdog {
@@ -45,12 +53,20 @@ func (w *watchdog) begin() func() {
 	}
 }
 
-// oldest returns how long the oldest proposal in flight has waited.
-func (w *watchdog) oldest() time.Duration {
+// tick returns, at a tick due every interval, how long the oldest proposal
+// in flight has waited, not counting the time the ticks came late by more
+// than an interval (the process did not run).
+func (w *watchdog) tick(interval time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var max time.Duration
 	now := time.Now()
+	if late := now.Sub(w.lastTick) - interval; !w.lastTick.IsZero() && late > interval {
+		for id, t := range w.inflight {
+			w.inflight[id] = t.Add(late)
+		}
+	}
+	w.lastTick = now
+	var max time.Duration
 	for _, t := range w.inflight {
 		if d := now.Sub(t); d > max {
 			max = d
@@ -69,7 +85,7 @@ func (s *Node) runWatchdog() {
 			return
 		case <-tick.C:
 		}
-		stalled := s.watch.oldest()
+		stalled := s.watch.tick(s.cfg.ElectionTimeout)
 		if stalled < s.watch.limit || s.raft.State() != raft.Leader {
 			continue
 		}
