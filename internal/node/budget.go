@@ -33,14 +33,16 @@ func parseHoldKey(key string) (name, session string, token uint64, ok bool) {
 	return name, session, token, ok1 && ok2 && err == nil
 }
 
-// holdEvent keeps the budget timers in step with one applied event: a grant
-// with a budget starts one, any end of a hold stops its own.
-func holdEvent(m *lease.Manager, e *fsm.Event) {
+// holdTimerEvent keeps a manager of per-hold timers (budgets: started by
+// a grant; revoke graces: by a release request) in step with one applied
+// event: an event of kind start with a duration starts the hold's timer,
+// any end of a hold stops its own.
+func holdTimerEvent(m *lease.Manager, e *fsm.Event, start fsm.EventKind) {
 	if m == nil {
-		return // a fanout without budget timers (tests)
+		return // a fanout without these timers (tests)
 	}
 	switch e.Kind {
-	case fsm.EventGranted:
+	case start:
 		if e.DurationMs > 0 {
 			m.Created(holdKey(e.Name, e.Session, e.Token), ms(e.DurationMs))
 		}
@@ -49,14 +51,15 @@ func holdEvent(m *lease.Manager, e *fsm.Event) {
 	}
 }
 
-// promoteBudgets starts every hold budget of term in full (promoteTimers).
-func (s leaderTimers) promoteBudgets(term uint64) {
-	s.fsm.WithBudgets(func(bs []fsm.Budget) {
+// promoteHoldTimers starts in full, for term, every per-hold timer that
+// with lists (fsm WithBudgets or WithRevokeGraces) in m (promoteTimers).
+func promoteHoldTimers(m *lease.Manager, term uint64, with func(func([]fsm.Budget))) {
+	with(func(bs []fsm.Budget) {
 		es := make([]lease.Entry, len(bs))
 		for i, b := range bs {
 			es[i] = lease.Entry{ID: holdKey(b.Name, b.Session, b.Token), TTL: b.MaxHold}
 		}
-		s.holds.Promote(term, es)
+		m.Promote(term, es)
 	})
 }
 

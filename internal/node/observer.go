@@ -47,8 +47,8 @@ func ms(n int64) time.Duration { return time.Duration(n) * time.Millisecond }
 func (o *Fanout) Events(index uint64, evs []fsm.Event) {
 	for i := range evs {
 		e := &evs[i]
-		holdEvent(o.Holds, e)
-		graceEvent(o.Graces, e)
+		holdTimerEvent(o.Holds, e, fsm.EventGranted)
+		holdTimerEvent(o.Graces, e, fsm.EventReleaseAsked)
 		switch e.Kind {
 		case fsm.EventSessionCreated:
 			o.Lease.Created(e.Session, ms(e.DurationMs))

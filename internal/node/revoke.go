@@ -2,7 +2,6 @@ package node
 
 import (
 	"github.com/lockd-dev/lockd/internal/fsm"
-	"github.com/lockd-dev/lockd/internal/lease"
 	"github.com/lockd-dev/lockd/internal/wallclock"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
@@ -19,34 +18,6 @@ import (
 // there: the holder's session is revoked as a force-release revokes it (no
 // KeepAlive accepted; it expires at its current deadline, and only then is
 // the lock granted to the next waiter).
-
-// graceEvent keeps the revoke-grace timers in step with one applied event:
-// a release request that starts a grace starts one, any end of a hold
-// stops its own.
-func graceEvent(m *lease.Manager, e *fsm.Event) {
-	if m == nil {
-		return // a fanout without grace timers (tests)
-	}
-	switch e.Kind {
-	case fsm.EventReleaseAsked:
-		if e.DurationMs > 0 {
-			m.Created(holdKey(e.Name, e.Session, e.Token), ms(e.DurationMs))
-		}
-	case fsm.EventReleased, fsm.EventExpired, fsm.EventForceReleased, fsm.EventCompleted, fsm.EventHoldExpired:
-		m.Removed(holdKey(e.Name, e.Session, e.Token))
-	}
-}
-
-// promoteGraces starts every revoke grace of term in full (promoteTimers).
-func (s leaderTimers) promoteGraces(term uint64) {
-	s.fsm.WithRevokeGraces(func(bs []fsm.Budget) {
-		es := make([]lease.Entry, len(bs))
-		for i, b := range bs {
-			es[i] = lease.Entry{ID: holdKey(b.Name, b.Session, b.Token), TTL: b.MaxHold}
-		}
-		s.graces.Promote(term, es)
-	})
-}
 
 // revokeHold is the grace manager's callback: the hold's revoke grace has
 // run out in full on this leader.

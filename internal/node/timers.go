@@ -60,8 +60,8 @@ func (s leaderTimers) promoteTimers(term uint64) {
 			return lease.Entry{ID: MarkKey(name, d.Token), TTL: d.Delay}
 		})
 	})
-	s.promoteBudgets(term)
-	s.promoteGraces(term)
+	promoteHoldTimers(s.holds, term, s.fsm.WithBudgets)
+	promoteHoldTimers(s.graces, term, s.fsm.WithRevokeGraces)
 }
 
 // promote starts manager m for term with one entry per item.
