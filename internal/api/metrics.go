@@ -25,7 +25,6 @@ type metrics struct {
 	streamFrameOf   []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
 	watchStreams    prometheus.Gauge
 	noticesSent     prometheus.Counter
-	noticeOverflows prometheus.Counter
 	watchResets     prometheus.Counter
 	lock            *node.LockMetrics // internal/node, metrics_lock.go
 	limitHits       *prometheus.CounterVec
@@ -57,9 +56,6 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer, lock *node.Loc
 	m.noticesSent = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "lockd_api_notices_sent_total", Help: "Release-request notices written to session streams (ReleaseRequested frames).",
 	})
-	m.noticeOverflows = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "lockd_api_notice_overflows_total", Help: "Release requests not queued on a session stream whose notice queue was full (its sessions' pending requests are re-read instead).",
-	})
 	m.watchStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "lockd_watch_streams_open", Help: "Watch streams (Connect and SSE) open on this node.",
 	})
@@ -78,7 +74,7 @@ func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer, lock *node.Loc
 	for _, o := range []string{"ok", "error"} {
 		m.authReloads.WithLabelValues(o)
 	}
-	reg.MustRegister(m.requests, m.keepAlives, m.forwarded, m.streamsOpen, m.streamFrames, m.noticesSent, m.noticeOverflows, m.watchStreams, m.watchResets, m.limitHits, m.authReloads)
+	reg.MustRegister(m.requests, m.keepAlives, m.forwarded, m.streamsOpen, m.streamFrames, m.noticesSent, m.watchStreams, m.watchResets, m.limitHits, m.authReloads)
 	if g != nil {
 		// A private registry gets the process and Go collectors too.
 		if r, ok := reg.(*prometheus.Registry); ok {

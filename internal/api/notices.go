@@ -21,19 +21,25 @@ import (
 // for the session's notices in the node's registry (node.Notices) and is
 // answered; then the stream sends a ReleaseRequested frame (call_id 0)
 // for each request still pending on the session's holds (fsm ReleaseAsks),
-// then one for each later request applied on this node. Every node applies
-// every entry, so any node serves it (no forwarding). Apply only hands the
-// event to the stream (noticeSink.Notice: an append, never a wait); the
-// stream's notifier goroutine writes it. A stream whose queue is full
-// drops what comes next and re-reads the pending requests of the sessions
-// concerned instead, so a slow client gets each pending request at least
-// once. A notice may repeat; clients key them by (name, token).
+// and again for the session's pending requests each time a request of one
+// of its holds is applied on this node. Every node applies every entry, so
+// any node serves it (no forwarding). A notice is always read from the
+// state, never from the event: the first request's time and reason, and
+// the grace with the time of the admin's request that started it. Apply
+// only marks the session (noticeSink.Notice: a map write, never a wait);
+// the stream's notifier goroutine reads and writes. Memory per stream is
+// bounded: the marks by the subscribed sessions, the notices written but
+// not yet sent by maxQueuedNotices (each holds a slot until sent, and the
+// notifier waits for a slot, so a client that stops reading stalls only
+// its own notifier). A notice may repeat; clients key them by (name,
+// token).
 
 // maxNoticeSessions bounds the sessions whose notices one stream delivers:
 // as many as one keepalive batch renews.
 const maxNoticeSessions = maxKeepAliveBatch
 
-// maxQueuedNotices bounds the notices waiting to be written on one stream.
+// maxQueuedNotices bounds the notices queued on one stream and not yet
+// sent.
 const maxQueuedNotices = 256
 
 // streamKey is the context key of the streamServer serving a frame.
@@ -46,40 +52,26 @@ func streamOf(ctx context.Context) *streamServer {
 }
 
 // noticeSink is one stream's part in the registry: the sessions it
-// delivers, the notices queued for them, and the notifier goroutine that
-// writes them.
+// delivers, those whose pending requests are to be read, and the notifier
+// goroutine that reads and writes them.
 type noticeSink struct {
 	sv  *streamServer
 	reg *node.Notices
 
 	mu       sync.Mutex
 	sessions map[string]bool // subscribed sessions; true once answered (started)
-	q        []*lockdv1.ReleaseRequested
 	reread   map[string]bool // sessions whose pending requests are to be (re)read
 	wake     chan struct{}   // buffered 1
 	done     chan struct{}   // closed when the notifier ends; nil if none ran
+	slots    chan struct{}   // one per notice queued and not sent yet
 }
 
 // Notice implements node.NoticeSink; Apply calls it.
 func (ns *noticeSink) Notice(e *fsm.Event) {
 	ns.mu.Lock()
-	started, ok := ns.sessions[e.Session]
-	switch {
-	case !ok:
-	case !started || len(ns.q) >= maxQueuedNotices:
-		// Not answered yet, or too many waiting: the pending requests
-		// are read once it may be written.
-		if started {
-			ns.sv.h.a.s.metrics.noticeOverflows.Inc()
-		}
+	_, ok := ns.sessions[e.Session]
+	if ok {
 		ns.reread[e.Session] = true
-	default:
-		n := &lockdv1.ReleaseRequested{SessionId: e.Session, Name: e.Name, Token: e.Token, Reason: string(e.Value),
-			RequestedAt: timestamppb.Now()}
-		if e.DurationMs > 0 {
-			n.RevokeGrace = durationpb.New(time.Duration(e.DurationMs) * time.Millisecond)
-		}
-		ns.q = append(ns.q, n)
 	}
 	ns.mu.Unlock()
 	if ok {
@@ -107,12 +99,15 @@ func subscribeNotices(ctx context.Context, h *sessionAPI, msg proto.Message, _ t
 	if id == "" {
 		return nil, s.errs.Invalid("session_id is required")
 	}
-	if err := s.checkSession(ctx, id, m.GetSecret()); err != nil {
-		return nil, err
-	}
-	if _, _, ok := s.fsm.SessionAuth(id); !ok {
+	// One read of the session's secret and owner: a session this node
+	// applies between two reads must not pass unchecked.
+	hash, owner, ok := s.fsm.SessionAuth(id)
+	if !ok {
 		return nil, s.errs.APIError(connect.CodeNotFound, lockdv1.ErrorReason_ERROR_REASON_SESSION_NOT_FOUND,
 			"session not found on this node (expired, closed, or not applied here yet)")
+	}
+	if err := s.checkSessionAuth(ctx, id, m.GetSecret(), hash, owner); err != nil {
+		return nil, err
 	}
 	ns := &sv.notices
 	ns.mu.Lock()
@@ -132,7 +127,7 @@ func subscribeNotices(ctx context.Context, h *sessionAPI, msg proto.Message, _ t
 		if ns.sessions == nil {
 			ns.sv, ns.reg = sv, s.notices
 			ns.sessions, ns.reread = map[string]bool{}, map[string]bool{}
-			ns.wake, ns.done = make(chan struct{}, 1), make(chan struct{})
+			ns.wake, ns.done, ns.slots = make(chan struct{}, 1), make(chan struct{}), make(chan struct{}, maxQueuedNotices)
 			go ns.run()
 		}
 		ns.sessions[id] = false
@@ -197,23 +192,34 @@ func (ns *noticeSink) run() {
 		case <-ns.sv.quit:
 			return
 		}
+		// Only answered subscriptions: a session not answered yet keeps
+		// its mark, read once the answer is queued (started).
+		var ids []string
 		ns.mu.Lock()
-		q, reread := ns.q, ns.reread
-		ns.q, ns.reread = nil, map[string]bool{}
+		for id := range ns.reread {
+			if ns.sessions[id] {
+				ids = append(ids, id)
+				delete(ns.reread, id)
+			}
+		}
 		ns.mu.Unlock()
-		for id := range reread {
+		for _, id := range ids {
 			for _, a := range s.fsm.ReleaseAsks(id) {
 				n := &lockdv1.ReleaseRequested{SessionId: id, Name: a.Name, Token: a.Token, Reason: a.Reason, RequestedAt: timestamppb.New(a.At)}
 				if a.Grace > 0 {
-					n.RevokeGrace = durationpb.New(a.Grace)
+					n.RevokeGrace, n.RevokeGraceFrom = durationpb.New(a.Grace), timestamppb.New(a.GraceFrom)
 				}
-				q = append(q, n)
+				select { // wait while maxQueuedNotices are unsent
+				case ns.slots <- struct{}{}:
+				case <-ns.sv.ctx.Done():
+					return
+				case <-ns.sv.quit:
+					return
+				}
+				s.metrics.noticesSent.Inc()
+				ns.sv.answer(&lockdv1.StreamResponse{ClusterId: ns.sv.h.a.clusterID(),
+					Body: &lockdv1.StreamResponse_ReleaseRequested{ReleaseRequested: n}}, ns.slots)
 			}
-		}
-		for _, n := range q {
-			s.metrics.noticesSent.Inc()
-			ns.sv.answer(&lockdv1.StreamResponse{ClusterId: ns.sv.h.a.clusterID(),
-				Body: &lockdv1.StreamResponse_ReleaseRequested{ReleaseRequested: n}}, nil)
 		}
 	}
 }

@@ -30,6 +30,9 @@ func HoldersPB(hs []fsm.HolderInfo) []*lockdv1.Holder {
 		if !h.ReleaseRequestedAt.IsZero() {
 			out[i].ReleaseRequestedAt = timestamppb.New(h.ReleaseRequestedAt)
 		}
+		if !h.RevokeGraceFrom.IsZero() {
+			out[i].RevokeGraceFrom = timestamppb.New(h.RevokeGraceFrom)
+		}
 	}
 	return out
 }

@@ -44,6 +44,12 @@ func (s *Server) checkSession(ctx context.Context, id, secret string) error {
 	if !ok {
 		return nil
 	}
+	return s.checkSessionAuth(ctx, id, secret, hash, owner)
+}
+
+// checkSessionAuth is checkSession's test of a secret and the caller's
+// identity against a session's read hash and owner.
+func (s *Server) checkSessionAuth(ctx context.Context, id, secret string, hash []byte, owner string) error {
 	if len(hash) == 0 {
 		return s.secretlessError(id)
 	}

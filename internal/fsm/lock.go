@@ -26,11 +26,13 @@ type hold struct {
 
 // holdAsk is a hold's first release request: when (the proposer's clock,
 // display only), why, and the revoke grace an admin's request set (0:
-// none; a later admin request sets it on a hold asked before).
+// none; a later admin request sets it on a hold asked before) and when
+// that request was made (graceAt, display only).
 type holdAsk struct {
 	at      int64
 	reason  string
 	graceMs int64
+	graceAt int64
 }
 
 type wait struct {

@@ -52,7 +52,8 @@ func checkGraceMs(g int64) error {
 // makes.
 func checkAsk(ph *fsmv1.Hold) error {
 	switch {
-	case !ph.Asked && (ph.AskedUnixNano != 0 || ph.AskedReason != "" || ph.RevokeGraceMs != 0):
+	case !ph.Asked && (ph.AskedUnixNano != 0 || ph.AskedReason != "" || ph.RevokeGraceMs != 0 || ph.GraceUnixNano != 0),
+		ph.RevokeGraceMs == 0 && ph.GraceUnixNano != 0:
 		return fmt.Errorf("release request fields without a request")
 	case len(ph.AskedReason) > MaxReasonBytes:
 		return fmt.Errorf("release reason of %d bytes", len(ph.AskedReason))
@@ -79,7 +80,7 @@ func (f *FSM) applyRequestRelease(c *fsmv1.RequestRelease) *Result {
 		}
 		if grace > 0 && h.ask.graceMs == 0 {
 			// The leader's timer starts with this event.
-			h.ask.graceMs, started = grace, grace
+			h.ask.graceMs, h.ask.graceAt, started = grace, c.TimeUnixNano, grace
 			if e != nil {
 				e.DurationMs = grace
 			}
@@ -127,8 +128,9 @@ type ReleaseAsk struct {
 	Token  uint64
 	Reason string
 	At     time.Time
-	// Grace is the revoke grace (0: none).
-	Grace time.Duration
+	// Grace is the revoke grace (0: none), counted from GraceFrom.
+	Grace     time.Duration
+	GraceFrom time.Time
 }
 
 // ReleaseAsks returns the pending release requests of the holds of session
@@ -142,7 +144,7 @@ func (f *FSM) ReleaseAsks(id string) (asks []ReleaseAsk) {
 	}
 	for name, h := range s.holds {
 		if a := h.ask; a != nil {
-			asks = append(asks, ReleaseAsk{Name: name, Token: h.token, Reason: a.reason, At: time.Unix(0, a.at), Grace: ms(a.graceMs)})
+			asks = append(asks, ReleaseAsk{Name: name, Token: h.token, Reason: a.reason, At: time.Unix(0, a.at), Grace: ms(a.graceMs), GraceFrom: time.Unix(0, a.graceAt)})
 		}
 	}
 	slices.SortFunc(asks, func(a, b ReleaseAsk) int { return strings.Compare(a.Name, b.Name) })

@@ -87,17 +87,22 @@ func TestRevokeGrace(t *testing.T) {
 	tok := mustOK(t, f, acq("s1", 1, "job", excl, false)).Token
 	mustOK(t, f, acq("s2", 1, "job", excl, true))
 	rec.take()
-	mustOK(t, f, &fsmv1.RequestRelease{Name: "job", Reason: "waiter"})
+	mustOK(t, f, &fsmv1.RequestRelease{Name: "job", Reason: "waiter", TimeUnixNano: 5})
 	if got := rec.take(); !slices.Equal(got, []string{fmt.Sprintf("s1 %d waiter grace=0", tok)}) {
 		t.Fatalf("a waiter's request: %q", got)
 	}
-	r := mustOK(t, f, &fsmv1.RequestRelease{Name: "job", Reason: "admin", Admin: true})
+	r := mustOK(t, f, &fsmv1.RequestRelease{Name: "job", Reason: "admin", Admin: true, TimeUnixNano: 77})
 	if r.MaxHold != 2*time.Second {
 		t.Fatalf("admin's answer %+v", r)
 	}
 	mustOK(t, f, &fsmv1.RequestRelease{Name: "job", Reason: "admin again", Admin: true})
 	if got, want := rec.take(), []string{fmt.Sprintf("s1 %d admin grace=2000", tok), fmt.Sprintf("s1 %d admin again grace=0", tok)}; !slices.Equal(got, want) {
 		t.Fatalf("admin's requests: %q, want %q", got, want)
+	}
+	// The first request's time and reason stay; the grace counts from the
+	// admin's request.
+	if asks := f.ReleaseAsks("s1"); len(asks) != 1 || asks[0].At.UnixNano() != 5 || asks[0].Reason != "waiter" || asks[0].GraceFrom.UnixNano() != 77 || asks[0].Grace != 2*time.Second {
+		t.Fatalf("ReleaseAsks: %+v", asks)
 	}
 	var graces []fsm.Budget
 	f.WithRevokeGraces(func(bs []fsm.Budget) { graces = bs })
@@ -155,6 +160,7 @@ func TestRequestReleaseSnapshot(t *testing.T) {
 	for name, mutate := range map[string]func(s *fsmv1.Snapshot){
 		"reason without request": func(s *fsmv1.Snapshot) { s.Locks[0].Holders[0].Asked = false },
 		"grace out of range":     func(s *fsmv1.Snapshot) { s.Locks[0].Holders[0].RevokeGraceMs = 5 },
+		"grace start, no grace":  func(s *fsmv1.Snapshot) { s.Locks[1].Holders[0].GraceUnixNano = 3 },
 		"policy grace":           func(s *fsmv1.Snapshot) { s.Policies[0].RevokeGraceMs = -1 },
 	} {
 		s := f.State()

@@ -441,7 +441,7 @@ func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, token
 		// holds then keep 64 strings alive, not a million.
 		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
 		if ph.Asked {
-			h.ask = &holdAsk{at: ph.AskedUnixNano, reason: ph.AskedReason, graceMs: ph.RevokeGraceMs}
+			h.ask = &holdAsk{at: ph.AskedUnixNano, reason: ph.AskedReason, graceMs: ph.RevokeGraceMs, graceAt: ph.GraceUnixNano}
 		}
 		l.holders = append(l.holders, h)
 		s.holds[l.name] = h

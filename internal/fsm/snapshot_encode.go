@@ -127,7 +127,7 @@ func (p *lockMsgPool) fill(pl *fsmv1.Lock, l *lock) {
 		}
 		ph.SessionId, ph.Mode, ph.Token, ph.Seq, ph.Value, ph.GrantedUnixNano, ph.MaxHoldMs = h.session, h.mode, h.token, h.seq, h.value, h.granted, h.maxHoldMs
 		if a := h.ask; a != nil {
-			ph.Asked, ph.AskedUnixNano, ph.AskedReason, ph.RevokeGraceMs = true, a.at, a.reason, a.graceMs
+			ph.Asked, ph.AskedUnixNano, ph.AskedReason, ph.RevokeGraceMs, ph.GraceUnixNano = true, a.at, a.reason, a.graceMs, a.graceAt
 		}
 		holders = append(holders, ph)
 	}

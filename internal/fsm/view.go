@@ -33,6 +33,9 @@ type HolderInfo struct {
 	ReleaseRequestedAt time.Time
 	ReleaseReason      string
 	RevokeGrace        time.Duration
+	// RevokeGraceFrom is when the admin's request that started the grace
+	// was made.
+	RevokeGraceFrom time.Time
 }
 
 // WaiterInfo describes one queued request.
@@ -73,6 +76,9 @@ func (f *FSM) holderInfos(l *lock) []HolderInfo {
 		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedAt: time.Unix(0, h.granted), MaxHold: ms(h.maxHoldMs)}
 		if a := h.ask; a != nil {
 			out[i].ReleaseRequestedAt, out[i].ReleaseReason, out[i].RevokeGrace = time.Unix(0, a.at), a.reason, ms(a.graceMs)
+			if a.graceMs > 0 {
+				out[i].RevokeGraceFrom = time.Unix(0, a.graceAt)
+			}
 		}
 	}
 	return out

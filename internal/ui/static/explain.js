@@ -24,7 +24,7 @@ function releaseAsked(h) {
   if (!h.releaseRequestedAt) return "–";
   let s = `<span class="soon">asked ${since(h.releaseRequestedAt)} ago</span>`;
   if (h.releaseReason) s += `: <span class="reason">${esc(h.releaseReason)}</span>`;
-  if (h.revokeGrace) s += ` · revoke in ${untilMs(ms(h.releaseRequestedAt) + secs(h.revokeGrace) * 1000)}`;
+  if (h.revokeGrace) s += ` · revoke in ${untilMs(ms(h.revokeGraceFrom || h.releaseRequestedAt) + secs(h.revokeGrace) * 1000)}`;
   return s;
 }
 

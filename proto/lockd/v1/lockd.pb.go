@@ -1773,12 +1773,13 @@ type Holder struct {
 	ReleaseReason      string                 `protobuf:"bytes,9,opt,name=release_reason,json=releaseReason,proto3" json:"release_reason,omitempty"`
 	// The grace after which the holder's session is revoked, counted from
 	// the first admin's request on a lock whose policy has a revoke grace
-	// (which may come after release_requested_at); absent: none. A new
-	// leader restarts it in full: the revocation may come later, never
-	// earlier.
-	RevokeGrace   *durationpb.Duration `protobuf:"bytes,10,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// (revoke_grace_from; it may come after release_requested_at); absent:
+	// none. A new leader restarts it in full: the revocation may come
+	// later, never earlier.
+	RevokeGrace     *durationpb.Duration   `protobuf:"bytes,10,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
+	RevokeGraceFrom *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=revoke_grace_from,json=revokeGraceFrom,proto3" json:"revoke_grace_from,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Holder) Reset() {
@@ -1877,6 +1878,13 @@ func (x *Holder) GetReleaseReason() string {
 func (x *Holder) GetRevokeGrace() *durationpb.Duration {
 	if x != nil {
 		return x.RevokeGrace
+	}
+	return nil
+}
+
+func (x *Holder) GetRevokeGraceFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeGraceFrom
 	}
 	return nil
 }
@@ -4990,11 +4998,12 @@ type ReleaseRequested struct {
 	RequestedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=requested_at,json=requestedAt,proto3" json:"requested_at,omitempty"`
 	// Set when an admin's request started a revoke grace for this hold:
 	// unless the hold ends first, the session is revoked this long after
-	// that request (not necessarily requested_at, the first request's
-	// time), or later after a leader change, never earlier.
-	RevokeGrace   *durationpb.Duration `protobuf:"bytes,6,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// that request (revoke_grace_from, not necessarily requested_at), or
+	// later after a leader change, never earlier.
+	RevokeGrace     *durationpb.Duration   `protobuf:"bytes,6,opt,name=revoke_grace,json=revokeGrace,proto3" json:"revoke_grace,omitempty"`
+	RevokeGraceFrom *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=revoke_grace_from,json=revokeGraceFrom,proto3" json:"revoke_grace_from,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReleaseRequested) Reset() {
@@ -5065,6 +5074,13 @@ func (x *ReleaseRequested) GetRequestedAt() *timestamppb.Timestamp {
 func (x *ReleaseRequested) GetRevokeGrace() *durationpb.Duration {
 	if x != nil {
 		return x.RevokeGrace
+	}
+	return nil
+}
+
+func (x *ReleaseRequested) GetRevokeGraceFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokeGraceFrom
 	}
 	return nil
 }
@@ -5190,7 +5206,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\"f\n" +
 	"\x13DescribeLockRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12;\n" +
-	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xb1\x03\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.lockd.v1.ReadConsistencyR\vconsistency\"\xf9\x03\n" +
 	"\x06Holder\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -5204,7 +5220,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x14release_requested_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x12releaseRequestedAt\x12%\n" +
 	"\x0erelease_reason\x18\t \x01(\tR\rreleaseReason\x12<\n" +
 	"\frevoke_grace\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\"\x9a\x01\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\x12F\n" +
+	"\x11revoke_grace_from\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x0frevokeGraceFrom\"\x9a\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\"\n" +
@@ -5429,7 +5446,7 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x16\n" +
 	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x1a\n" +
-	"\x18SubscribeNoticesResponse\"\xf0\x01\n" +
+	"\x18SubscribeNoticesResponse\"\xb8\x02\n" +
 	"\x10ReleaseRequested\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -5437,7 +5454,8 @@ const file_lockd_v1_lockd_proto_rawDesc = "" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12=\n" +
 	"\frequested_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\vrequestedAt\x12<\n" +
-	"\frevoke_grace\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace*A\n" +
+	"\frevoke_grace\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\vrevokeGrace\x12F\n" +
+	"\x11revoke_grace_from\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0frevokeGraceFrom*A\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eMODE_EXCLUSIVE\x10\x01\x12\x0f\n" +
@@ -5636,115 +5654,117 @@ var file_lockd_v1_lockd_proto_depIdxs = []int32{
 	72,  // 23: lockd.v1.Holder.max_hold:type_name -> google.protobuf.Duration
 	71,  // 24: lockd.v1.Holder.release_requested_at:type_name -> google.protobuf.Timestamp
 	72,  // 25: lockd.v1.Holder.revoke_grace:type_name -> google.protobuf.Duration
-	0,   // 26: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
-	71,  // 27: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
-	25,  // 28: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
-	26,  // 29: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
-	6,   // 30: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
-	72,  // 31: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
-	27,  // 32: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
-	29,  // 33: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
-	72,  // 34: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
-	72,  // 35: lockd.v1.LockPolicy.revoke_grace:type_name -> google.protobuf.Duration
-	29,  // 36: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
-	1,   // 37: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	27,  // 38: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
-	72,  // 39: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
-	6,   // 40: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
-	41,  // 41: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
-	41,  // 42: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
-	9,   // 43: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
-	72,  // 44: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
-	52,  // 45: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
-	50,  // 46: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
-	5,   // 47: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
-	7,   // 48: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
-	49,  // 49: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
-	16,  // 50: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
-	18,  // 51: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
-	20,  // 52: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
-	36,  // 53: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
-	11,  // 54: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
-	68,  // 55: lockd.v1.StreamRequest.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesRequest
-	8,   // 56: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
-	51,  // 57: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
-	17,  // 58: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
-	19,  // 59: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
-	21,  // 60: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
-	37,  // 61: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
-	12,  // 62: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
-	52,  // 63: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
-	69,  // 64: lockd.v1.StreamResponse.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesResponse
-	70,  // 65: lockd.v1.StreamResponse.release_requested:type_name -> lockd.v1.ReleaseRequested
-	4,   // 66: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
-	0,   // 67: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
-	0,   // 68: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
-	59,  // 69: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
-	72,  // 70: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
-	72,  // 71: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
-	3,   // 72: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
-	61,  // 73: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
-	72,  // 74: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
-	1,   // 75: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
-	71,  // 76: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
-	27,  // 77: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
-	64,  // 78: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
-	72,  // 79: lockd.v1.RequestReleaseResponse.revoke_grace:type_name -> google.protobuf.Duration
-	71,  // 80: lockd.v1.ReleaseRequested.requested_at:type_name -> google.protobuf.Timestamp
-	72,  // 81: lockd.v1.ReleaseRequested.revoke_grace:type_name -> google.protobuf.Duration
-	7,   // 82: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
-	9,   // 83: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
-	11,  // 84: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
-	13,  // 85: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
-	16,  // 86: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
-	18,  // 87: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
-	20,  // 88: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
-	22,  // 89: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
-	24,  // 90: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
-	32,  // 91: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
-	34,  // 92: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
-	40,  // 93: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
-	36,  // 94: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
-	38,  // 95: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
-	55,  // 96: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
-	30,  // 97: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
-	60,  // 98: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
-	63,  // 99: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
-	66,  // 100: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
-	43,  // 101: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
-	45,  // 102: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
-	47,  // 103: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
-	53,  // 104: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
-	57,  // 105: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
-	8,   // 106: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
-	10,  // 107: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
-	12,  // 108: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
-	15,  // 109: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
-	17,  // 110: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
-	19,  // 111: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
-	21,  // 112: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
-	23,  // 113: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
-	28,  // 114: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
-	33,  // 115: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
-	35,  // 116: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
-	42,  // 117: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
-	37,  // 118: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
-	39,  // 119: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
-	56,  // 120: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
-	31,  // 121: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
-	62,  // 122: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
-	65,  // 123: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
-	67,  // 124: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
-	44,  // 125: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
-	46,  // 126: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
-	48,  // 127: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
-	54,  // 128: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
-	58,  // 129: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
-	106, // [106:130] is the sub-list for method output_type
-	82,  // [82:106] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	71,  // 26: lockd.v1.Holder.revoke_grace_from:type_name -> google.protobuf.Timestamp
+	0,   // 27: lockd.v1.Waiter.mode:type_name -> lockd.v1.Mode
+	71,  // 28: lockd.v1.Waiter.queued_at:type_name -> google.protobuf.Timestamp
+	25,  // 29: lockd.v1.LockInfo.holders:type_name -> lockd.v1.Holder
+	26,  // 30: lockd.v1.LockInfo.waiters:type_name -> lockd.v1.Waiter
+	6,   // 31: lockd.v1.LockInfo.mark:type_name -> lockd.v1.Mark
+	72,  // 32: lockd.v1.LockInfo.lock_delay:type_name -> google.protobuf.Duration
+	27,  // 33: lockd.v1.DescribeLockResponse.lock:type_name -> lockd.v1.LockInfo
+	29,  // 34: lockd.v1.DescribeLockResponse.policy:type_name -> lockd.v1.LockPolicy
+	72,  // 35: lockd.v1.LockPolicy.default_max_hold:type_name -> google.protobuf.Duration
+	72,  // 36: lockd.v1.LockPolicy.revoke_grace:type_name -> google.protobuf.Duration
+	29,  // 37: lockd.v1.SetLockPolicyRequest.policy:type_name -> lockd.v1.LockPolicy
+	1,   // 38: lockd.v1.ListLocksRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	27,  // 39: lockd.v1.ListLocksResponse.locks:type_name -> lockd.v1.LockInfo
+	72,  // 40: lockd.v1.CompleteRequest.retention:type_name -> google.protobuf.Duration
+	6,   // 41: lockd.v1.ClearMarkResponse.mark:type_name -> lockd.v1.Mark
+	41,  // 42: lockd.v1.StatusResponse.members:type_name -> lockd.v1.Member
+	41,  // 43: lockd.v1.JoinResponse.members:type_name -> lockd.v1.Member
+	9,   // 44: lockd.v1.KeepAliveBatch.sessions:type_name -> lockd.v1.KeepAliveRequest
+	72,  // 45: lockd.v1.KeepAliveResult.ttl:type_name -> google.protobuf.Duration
+	52,  // 46: lockd.v1.KeepAliveResult.error:type_name -> lockd.v1.StreamError
+	50,  // 47: lockd.v1.KeepAliveBatchResponse.results:type_name -> lockd.v1.KeepAliveResult
+	5,   // 48: lockd.v1.StreamError.detail:type_name -> lockd.v1.ErrorDetail
+	7,   // 49: lockd.v1.StreamRequest.create_session:type_name -> lockd.v1.CreateSessionRequest
+	49,  // 50: lockd.v1.StreamRequest.keep_alive:type_name -> lockd.v1.KeepAliveBatch
+	16,  // 51: lockd.v1.StreamRequest.acquire:type_name -> lockd.v1.AcquireRequest
+	18,  // 52: lockd.v1.StreamRequest.release:type_name -> lockd.v1.ReleaseRequest
+	20,  // 53: lockd.v1.StreamRequest.cancel:type_name -> lockd.v1.CancelRequest
+	36,  // 54: lockd.v1.StreamRequest.complete:type_name -> lockd.v1.CompleteRequest
+	11,  // 55: lockd.v1.StreamRequest.close_session:type_name -> lockd.v1.CloseSessionRequest
+	68,  // 56: lockd.v1.StreamRequest.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesRequest
+	8,   // 57: lockd.v1.StreamResponse.create_session:type_name -> lockd.v1.CreateSessionResponse
+	51,  // 58: lockd.v1.StreamResponse.keep_alive:type_name -> lockd.v1.KeepAliveBatchResponse
+	17,  // 59: lockd.v1.StreamResponse.acquire:type_name -> lockd.v1.AcquireResponse
+	19,  // 60: lockd.v1.StreamResponse.release:type_name -> lockd.v1.ReleaseResponse
+	21,  // 61: lockd.v1.StreamResponse.cancel:type_name -> lockd.v1.CancelResponse
+	37,  // 62: lockd.v1.StreamResponse.complete:type_name -> lockd.v1.CompleteResponse
+	12,  // 63: lockd.v1.StreamResponse.close_session:type_name -> lockd.v1.CloseSessionResponse
+	52,  // 64: lockd.v1.StreamResponse.error:type_name -> lockd.v1.StreamError
+	69,  // 65: lockd.v1.StreamResponse.subscribe_notices:type_name -> lockd.v1.SubscribeNoticesResponse
+	70,  // 66: lockd.v1.StreamResponse.release_requested:type_name -> lockd.v1.ReleaseRequested
+	4,   // 67: lockd.v1.WatchResponse.kind:type_name -> lockd.v1.EventKind
+	0,   // 68: lockd.v1.WatchResponse.mode:type_name -> lockd.v1.Mode
+	0,   // 69: lockd.v1.LockRequest.mode:type_name -> lockd.v1.Mode
+	59,  // 70: lockd.v1.AcquireManyRequest.locks:type_name -> lockd.v1.LockRequest
+	72,  // 71: lockd.v1.AcquireManyRequest.poll_timeout:type_name -> google.protobuf.Duration
+	72,  // 72: lockd.v1.AcquireManyRequest.max_hold:type_name -> google.protobuf.Duration
+	3,   // 73: lockd.v1.AcquireManyResponse.status:type_name -> lockd.v1.AcquireStatus
+	61,  // 74: lockd.v1.AcquireManyResponse.grants:type_name -> lockd.v1.LockGrant
+	72,  // 75: lockd.v1.AcquireManyResponse.max_hold:type_name -> google.protobuf.Duration
+	1,   // 76: lockd.v1.ExplainRequest.consistency:type_name -> lockd.v1.ReadConsistency
+	71,  // 77: lockd.v1.WaitStep.queued_at:type_name -> google.protobuf.Timestamp
+	27,  // 78: lockd.v1.ExplainResponse.lock:type_name -> lockd.v1.LockInfo
+	64,  // 79: lockd.v1.ExplainResponse.chain:type_name -> lockd.v1.WaitStep
+	72,  // 80: lockd.v1.RequestReleaseResponse.revoke_grace:type_name -> google.protobuf.Duration
+	71,  // 81: lockd.v1.ReleaseRequested.requested_at:type_name -> google.protobuf.Timestamp
+	72,  // 82: lockd.v1.ReleaseRequested.revoke_grace:type_name -> google.protobuf.Duration
+	71,  // 83: lockd.v1.ReleaseRequested.revoke_grace_from:type_name -> google.protobuf.Timestamp
+	7,   // 84: lockd.v1.LockService.CreateSession:input_type -> lockd.v1.CreateSessionRequest
+	9,   // 85: lockd.v1.LockService.KeepAlive:input_type -> lockd.v1.KeepAliveRequest
+	11,  // 86: lockd.v1.LockService.CloseSession:input_type -> lockd.v1.CloseSessionRequest
+	13,  // 87: lockd.v1.LockService.ListSessions:input_type -> lockd.v1.ListSessionsRequest
+	16,  // 88: lockd.v1.LockService.Acquire:input_type -> lockd.v1.AcquireRequest
+	18,  // 89: lockd.v1.LockService.Release:input_type -> lockd.v1.ReleaseRequest
+	20,  // 90: lockd.v1.LockService.Cancel:input_type -> lockd.v1.CancelRequest
+	22,  // 91: lockd.v1.LockService.CheckToken:input_type -> lockd.v1.CheckTokenRequest
+	24,  // 92: lockd.v1.LockService.DescribeLock:input_type -> lockd.v1.DescribeLockRequest
+	32,  // 93: lockd.v1.LockService.ListLocks:input_type -> lockd.v1.ListLocksRequest
+	34,  // 94: lockd.v1.LockService.ForceRelease:input_type -> lockd.v1.ForceReleaseRequest
+	40,  // 95: lockd.v1.LockService.Status:input_type -> lockd.v1.StatusRequest
+	36,  // 96: lockd.v1.LockService.Complete:input_type -> lockd.v1.CompleteRequest
+	38,  // 97: lockd.v1.LockService.ClearMark:input_type -> lockd.v1.ClearMarkRequest
+	55,  // 98: lockd.v1.LockService.SetValue:input_type -> lockd.v1.SetValueRequest
+	30,  // 99: lockd.v1.LockService.SetLockPolicy:input_type -> lockd.v1.SetLockPolicyRequest
+	60,  // 100: lockd.v1.LockService.AcquireMany:input_type -> lockd.v1.AcquireManyRequest
+	63,  // 101: lockd.v1.LockService.Explain:input_type -> lockd.v1.ExplainRequest
+	66,  // 102: lockd.v1.LockService.RequestRelease:input_type -> lockd.v1.RequestReleaseRequest
+	43,  // 103: lockd.v1.ClusterService.Join:input_type -> lockd.v1.JoinRequest
+	45,  // 104: lockd.v1.ClusterService.RemoveMember:input_type -> lockd.v1.RemoveMemberRequest
+	47,  // 105: lockd.v1.ClusterService.TransferLeadership:input_type -> lockd.v1.TransferLeadershipRequest
+	53,  // 106: lockd.v1.SessionService.Stream:input_type -> lockd.v1.StreamRequest
+	57,  // 107: lockd.v1.WatchService.Watch:input_type -> lockd.v1.WatchRequest
+	8,   // 108: lockd.v1.LockService.CreateSession:output_type -> lockd.v1.CreateSessionResponse
+	10,  // 109: lockd.v1.LockService.KeepAlive:output_type -> lockd.v1.KeepAliveResponse
+	12,  // 110: lockd.v1.LockService.CloseSession:output_type -> lockd.v1.CloseSessionResponse
+	15,  // 111: lockd.v1.LockService.ListSessions:output_type -> lockd.v1.ListSessionsResponse
+	17,  // 112: lockd.v1.LockService.Acquire:output_type -> lockd.v1.AcquireResponse
+	19,  // 113: lockd.v1.LockService.Release:output_type -> lockd.v1.ReleaseResponse
+	21,  // 114: lockd.v1.LockService.Cancel:output_type -> lockd.v1.CancelResponse
+	23,  // 115: lockd.v1.LockService.CheckToken:output_type -> lockd.v1.CheckTokenResponse
+	28,  // 116: lockd.v1.LockService.DescribeLock:output_type -> lockd.v1.DescribeLockResponse
+	33,  // 117: lockd.v1.LockService.ListLocks:output_type -> lockd.v1.ListLocksResponse
+	35,  // 118: lockd.v1.LockService.ForceRelease:output_type -> lockd.v1.ForceReleaseResponse
+	42,  // 119: lockd.v1.LockService.Status:output_type -> lockd.v1.StatusResponse
+	37,  // 120: lockd.v1.LockService.Complete:output_type -> lockd.v1.CompleteResponse
+	39,  // 121: lockd.v1.LockService.ClearMark:output_type -> lockd.v1.ClearMarkResponse
+	56,  // 122: lockd.v1.LockService.SetValue:output_type -> lockd.v1.SetValueResponse
+	31,  // 123: lockd.v1.LockService.SetLockPolicy:output_type -> lockd.v1.SetLockPolicyResponse
+	62,  // 124: lockd.v1.LockService.AcquireMany:output_type -> lockd.v1.AcquireManyResponse
+	65,  // 125: lockd.v1.LockService.Explain:output_type -> lockd.v1.ExplainResponse
+	67,  // 126: lockd.v1.LockService.RequestRelease:output_type -> lockd.v1.RequestReleaseResponse
+	44,  // 127: lockd.v1.ClusterService.Join:output_type -> lockd.v1.JoinResponse
+	46,  // 128: lockd.v1.ClusterService.RemoveMember:output_type -> lockd.v1.RemoveMemberResponse
+	48,  // 129: lockd.v1.ClusterService.TransferLeadership:output_type -> lockd.v1.TransferLeadershipResponse
+	54,  // 130: lockd.v1.SessionService.Stream:output_type -> lockd.v1.StreamResponse
+	58,  // 131: lockd.v1.WatchService.Watch:output_type -> lockd.v1.WatchResponse
+	108, // [108:132] is the sub-list for method output_type
+	84,  // [84:108] is the sub-list for method input_type
+	84,  // [84:84] is the sub-list for extension type_name
+	84,  // [84:84] is the sub-list for extension extendee
+	0,   // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_lockd_v1_lockd_proto_init() }

@@ -1258,6 +1258,16 @@ func (m *Holder) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RevokeGraceFrom != nil {
+		size, err := (*timestamppb.Timestamp)(m.RevokeGraceFrom).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x5a
+	}
 	if m.RevokeGrace != nil {
 		size, err := (*durationpb.Duration)(m.RevokeGrace).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -4198,6 +4208,16 @@ func (m *ReleaseRequested) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.RevokeGraceFrom != nil {
+		size, err := (*timestamppb.Timestamp)(m.RevokeGraceFrom).MarshalToSizedBufferVT(dAtA[:i])
+		if err != nil {
+			return 0, err
+		}
+		i -= size
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(size))
+		i--
+		dAtA[i] = 0x3a
+	}
 	if m.RevokeGrace != nil {
 		size, err := (*durationpb.Duration)(m.RevokeGrace).MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -4771,6 +4791,10 @@ func (m *Holder) SizeVT() (n int) {
 	}
 	if m.RevokeGrace != nil {
 		l = (*durationpb.Duration)(m.RevokeGrace).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.RevokeGraceFrom != nil {
+		l = (*timestamppb.Timestamp)(m.RevokeGraceFrom).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
@@ -5985,6 +6009,10 @@ func (m *ReleaseRequested) SizeVT() (n int) {
 	}
 	if m.RevokeGrace != nil {
 		l = (*durationpb.Duration)(m.RevokeGrace).SizeVT()
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	}
+	if m.RevokeGraceFrom != nil {
+		l = (*timestamppb.Timestamp)(m.RevokeGraceFrom).SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
@@ -9474,6 +9502,42 @@ func (m *Holder) UnmarshalVT(dAtA []byte) error {
 				m.RevokeGrace = &durationpb1.Duration{}
 			}
 			if err := (*durationpb.Duration)(m.RevokeGrace).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 11:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RevokeGraceFrom", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.RevokeGraceFrom == nil {
+				m.RevokeGraceFrom = &timestamppb1.Timestamp{}
+			}
+			if err := (*timestamppb.Timestamp)(m.RevokeGraceFrom).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex
@@ -16548,6 +16612,42 @@ func (m *ReleaseRequested) UnmarshalVT(dAtA []byte) error {
 				m.RevokeGrace = &durationpb1.Duration{}
 			}
 			if err := (*durationpb.Duration)(m.RevokeGrace).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RevokeGraceFrom", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.RevokeGraceFrom == nil {
+				m.RevokeGraceFrom = &timestamppb1.Timestamp{}
+			}
+			if err := (*timestamppb.Timestamp)(m.RevokeGraceFrom).UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
 			iNdEx = postIndex

@@ -1306,6 +1306,9 @@ type Hold struct {
 	AskedUnixNano int64  `protobuf:"varint,8,opt,name=asked_unix_nano,json=askedUnixNano,proto3" json:"asked_unix_nano,omitempty"`
 	AskedReason   string `protobuf:"bytes,9,opt,name=asked_reason,json=askedReason,proto3" json:"asked_reason,omitempty"`
 	RevokeGraceMs int64  `protobuf:"varint,10,opt,name=revoke_grace_ms,json=revokeGraceMs,proto3" json:"revoke_grace_ms,omitempty"`
+	// When the admin's request that started the grace was made (proposer's
+	// clock, display only).
+	GraceUnixNano int64 `protobuf:"varint,12,opt,name=grace_unix_nano,json=graceUnixNano,proto3" json:"grace_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1413,6 +1416,13 @@ func (x *Hold) GetAskedReason() string {
 func (x *Hold) GetRevokeGraceMs() int64 {
 	if x != nil {
 		return x.RevokeGraceMs
+	}
+	return 0
+}
+
+func (x *Hold) GetGraceUnixNano() int64 {
+	if x != nil {
+		return x.GraceUnixNano
 	}
 	return 0
 }
@@ -2772,7 +2782,7 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vsecret_hash\x18\t \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\n" +
-	" \x01(\tR\bidentity\"\xcc\x02\n" +
+	" \x01(\tR\bidentity\"\xf4\x02\n" +
 	"\x04Hold\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2786,7 +2796,8 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\x0fasked_unix_nano\x18\b \x01(\x03R\raskedUnixNano\x12!\n" +
 	"\fasked_reason\x18\t \x01(\tR\vaskedReason\x12&\n" +
 	"\x0frevoke_grace_ms\x18\n" +
-	" \x01(\x03R\rrevokeGraceMs\"\xc6\x01\n" +
+	" \x01(\x03R\rrevokeGraceMs\x12&\n" +
+	"\x0fgrace_unix_nano\x18\f \x01(\x03R\rgraceUnixNano\"\xc6\x01\n" +
 	"\x04Wait\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
