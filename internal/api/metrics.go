@@ -17,18 +17,18 @@ import (
 // metrics are the node's Prometheus metrics. No label is unbounded: lock
 // names never become labels.
 type metrics struct {
-	requests        *prometheus.CounterVec
-	keepAlives      prometheus.Counter
-	forwarded       prometheus.Counter
-	streamsOpen     prometheus.Gauge
-	streamFrames    *prometheus.CounterVec
-	streamFrameOf   []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
-	watchStreams    prometheus.Gauge
-	noticesSent     prometheus.Counter
-	watchResets     prometheus.Counter
-	lock            *node.LockMetrics // internal/node, metrics_lock.go
-	limitHits       *prometheus.CounterVec
-	authReloads     *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	keepAlives    prometheus.Counter
+	forwarded     prometheus.Counter
+	streamsOpen   prometheus.Gauge
+	streamFrames  *prometheus.CounterVec
+	streamFrameOf []prometheus.Counter // streamFrames by kind index (streamKinds), resolved once
+	watchStreams  prometheus.Gauge
+	noticesSent   prometheus.Counter
+	watchResets   prometheus.Counter
+	lock          *node.LockMetrics // internal/node, metrics_lock.go
+	limitHits     *prometheus.CounterVec
+	authReloads   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, g prometheus.Gatherer, lock *node.LockMetrics) *metrics {
