@@ -125,8 +125,11 @@ func (a *api) closeSession(ctx context.Context, req *connect.Request[lockdv1.Clo
 	if _, known := a.s.fsm.Session(req.Msg.SessionId); !known && a.s.node.PromotedTerm() != 0 {
 		return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil
 	}
-	if _, err := a.propose(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq,
-		SecretHash: HashSecret(req.Msg.Secret), Identity: guard.IdentityOf(ctx)}); err != nil {
+	c := &fsmv1.CloseSession{SessionId: req.Msg.SessionId, Seq: req.Msg.Seq, SecretHash: HashSecret(req.Msg.Secret), Identity: guard.IdentityOf(ctx)}
+	if a.s.fsm.ClusterVersion() >= 2 {
+		c.TimeUnixNano = wallclock.Now().UnixNano() // the grant time of the waiters it lets in
+	}
+	if _, err := a.propose(fsm.CmdCloseSession, c); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&lockdv1.CloseSessionResponse{}), nil

@@ -110,7 +110,7 @@ func (f *FSM) applyCloseSession(c *fsmv1.CloseSession) *Result {
 		return r
 	}
 	if s := f.sessions[c.SessionId]; s != nil {
-		f.removeSession(s, 0, EventReleased)
+		f.removeSession(s, c.TimeUnixNano, EventReleased)
 	}
 	return &Result{}
 }

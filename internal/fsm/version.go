@@ -56,6 +56,7 @@ var versionTable = []versionRow{
 	{CmdAcquireMany, 2, nil},
 	{CmdRequestRelease, 2, nil},
 	{CmdRevokeHold, 2, nil},
+	{CmdCloseSession, 2, func(m proto.Message) bool { return m.(*fsmv1.CloseSession).TimeUnixNano != 0 }},
 	{CmdAcquire, 2, func(m proto.Message) bool {
 		a := m.(*fsmv1.Acquire)
 		return a.MaxHoldMs != 0 || a.MaxHoldCeilingMs != 0 || a.RefuseDeadlock

@@ -140,3 +140,21 @@ func TestClusterVersionSnapshot(t *testing.T) {
 		t.Fatalf("after restoring a version-2 backup into a new cluster: %d, want 1", v)
 	}
 }
+
+// TestCloseSessionTimeNeedsVersion2: a CloseSession with its time needs
+// version 2 (an older node would grant the waiters it lets in at time 0,
+// and the replicas would differ), and Apply grants them at that time.
+func TestCloseSessionTimeNeedsVersion2(t *testing.T) {
+	if v := fsm.NeedsVersion(fsm.CmdCloseSession, &fsmv1.CloseSession{SessionId: "s", Seq: 1, TimeUnixNano: 5}); v != 2 {
+		t.Fatalf("CloseSession with a time needs version %d, want 2", v)
+	}
+	f := initFSM(t, nil)
+	mustOK(t, f, newSession("s1"))
+	mustOK(t, f, newSession("s2"))
+	mustOK(t, f, acq("s1", 1, "a", excl, false))
+	mustOK(t, f, acq("s2", 1, "a", excl, true))
+	mustOK(t, f, &fsmv1.CloseSession{SessionId: "s1", Seq: 2, TimeUnixNano: 1_700_000_000_000_000_000})
+	if l, ok := f.Describe("a"); !ok || len(l.Holders) != 1 || l.Holders[0].GrantedAt.UnixNano() != 1_700_000_000_000_000_000 {
+		t.Fatalf("the waiter a close let in: %+v", l)
+	}
+}

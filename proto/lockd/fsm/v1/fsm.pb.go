@@ -200,8 +200,12 @@ type CloseSession struct {
 	Seq       uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	// SHA-256 of the secret the call presented, and the caller's identity:
 	// Apply refuses the command unless they match the session's.
-	SecretHash    []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
-	Identity      string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	SecretHash []byte `protobuf:"bytes,3,opt,name=secret_hash,json=secretHash,proto3" json:"secret_hash,omitempty"`
+	Identity   string `protobuf:"bytes,4,opt,name=identity,proto3" json:"identity,omitempty"`
+	// When (proposer's clock; display only: the grant time of the waiters
+	// the close lets in). Version 2: an older node would show them granted
+	// at 0.
+	TimeUnixNano  int64 `protobuf:"varint,5,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -262,6 +266,13 @@ func (x *CloseSession) GetIdentity() string {
 		return x.Identity
 	}
 	return ""
+}
+
+func (x *CloseSession) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
 }
 
 // ExpireSession is proposed by the leader when a session's lease ran out.
@@ -2672,14 +2683,15 @@ const file_lockd_fsm_v1_fsm_proto_rawDesc = "" +
 	"\vsecret_hash\x18\x06 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
 	"\bidentity\x18\a \x01(\tR\bidentity\x122\n" +
-	"\x15identity_sessions_cap\x18\b \x01(\rR\x13identitySessionsCap\"|\n" +
+	"\x15identity_sessions_cap\x18\b \x01(\rR\x13identitySessionsCap\"\xa2\x01\n" +
 	"\fCloseSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1f\n" +
 	"\vsecret_hash\x18\x03 \x01(\fR\n" +
 	"secretHash\x12\x1a\n" +
-	"\bidentity\x18\x04 \x01(\tR\bidentity\"\x80\x01\n" +
+	"\bidentity\x18\x04 \x01(\tR\bidentity\x12$\n" +
+	"\x0etime_unix_nano\x18\x05 \x01(\x03R\ftimeUnixNano\"\x80\x01\n" +
 	"\rExpireSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12$\n" +
