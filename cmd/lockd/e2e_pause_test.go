@@ -23,9 +23,10 @@ import (
 // leader SIGSTOPped for 7 s, then SIGCONT. The clients must notice that the
 // leader stopped answering (their keepalives go unanswered), abandon its
 // connections and move their waits to the new leader: no stretch without
-// a grant may last longer than 3 s around the pause (a kill costs about 2
-// s; before the fix a pause cost the whole pause). A generous correctness
-// bound, not a benchmark.
+// a grant may last longer than 5 s around the pause (a kill costs about 2
+// s; a holder stuck on the frozen leader is waited out: election, its 2 s
+// TTL and the grace, 3.4 s seen under CI load; before the fix a pause cost
+// the whole pause, 7 s). A generous correctness bound, not a benchmark.
 func TestClusterLeaderPause(t *testing.T) {
 	def := server.DefaultConfig()
 	c := startCluster(t, 3, "--heartbeat-timeout", def.HeartbeatTimeout.String(),
@@ -116,7 +117,7 @@ func TestClusterLeaderPause(t *testing.T) {
 	}
 	t.Logf("leader %s paused %v; %d grants; longest gap around the pause %v (from %v after the pause began); failed runs: %v",
 		leaderID, resumedAt.Sub(pausedAt).Round(time.Millisecond), len(at), worst.Round(time.Millisecond), from.Sub(pausedAt).Round(time.Millisecond), fails)
-	if worst > 3*time.Second {
-		t.Errorf("a stretch of %v without a grant around a 7 s leader pause; want at most 3 s", worst.Round(time.Millisecond))
+	if worst > 5*time.Second {
+		t.Errorf("a stretch of %v without a grant around a 7 s leader pause; want at most 5 s", worst.Round(time.Millisecond))
 	}
 }
