@@ -161,9 +161,10 @@ func watch(ctx context.Context, args []string) error {
 	markerErr := make(chan error, 1)
 	go func() {
 		<-stop.Done()
+		// The watch gives up 60 s on, whatever the marker does.
+		time.AfterFunc(60*time.Second, cancelW)
 		mctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		context.AfterFunc(mctx, cancelW)
 		s, err := cl.NewSession(mctx, lockd.WithOwner("multilock-watch"))
 		if err == nil {
 			err = s.NewMutex(marker).Lock(mctx)
