@@ -81,9 +81,11 @@ func worker(ctx context.Context, args []string) error {
 		t0 := time.Now()
 		err := m.Lock(lctx)
 		wait := time.Since(t0)
+		timedOut := lctx.Err() != nil
 		cancel()
 		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// Whatever error the ended call gives, it is the timeout's.
+			if timedOut && ctx.Err() == nil {
 				end.Timeouts++
 				continue
 			}
