@@ -143,7 +143,7 @@ func (c *Client) Close(ctx context.Context) error {
 	c.closed = true
 	c.mu.Unlock()
 	c.ka.Close()
-	c.notices.close()
+	c.notices.close() // waits for its goroutines
 	c.call.CloseStreams()
 	if c.ownsHTTP {
 		c.cfg.httpClient.CloseIdleConnections()

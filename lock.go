@@ -38,9 +38,10 @@ type lock struct {
 	h    *hold // the current hold, nil when not held
 
 	// Release-request notices (notices.go): nil until asked for.
-	notes chan ReleaseRequest
-	noted uint64          // the token of the last hold notified
-	early *ReleaseRequest // a notice that came before its grant was installed
+	notes   chan ReleaseRequest
+	noted   notedHold       // the last hold notified
+	early   *ReleaseRequest // a notice that came before its grant was installed
+	tracked bool            // the hub knows l (it acquires or holds)
 }
 
 type hold struct {
@@ -97,10 +98,14 @@ func (l *lock) acquire(ctx context.Context, shared, wait bool) error {
 		return fmt.Errorf("acquire %q: %w", l.name, ErrAlreadyHeld)
 	}
 	l.busy = true
+	l.track()
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		l.busy = false
+		if l.h == nil {
+			l.untrack()
+		}
 		l.mu.Unlock()
 	}()
 
@@ -309,6 +314,7 @@ func (l *lock) release(ctx context.Context, shared bool) error {
 		return fmt.Errorf("release %q: %w", l.name, ErrNotHeld)
 	}
 	l.h = nil
+	l.untrack()
 	l.mu.Unlock()
 	h.end()
 	if s.ctx.Err() != nil {
@@ -369,6 +375,7 @@ func (l *lock) complete(ctx context.Context, retention time.Duration) error {
 		l.mu.Lock()
 		if l.h == h {
 			l.h = nil
+			l.untrack()
 		}
 		l.mu.Unlock()
 		h.end()

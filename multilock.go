@@ -36,8 +36,10 @@ type MultiLock struct {
 	h    *multiHold
 
 	// Release-request notices (notices.go): nil until asked for.
-	notes chan ReleaseRequest
-	noted map[string]uint64 // by name, the token of the last hold notified
+	notes   chan ReleaseRequest
+	noted   map[string]notedHold      // by name, the last hold notified
+	early   map[string]ReleaseRequest // by name, notices that came before the grant was installed
+	tracked bool                      // the hub knows m (it acquires or holds)
 }
 
 type multiHold struct {
@@ -108,10 +110,14 @@ func (m *MultiLock) acquire(ctx context.Context, wait bool) error {
 		return fmt.Errorf("acquire %v: %w", m.names, ErrAlreadyHeld)
 	}
 	m.busy = true
+	m.track()
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.busy = false
+		if m.h == nil {
+			m.untrack()
+		}
 		m.mu.Unlock()
 	}()
 	bctx, stop := s.bind(ctx)
@@ -206,12 +212,7 @@ func (m *MultiLock) granted(resp *lockdv1.AcquireManyResponse, since time.Time) 
 		return fmt.Errorf("acquire %v: granted after the hold's client deadline: %w", m.names, ErrHoldExpired)
 	}
 	m.h = &multiHold{tokens: tokens, ctx: ctx, cancel: cancel, deadline: dl}
-	if m.notes != nil {
-		select {
-		case <-m.notes: // an earlier hold's, unread
-		default:
-		}
-	}
+	m.noticeGranted()
 	return nil
 }
 
@@ -230,6 +231,9 @@ func (m *MultiLock) Unlock(ctx context.Context) error {
 	m.mu.Lock()
 	h := m.h
 	m.h = nil
+	if h != nil {
+		m.untrack()
+	}
 	m.mu.Unlock()
 	if h == nil {
 		return fmt.Errorf("release %v: %w", m.names, ErrNotHeld)

@@ -8,23 +8,24 @@ import (
 
 	"connectrpc.com/connect"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
 	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
 
 // Release-request notices (RequestRelease): someone asked a holder to let
 // go. The client learns of its holds' requests from its session stream:
-// once a lock's ReleaseRequested channel is asked for, the client
-// subscribes the lock's session on a stream (SubscribeNotices) and again
-// on every new stream (a broken stream, a node gone); the server sends the
-// requests still pending first, so one made while no stream was open is
-// not missed. Without a stream (WithStream(false), or an endpoint that
-// cannot carry one) the client watches each such lock's name instead, and
-// reads the lock's holders (DescribeLock) when the watch starts or resets.
-// Either way a notice is delivered at most once per hold (lock name and
-// token), and only while that hold is the lock's current one.
+// while a lock whose ReleaseRequested channel was asked for is being
+// acquired or is held, the client keeps the lock's session subscribed on a
+// stream (SubscribeNotices), again on every new stream (a broken stream, a
+// node gone); the server sends the requests still pending first, so one
+// made while no stream was open is not missed. Without a stream
+// (WithStream(false), an endpoint that cannot carry one, or a server that
+// does not know SubscribeNotices) the client watches each such lock's name
+// instead (notices_watch.go), and reads the lock's holders (DescribeLock)
+// when the watch starts or resets. Either way a notice is delivered at most
+// once per hold (lock name and token) and grace state (once without a
+// revoke grace, once more when an admin's request starts one), and only
+// while that hold is the lock's current one.
 
 // ReleaseRequest is a request that the holder of a lock let it go.
 type ReleaseRequest struct {
@@ -43,12 +44,31 @@ type ReleaseRequest struct {
 	RevokeGrace time.Duration
 }
 
-// noticeRetry is the wait before a failed subscription is tried again.
-const noticeRetry = 500 * time.Millisecond
+// noticeRetry is the first wait before a failed subscription or watch is
+// tried again; each further failure in a row doubles it, up to
+// noticeRetryMax.
+const (
+	noticeRetry    = 500 * time.Millisecond
+	noticeRetryMax = time.Minute
+)
 
 // unaryNoticesFor is how long the client watches instead when no stream
-// could be opened, before it tries a stream again (wire's unaryFor).
+// could be opened, or the server did not know SubscribeNotices, before it
+// tries a stream again (wire's unaryFor).
 const unaryNoticesFor = time.Minute
+
+// backoff is the wait before the next try after failures in a row.
+type backoff struct{ next time.Duration }
+
+// wait returns the wait before the next try, and doubles the one after.
+func (b *backoff) wait() time.Duration {
+	d := max(b.next, noticeRetry)
+	b.next = min(2*d, noticeRetryMax)
+	return d
+}
+
+// reset starts again from noticeRetry (a try worked).
+func (b *backoff) reset() { b.next = 0 }
 
 // noticeTarget is a lock handle that wants notices: a lock (Mutex,
 // RWMutex, Semaphore) or a MultiLock.
@@ -60,45 +80,72 @@ type noticeTarget interface {
 }
 
 // noticeHub routes a client's notices to its locks and keeps their
-// sessions subscribed.
+// sessions subscribed. It knows a handle only while the handle acquires or
+// holds (add, remove), so it tracks current holds only.
 type noticeHub struct {
-	c *Client
+	c  *Client
+	wg sync.WaitGroup // run and its goroutines: Client.Close waits for them
 
 	mu      sync.Mutex
-	locks   map[string][]noticeTarget // by session id: the handles that want notices
-	fresh   chan struct{}             // buffered 1: a lock was added
-	stop    chan struct{}             // closed by Client.Close
+	locks   map[string]map[noticeTarget]bool // by session id: the handles that want notices now
+	fresh   chan struct{}                    // buffered 1: a lock was added or removed
+	stop    chan struct{}                    // closed by Client.Close
 	running bool
+	stopped bool
+	oldSrv  bool // a server did not know SubscribeNotices (logged once)
 }
 
 func (h *noticeHub) init(c *Client) {
 	h.c = c
-	h.locks = map[string][]noticeTarget{}
+	h.locks = map[string]map[noticeTarget]bool{}
 	h.fresh = make(chan struct{}, 1)
 	h.stop = make(chan struct{})
 }
 
-// close stops the hub's loop (Client.Close).
+// close stops the hub's goroutines and waits for them (Client.Close).
 func (h *noticeHub) close() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	select {
-	case <-h.stop:
-	default:
+	if !h.stopped {
+		h.stopped = true
 		close(h.stop)
 	}
+	h.mu.Unlock()
+	h.wg.Wait()
 }
 
-// add makes l's session deliver its notices to l.
+// add makes l's session deliver its notices to l (l acquires or holds).
 func (h *noticeHub) add(l noticeTarget) {
 	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
 	id := l.noticeSession().id
-	h.locks[id] = append(h.locks[id], l)
+	if h.locks[id] == nil {
+		h.locks[id] = map[noticeTarget]bool{}
+	}
+	h.locks[id][l] = true
 	if !h.running {
 		h.running = true
-		go h.run()
+		h.wg.Go(h.run)
 	}
 	h.mu.Unlock()
+	h.wake()
+}
+
+// remove forgets l (its hold ended, or its acquire failed).
+func (h *noticeHub) remove(l noticeTarget) {
+	h.mu.Lock()
+	id := l.noticeSession().id
+	delete(h.locks[id], l)
+	if len(h.locks[id]) == 0 {
+		delete(h.locks, id)
+	}
+	h.mu.Unlock()
+	h.wake()
+}
+
+func (h *noticeHub) wake() {
 	select {
 	case h.fresh <- struct{}{}:
 	default:
@@ -109,7 +156,10 @@ func (h *noticeHub) add(l noticeTarget) {
 // calls it: it never blocks).
 func (h *noticeHub) deliver(n *lockdv1.ReleaseRequested) {
 	h.mu.Lock()
-	ls := h.locks[n.GetSessionId()]
+	ls := make([]noticeTarget, 0, len(h.locks[n.GetSessionId()]))
+	for l := range h.locks[n.GetSessionId()] {
+		ls = append(ls, l)
+	}
 	h.mu.Unlock()
 	r := ReleaseRequest{Name: n.GetName(), Token: n.GetToken(), Reason: n.GetReason(), RevokeGrace: n.GetRevokeGrace().AsDuration()}
 	if n.GetRequestedAt() != nil {
@@ -127,12 +177,15 @@ func (h *noticeHub) sessions() []*Session {
 	defer h.mu.Unlock()
 	var ss []*Session
 	for id, ls := range h.locks {
-		s := ls[0].noticeSession()
-		if s.ctx.Err() != nil {
-			delete(h.locks, id)
-			continue
+		for l := range ls {
+			s := l.noticeSession()
+			if s.ctx.Err() != nil {
+				delete(h.locks, id)
+			} else {
+				ss = append(ss, s)
+			}
+			break
 		}
-		ss = append(ss, s)
 	}
 	return ss
 }
@@ -142,7 +195,7 @@ func (h *noticeHub) names() map[string]bool {
 	names := map[string]bool{}
 	for _, s := range h.sessions() {
 		h.mu.Lock()
-		for _, l := range h.locks[s.id] {
+		for l := range h.locks[s.id] {
 			for _, n := range l.noticeNames() {
 				names[n] = true
 			}
@@ -152,19 +205,33 @@ func (h *noticeHub) names() map[string]bool {
 	return names
 }
 
+// unknownFrame reports whether a SubscribeNotices failed because the
+// server does not know it (a server older than the frame).
+func unknownFrame(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument, connect.CodeUnimplemented:
+		return true
+	}
+	return false
+}
+
 // run keeps every session that wants notices subscribed on a stream,
 // until the client closes; without a stream, it watches instead.
 func (h *noticeHub) run() {
 	c := h.c
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		<-h.stop
-		cancel()
-	}()
+	h.wg.Go(func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
 	var st *wire.Stream
 	subscribed := map[*Session]bool{}
 	attempt := 0
+	var retry backoff
 	for ctx.Err() == nil {
 		if !c.cfg.stream {
 			h.watchUnary(ctx, nil)
@@ -180,45 +247,30 @@ func (h *noticeHub) run() {
 			}
 			if err != nil {
 				attempt++
-				h.pause(ctx, nil)
+				h.pause(ctx, nil, retry.wait())
 				continue
 			}
 			clear(subscribed)
 		}
-		failed := false
-		live := h.sessions()
-		for s := range subscribed {
-			if s.ctx.Err() != nil {
-				delete(subscribed, s)
-			}
-		}
-		for _, s := range live {
-			if subscribed[s] {
-				continue
-			}
-			sctx, scancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
-			err := st.SubscribeNotices(sctx, s.id, s.secret)
-			scancel()
-			if err != nil {
-				if s.ctx.Err() == nil {
-					c.logger.Debug("release-request notices: subscribe failed", "session", s.id, "err", err)
-				}
-				failed = true
-				continue
-			}
-			subscribed[s] = true
+		failed, old := h.subscribe(ctx, st, subscribed)
+		if old {
+			h.logOldServer()
+			h.watchUnary(ctx, time.After(unaryNoticesFor))
+			continue
 		}
 		if failed {
 			attempt++
+		} else {
+			retry.reset()
 		}
 		select {
 		case <-st.Done():
 			st = nil
 		default:
 			if failed {
-				h.pause(ctx, st.Done())
+				h.pause(ctx, st.Done(), retry.wait())
 			} else {
-				h.pause(ctx, st.Done(), h.fresh)
+				h.pause(ctx, st.Done(), 0, h.fresh)
 			}
 			select {
 			case <-st.Done():
@@ -229,16 +281,61 @@ func (h *noticeHub) run() {
 	}
 }
 
-// pause waits noticeRetry (or for one of chs, forever when chs has the
+// subscribe subscribes on st the live sessions not subscribed yet: failed
+// when one failed, old when the server does not know SubscribeNotices.
+func (h *noticeHub) subscribe(ctx context.Context, st *wire.Stream, subscribed map[*Session]bool) (failed, old bool) {
+	c := h.c
+	live := h.sessions()
+	for s := range subscribed {
+		if s.ctx.Err() != nil {
+			delete(subscribed, s)
+		}
+	}
+	for _, s := range live {
+		if subscribed[s] {
+			continue
+		}
+		sctx, scancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
+		err := st.SubscribeNotices(sctx, s.id, s.secret)
+		scancel()
+		if err != nil {
+			if unknownFrame(err) && s.ctx.Err() == nil {
+				c.logger.Debug("release-request notices: subscribe not known", "session", s.id, "err", err)
+				return true, true
+			}
+			if s.ctx.Err() == nil {
+				c.logger.Debug("release-request notices: subscribe failed", "session", s.id, "err", err)
+			}
+			failed = true
+			continue
+		}
+		subscribed[s] = true
+	}
+	return failed, false
+}
+
+// logOldServer says once that a server does not know SubscribeNotices.
+func (h *noticeHub) logOldServer() {
+	h.mu.Lock()
+	first := !h.oldSrv
+	h.oldSrv = true
+	h.mu.Unlock()
+	if first {
+		h.c.logger.Warn("release-request notices: the server does not know SubscribeNotices (older than the client); watching the locks instead")
+	}
+}
+
+// pause waits d (or for one of chs, forever when d is 0 and chs has the
 // hub's fresh channel), or ctx.
-func (h *noticeHub) pause(ctx context.Context, done <-chan struct{}, fresh ...chan struct{}) {
+func (h *noticeHub) pause(ctx context.Context, done <-chan struct{}, d time.Duration, fresh ...chan struct{}) {
 	var timer <-chan time.Time
 	var wake chan struct{}
-	if len(fresh) == 0 {
-		t := time.NewTimer(noticeRetry)
+	if d > 0 {
+		t := time.NewTimer(d)
 		defer t.Stop()
 		timer = t.C
-	} else {
+	}
+	if len(fresh) > 0 {
 		wake = fresh[0]
 	}
 	select {
@@ -247,183 +344,4 @@ func (h *noticeHub) pause(ctx context.Context, done <-chan struct{}, fresh ...ch
 	case <-timer:
 	case <-wake:
 	}
-}
-
-// watchUnary delivers notices from watches of the locks' names, until ctx
-// ends or until (nil: never).
-func (h *noticeHub) watchUnary(ctx context.Context, until <-chan time.Time) {
-	watching := map[string]context.CancelFunc{}
-	defer func() {
-		for _, stop := range watching {
-			stop()
-		}
-	}()
-	for {
-		names := h.names()
-		for name, stop := range watching {
-			if !names[name] {
-				stop()
-				delete(watching, name)
-			}
-		}
-		for name := range names {
-			if watching[name] == nil {
-				wctx, stop := context.WithCancel(ctx)
-				watching[name] = stop
-				go h.watchName(wctx, name)
-			}
-		}
-		t := time.NewTimer(time.Second) // sessions that ended
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-until:
-			t.Stop()
-			return
-		case <-h.fresh:
-		case <-t.C:
-		}
-		t.Stop()
-	}
-}
-
-// watchName delivers the requests of one lock name: its holders' pending
-// ones when the watch starts or resets, then each one the watch shows.
-func (h *noticeHub) watchName(ctx context.Context, name string) {
-	for ctx.Err() == nil {
-		// Watch reconnects by itself; it ends only for good reasons
-		// (credentials, the client closed), retried here after a pause.
-		for ev, err := range h.c.Watch(ctx, name, WatchState()) {
-			if err != nil && !errors.Is(err, ErrWatchReset) {
-				h.c.logger.Debug("release-request notices: watch ended", "lock", name, "err", err)
-				break
-			}
-			switch {
-			case ev.Kind == EventSynced:
-				h.pending(ctx, name)
-			case ev.Kind == EventReleaseRequested && ev.Name == name:
-				// The holder's record has the first request's time and
-				// the revoke grace; the event, only the reason.
-				if !h.pending(ctx, name) {
-					h.deliver(&lockdv1.ReleaseRequested{SessionId: ev.Session, Name: name, Token: ev.Token, Reason: string(ev.Value),
-						RequestedAt: timestamppb.Now()})
-				}
-			}
-		}
-		h.pause(ctx, nil)
-	}
-}
-
-// pending delivers the pending requests of name's holders (DescribeLock);
-// false when the lock could not be read.
-func (h *noticeHub) pending(ctx context.Context, name string) bool {
-	resp, err := h.c.Service().DescribeLock(ctx, connect.NewRequest(&lockdv1.DescribeLockRequest{Name: name}))
-	if err != nil {
-		return false
-	}
-	for _, hd := range resp.Msg.GetLock().GetHolders() {
-		if hd.GetReleaseRequestedAt() != nil {
-			h.deliver(&lockdv1.ReleaseRequested{SessionId: hd.GetSessionId(), Name: name, Token: hd.GetToken(),
-				Reason: hd.GetReleaseReason(), RequestedAt: hd.GetReleaseRequestedAt(), RevokeGrace: hd.GetRevokeGrace()})
-		}
-	}
-	return true
-}
-
-// releaseRequested returns l's notice channel, subscribing its session
-// on first use.
-func (l *lock) releaseRequested() <-chan ReleaseRequest {
-	l.mu.Lock()
-	ch, first := l.notes, l.notes == nil
-	if first {
-		ch = make(chan ReleaseRequest, 1)
-		l.notes = ch
-	}
-	l.mu.Unlock()
-	if first {
-		l.s.c.notices.add(l)
-	}
-	return ch
-}
-
-// notify delivers r to l's channel when it concerns l's current hold and
-// was not delivered for it yet; a notice for a grant not installed yet is
-// kept until it is.
-func (l *lock) notify(r ReleaseRequest) {
-	if r.Name != l.name {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.h == nil {
-		if l.busy && r.Token > l.noted {
-			l.early = &r
-		}
-		return
-	}
-	if l.h.token != r.Token || l.noted == r.Token {
-		return
-	}
-	l.noted = r.Token
-	sendLatest(l.notes, r)
-}
-
-// sendLatest puts r in ch (buffered 1), replacing an unread one.
-func sendLatest(ch chan ReleaseRequest, r ReleaseRequest) {
-	select {
-	case <-ch: // an older hold's, unread
-	default:
-	}
-	ch <- r
-}
-
-func (l *lock) noticeSession() *Session { return l.s }
-func (l *lock) noticeNames() []string   { return []string{l.name} }
-
-// ReleaseRequested returns a channel that receives a ReleaseRequest when
-// someone asks one lock of the held set to let go (its Name and Token say
-// which), once per lock and hold, as Mutex.ReleaseRequested.
-func (m *MultiLock) ReleaseRequested() <-chan ReleaseRequest {
-	m.mu.Lock()
-	ch, first := m.notes, m.notes == nil
-	if first {
-		ch = make(chan ReleaseRequest, 1)
-		m.notes, m.noted = ch, map[string]uint64{}
-	}
-	m.mu.Unlock()
-	if first {
-		m.s.c.notices.add(m)
-	}
-	return ch
-}
-
-func (m *MultiLock) noticeSession() *Session { return m.s }
-func (m *MultiLock) noticeNames() []string   { return m.names }
-
-func (m *MultiLock) notify(r ReleaseRequest) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.h == nil || m.h.tokens[r.Name] != r.Token || m.noted[r.Name] == r.Token {
-		return
-	}
-	m.noted[r.Name] = r.Token
-	sendLatest(m.notes, r)
-}
-
-// noticeGranted is granted's part: a stale notice leaves the channel and
-// one that came before the grant was installed is delivered. l.mu is held.
-func (l *lock) noticeGranted() {
-	if l.notes == nil {
-		return
-	}
-	select {
-	case <-l.notes:
-	default:
-	}
-	if e := l.early; e != nil && e.Token == l.h.token && l.noted != e.Token {
-		l.noted = e.Token
-		l.notes <- *e
-	}
-	l.early = nil
 }

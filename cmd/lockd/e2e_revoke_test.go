@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,5 +63,47 @@ func TestRunOnRevokeTerm(t *testing.T) {
 		return strings.Contains(out, "RELEASE_REQUESTED\trevoke/job") && strings.Contains(out, `value="maintenance window"`)
 	}) {
 		t.Fatalf("the watch showed no RELEASE_REQUESTED with the reason: %q", watch.lines())
+	}
+}
+
+// TestRunOnRevokeTermOncePerRun: `lockd run --on-revoke=term` with a
+// --lock set logs a request for each lock of the set, but sends SIGTERM
+// once per run (its command ignores it here, and ends when told to).
+func TestRunOnRevokeTermOncePerRun(t *testing.T) {
+	srv := startServer(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	holder := startRun(t, srv, "--on-revoke=term", "--lock", "once/a", "--lock", "once/b", "--",
+		"sh", "-c", `trap "" TERM; while [ ! -e "$1" ]; do sleep 0.02; done`, "sh", stop)
+	c, err := lockd.New(lockd.WithEndpoints(srv.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if !pollEvery(20*time.Second, 20*time.Millisecond, func() bool {
+		resp, err := c.Service().DescribeLock(t.Context(), connect.NewRequest(&lockdv1.DescribeLockRequest{Name: "once/b"}))
+		return err == nil && len(resp.Msg.GetLock().GetHolders()) == 1
+	}) {
+		t.Fatalf("the set was not taken; holder printed %q", holder.output())
+	}
+	for _, name := range []string{"once/a", "once/b"} {
+		resp, err := c.Service().RequestRelease(t.Context(), connect.NewRequest(&lockdv1.RequestReleaseRequest{Name: name, Reason: "shrink"}))
+		if err != nil || resp.Msg.GetHolders() != 1 {
+			t.Fatalf("RequestRelease %s: %v (%d holds asked)", name, err, resp.Msg.GetHolders())
+		}
+		if !pollEvery(20*time.Second, 20*time.Millisecond, func() bool {
+			return strings.Contains(holder.output(), `release of lock "`+name+`"`)
+		}) {
+			t.Fatalf("the holder did not log the request for %s: %q", name, holder.output())
+		}
+	}
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("holder: exit %d, want 0; output: %s", code, holder.output())
+	}
+	out := holder.output()
+	if n := strings.Count(out, "sending SIGTERM"); n != 1 || !strings.Contains(out, "SIGTERM already sent") {
+		t.Errorf("holder sent SIGTERM %d times, want once (then \"already sent\"); output: %s", n, out)
 	}
 }

@@ -279,7 +279,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 	}
 
 	lost, revoke := l.lost(), releaseRequests(l)
-	stoppedForLoss := false
+	stoppedForLoss, termSent := false, false
 	for waiting := true; waiting; {
 		select {
 		case <-proc.Done():
@@ -292,7 +292,7 @@ func (c *RunCommand) supervise(f *runFlags, l lease, sigs <-chan os.Signal) erro
 		case s := <-sigs:
 			_ = proc.Signal(s.(syscall.Signal))
 		case r := <-revoke:
-			c.releaseRequested(f, proc, r) // run_revoke.go
+			termSent = c.releaseRequested(f, proc, r, termSent) // run_revoke.go
 		}
 	}
 	res, err := proc.Wait()

@@ -57,8 +57,10 @@ func releaseRequests(l lease) <-chan lockd.ReleaseRequest {
 }
 
 // releaseRequested logs r and, with --on-revoke=term, sends SIGTERM to
-// the command.
-func (c *RunCommand) releaseRequested(f *runFlags, proc *supervise.Process, r lockd.ReleaseRequest) {
+// the command unless it was sent already (termSent: once per run, however
+// many locks of a --lock set are asked, or a request starts a revoke grace
+// later); it returns whether SIGTERM was sent by now.
+func (c *RunCommand) releaseRequested(f *runFlags, proc *supervise.Process, r lockd.ReleaseRequest, termSent bool) bool {
 	what := fmt.Sprintf("lockd: release of lock %q (token %d) requested", r.Name, r.Token)
 	if r.Reason != "" {
 		what += ": " + r.Reason
@@ -66,10 +68,15 @@ func (c *RunCommand) releaseRequested(f *runFlags, proc *supervise.Process, r lo
 	if r.RevokeGrace > 0 {
 		what += fmt.Sprintf(" (the session is revoked at %s unless the lock is released)", r.RequestedAt.Add(r.RevokeGrace).Format(time.RFC3339))
 	}
-	if f.onRevoke == onRevokeTerm {
+	switch {
+	case f.onRevoke == onRevokeTerm && termSent:
+		fmt.Fprintf(c.Stderr, "%s; SIGTERM already sent to %s\n", what, f.command[0])
+	case f.onRevoke == onRevokeTerm:
 		fmt.Fprintf(c.Stderr, "%s; sending SIGTERM to %s\n", what, f.command[0])
 		_ = proc.Signal(syscall.SIGTERM)
-		return
+		return true
+	default:
+		fmt.Fprintf(c.Stderr, "%s; ignored (--on-revoke=ignore)\n", what)
 	}
-	fmt.Fprintf(c.Stderr, "%s; ignored (--on-revoke=ignore)\n", what)
+	return termSent
 }
