@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -34,14 +35,32 @@ type ReleaseRequest struct {
 	Token uint64
 	// Reason is the asker's reason (may be empty).
 	Reason string
-	// RequestedAt is when the hold was first asked to let go (for a
-	// request a stream delivers as it is applied, or a watch sees, when
-	// the client's server applied it).
+	// RequestedAt is when the hold was first asked to let go (the
+	// asker's server's clock).
 	RequestedAt time.Time
-	// RevokeGrace, when not 0, is how long after RequestedAt the server
-	// revokes the holder's session unless the hold ends first (an admin's
-	// request on a lock whose policy has a revoke grace).
+	// RevokeGrace, when not 0, is how long after RevokeAt's start the
+	// server revokes the holder's session unless the hold ends first (an
+	// admin's request on a lock whose policy has a revoke grace), and
+	// RevokeAt when: the admin's request's time plus the grace (a server
+	// too old to say when the grace started: RequestedAt plus it). The
+	// leader counts the grace from when it applied that request and
+	// restarts it in full after a leader change, so the revocation comes
+	// no earlier, perhaps later.
 	RevokeGrace time.Duration
+	RevokeAt    time.Time
+}
+
+// revokeAt is when a grace given with its start (from, nil when the
+// server did not say) and the first request's time ends; zero without a
+// grace.
+func revokeAt(grace time.Duration, from *timestamppb.Timestamp, requested time.Time) time.Time {
+	switch {
+	case grace <= 0:
+		return time.Time{}
+	case from != nil:
+		return from.AsTime().Add(grace)
+	}
+	return requested.Add(grace)
 }
 
 // noticeRetry is the first wait before a failed subscription or watch is
@@ -88,6 +107,7 @@ type noticeHub struct {
 
 	mu      sync.Mutex
 	locks   map[string]map[noticeTarget]bool // by session id: the handles that want notices now
+	again   map[noticeTarget]bool            // handles that hold already: their pending requests are read again
 	fresh   chan struct{}                    // buffered 1: a lock was added or removed
 	stop    chan struct{}                    // closed by Client.Close
 	running bool
@@ -98,6 +118,7 @@ type noticeHub struct {
 func (h *noticeHub) init(c *Client) {
 	h.c = c
 	h.locks = map[string]map[noticeTarget]bool{}
+	h.again = map[noticeTarget]bool{}
 	h.fresh = make(chan struct{}, 1)
 	h.stop = make(chan struct{})
 }
@@ -133,10 +154,35 @@ func (h *noticeHub) add(l noticeTarget) {
 	h.wake()
 }
 
+// readAgain asks for l's pending requests again: l was added while it
+// already held (ReleaseRequested called after the grant), so a request
+// made before then went to no handle. The session subscribes again on its
+// stream (the server then sends its pending requests anew), or the watch
+// of l's names starts again (it reads them when it starts).
+func (h *noticeHub) readAgain(l noticeTarget) {
+	h.mu.Lock()
+	h.again[l] = true
+	h.mu.Unlock()
+	h.wake()
+}
+
+// takeAgain returns and forgets the handles readAgain named.
+func (h *noticeHub) takeAgain() []noticeTarget {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]noticeTarget, 0, len(h.again))
+	for l := range h.again {
+		out = append(out, l)
+	}
+	clear(h.again)
+	return out
+}
+
 // remove forgets l (its hold ended, or its acquire failed).
 func (h *noticeHub) remove(l noticeTarget) {
 	h.mu.Lock()
 	id := l.noticeSession().id
+	delete(h.again, l)
 	delete(h.locks[id], l)
 	if len(h.locks[id]) == 0 {
 		delete(h.locks, id)
@@ -165,6 +211,7 @@ func (h *noticeHub) deliver(n *lockdv1.ReleaseRequested) {
 	if n.GetRequestedAt() != nil {
 		r.RequestedAt = n.GetRequestedAt().AsTime()
 	}
+	r.RevokeAt = revokeAt(r.RevokeGrace, n.GetRevokeGraceFrom(), r.RequestedAt)
 	for _, l := range ls {
 		l.notify(r)
 	}
@@ -290,6 +337,9 @@ func (h *noticeHub) subscribe(ctx context.Context, st *wire.Stream, subscribed m
 		if s.ctx.Err() != nil {
 			delete(subscribed, s)
 		}
+	}
+	for _, l := range h.takeAgain() {
+		delete(subscribed, l.noticeSession()) // subscribing again re-sends
 	}
 	for _, s := range live {
 		if subscribed[s] {

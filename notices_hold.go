@@ -32,6 +32,7 @@ func (l *lock) releaseRequested() <-chan ReleaseRequest {
 		l.notes = make(chan ReleaseRequest, 1)
 		if l.h != nil || l.busy {
 			l.track()
+			l.s.c.notices.readAgain(l)
 		}
 	}
 	return l.notes
@@ -113,7 +114,9 @@ func (l *lock) noticeGranted() {
 // ReleaseRequested returns a channel that receives a ReleaseRequest when
 // someone asks one lock of the held set to let go (its Name and Token say
 // which), once per lock and hold (and once more when an admin's request
-// starts a revoke grace), as Mutex.ReleaseRequested.
+// starts a revoke grace), as Mutex.ReleaseRequested. The channel holds
+// one: a request for another lock of the set replaces one not read yet,
+// so read it as "the set was asked to let go", and release the set.
 func (m *MultiLock) ReleaseRequested() <-chan ReleaseRequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -121,6 +124,7 @@ func (m *MultiLock) ReleaseRequested() <-chan ReleaseRequest {
 		m.notes, m.noted = make(chan ReleaseRequest, 1), map[string]notedHold{}
 		if m.h != nil || m.busy {
 			m.track()
+			m.s.c.notices.readAgain(m)
 		}
 	}
 	return m.notes

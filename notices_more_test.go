@@ -31,10 +31,15 @@ func TestReleaseRequestedAgainWithGrace(t *testing.T) {
 	if err := c.SetLockPolicy(t.Context(), "graced", lockd.LockPolicy{RevokeGrace: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
+	adminAt := time.Now()
 	requestRelease(t, c, "graced", "admin") // authentication off: an admin's
 	r := nextNotice(t, ch)
 	if r.RevokeGrace != time.Minute || r.Token != m.Token() {
 		t.Fatalf("notice after the admin's request %+v, want a grace of 1m for token %d", r, m.Token())
+	}
+	// The grace counts from the admin's request, not from the first one.
+	if r.RevokeAt.Before(adminAt.Add(time.Minute)) || !r.RequestedAt.Before(adminAt) {
+		t.Fatalf("notice %+v: revoke at %v, want a minute after the admin's request (%v), and the first request's time", r, r.RevokeAt, adminAt)
 	}
 	requestRelease(t, c, "graced", "third")
 	select {
@@ -100,5 +105,7 @@ func TestReleaseRequestedCloseLeaksNothing(t *testing.T) {
 		goleak.IgnoreAnyFunction("net/http.(*http2serverConn).readFrames"),
 		goleak.IgnoreAnyFunction("net/http.(*http2ClientConn).readLoop"),
 		goleak.IgnoreAnyFunction("github.com/lockd-dev/lockd/internal/node.(*Node).untilClosed.func1"),
+		goleak.IgnoreAnyFunction("github.com/lockd-dev/lockd/internal/node.versionGate.probeVersions"),
+		goleak.IgnoreAnyFunction("github.com/lockd-dev/lockd/internal/node.versionGate.probeVersions.func1"),
 		goleak.IgnoreAnyFunction("github.com/lockd-dev/lockd/internal/node.versionGate.probeVersions.func2"))
 }

@@ -126,3 +126,37 @@ func TestReleaseRequestedSetsAndPermits(t *testing.T) {
 		}
 	}
 }
+
+// A request made before the holder asks for its channel reaches it: the
+// session is subscribed already (other locks of it asked first), so the
+// client must have the server send the session's pending requests again
+// (or, with the stream off, start the name's watch).
+func TestReleaseRequestedAskedBeforeChannel(t *testing.T) {
+	srv := lockdtest.New(t)
+	c := newClient(t, srv)
+	s := newSession(t, c, lockd.WithTTL(time.Minute))
+	ms := map[string]*lockd.Mutex{}
+	for _, name := range []string{"a-first", "b-second", "c-third"} {
+		ms[name] = s.NewMutex(name)
+		if err := ms[name].Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chA, chC := ms["a-first"].ReleaseRequested(), ms["c-third"].ReleaseRequested()
+	requestRelease(t, c, "a-first", "warm up") // the session is subscribed and delivering
+	if r := nextNotice(t, chA); r.Name != "a-first" {
+		t.Fatalf("notice %+v", r)
+	}
+	requestRelease(t, c, "b-second", "asked before anyone listened")
+	// The server sends a session's pending requests in name order, so once
+	// c-third's notice is here, b-second's came and found no channel.
+	requestRelease(t, c, "c-third", "marker")
+	if r := nextNotice(t, chC); r.Name != "c-third" {
+		t.Fatalf("notice %+v", r)
+	}
+	b := ms["b-second"]
+	r := nextNotice(t, b.ReleaseRequested())
+	if r.Name != "b-second" || r.Token != b.Token() || r.Reason != "asked before anyone listened" {
+		t.Fatalf("notice %+v, want the pending request of %q", r, "b-second")
+	}
+}

@@ -36,6 +36,14 @@ func (h *noticeHub) watchUnary(ctx context.Context, until <-chan time.Time) {
 				delete(watching, name)
 			}
 		}
+		for _, l := range h.takeAgain() { // a watch reads pending requests as it starts
+			for _, name := range l.noticeNames() {
+				if stop := watching[name]; stop != nil {
+					stop()
+					delete(watching, name)
+				}
+			}
+		}
 		for name := range names {
 			if watching[name] == nil {
 				wctx, stop := context.WithCancel(ctx)
@@ -104,7 +112,7 @@ func (h *noticeHub) pending(ctx context.Context, name string) bool {
 	for _, hd := range resp.Msg.GetLock().GetHolders() {
 		if hd.GetReleaseRequestedAt() != nil {
 			h.deliver(&lockdv1.ReleaseRequested{SessionId: hd.GetSessionId(), Name: name, Token: hd.GetToken(),
-				Reason: hd.GetReleaseReason(), RequestedAt: hd.GetReleaseRequestedAt(), RevokeGrace: hd.GetRevokeGrace()})
+				Reason: hd.GetReleaseReason(), RequestedAt: hd.GetReleaseRequestedAt(), RevokeGrace: hd.GetRevokeGrace(), RevokeGraceFrom: hd.GetRevokeGraceFrom()})
 		}
 	}
 	return true

@@ -66,7 +66,7 @@ func (c *RunCommand) releaseRequested(f *runFlags, proc *supervise.Process, r lo
 		what += ": " + r.Reason
 	}
 	if r.RevokeGrace > 0 {
-		what += fmt.Sprintf(" (the session is revoked at %s unless the lock is released)", r.RequestedAt.Add(r.RevokeGrace).Format(time.RFC3339))
+		what += fmt.Sprintf(" (the session is revoked at %s or later unless the lock is released)", r.RevokeAt.Format(time.RFC3339))
 	}
 	switch {
 	case f.onRevoke == onRevokeTerm && termSent:

@@ -73,7 +73,7 @@ func gateOf(ctx context.Context) *flushGate {
 }
 
 // queuedAnswer is an answer waiting to be written, with the pool slot it
-// holds until then (nil for a notice, notices.go).
+// holds until then (a notice: one of its stream's notice slots, notices.go; nil: none).
 type queuedAnswer struct {
 	resp  *lockdv1.StreamResponse
 	slots chan struct{}
@@ -163,7 +163,7 @@ func (sv *streamServer) writeQueued() {
 			sv.gate.letGo()
 		}
 		for _, a := range b {
-			if a.slots != nil { // nil: a notice, which holds no slot
+			if a.slots != nil { // nil: an answer that holds no slot
 				<-a.slots
 			}
 		}
