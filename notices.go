@@ -3,6 +3,7 @@ package lockd
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -256,8 +257,13 @@ func (h *noticeHub) names() map[string]bool {
 // server does not know it (a server older than the frame).
 func unknownFrame(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeInvalidArgument, connect.CodeUnimplemented:
+	case connect.CodeUnimplemented:
 		return true
+	case connect.CodeInvalidArgument:
+		// What a server without SubscribeNotices answers a frame it cannot
+		// read (it sees no body, or one it does not know); any other
+		// invalid argument is not an older server.
+		return strings.Contains(err.Error(), "stream request without a") // "body" or "known body"
 	}
 	return false
 }
@@ -276,6 +282,7 @@ func (h *noticeHub) run() {
 		}
 	})
 	var st *wire.Stream
+	var opened time.Time
 	subscribed := map[*Session]bool{}
 	attempt := 0
 	var retry backoff
@@ -285,6 +292,12 @@ func (h *noticeHub) run() {
 			return
 		}
 		if st == nil {
+			if !opened.IsZero() && time.Since(opened) < noticeRetry {
+				// The last stream died young: no tight loop of streams,
+				// each making the server send every pending request.
+				h.pause(ctx, nil, retry.wait())
+			}
+			opened = time.Now()
 			var err error
 			st, err = c.call.OpenStream(ctx, c.eps.At(attempt))
 			if errors.Is(err, wire.ErrNoStream) {
@@ -307,7 +320,7 @@ func (h *noticeHub) run() {
 		}
 		if failed {
 			attempt++
-		} else {
+		} else if time.Since(opened) >= noticeRetry {
 			retry.reset()
 		}
 		select {
