@@ -61,6 +61,24 @@ func TestCheckSetsClean(t *testing.T) {
 	}
 }
 
+// A round cut off by the end of the run (both asks out, the history ends
+// sooner after the second than a refusal is due) is not judged: no
+// violation, no round counted.
+func TestCheckSetsRoundCutByTheEnd(t *testing.T) {
+	p := newPlanted(t)
+	plantSetAndRound(p, []uint64{20, 21}, resDeadlock, 114)
+	p.pairOp(300, 310, "C", opAcquire, "qx", resOK, 50, "p6:1")
+	p.pairOp(300, 311, "D", opAcquire, "qy", resOK, 51, "p6:1")
+	p.ids++
+	p.at(320, Event{Kind: kindInvoke, Slot: "p6", Session: "C", Op: opAcquire, OpID: p.ids, Lock: "qy", Pair: "p6:1"})
+	p.ids++
+	p.at(375, Event{Kind: kindInvoke, Slot: "p6", Session: "D", Op: opAcquire, OpID: p.ids, Lock: "qx", Pair: "p6:1"})
+	r := p.check()
+	if len(r.Violations) != 0 || r.Cycles.Rounds != 1 {
+		t.Fatalf("violations %q, rounds %d; want none, 1 (the cut round not judged)", r.Violations, r.Cycles.Rounds)
+	}
+}
+
 // The checker catches a set granted piecemeal, a cycle left to wait until
 // the client gave up, and a refusal with no cycle.
 func TestCheckSetsPlanted(t *testing.T) {
