@@ -43,17 +43,11 @@ func worker(ctx context.Context, args []string) error {
 	if *eps == "" || *outPath == "" || *nlocks < 3 {
 		return errors.New("want --endpoints, --out and --locks >= 3")
 	}
-	f, err := os.Create(*outPath)
+	f, w, enc, cl, err := openRole(*eps, *outPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	cl, err := lockd.New(lockd.WithEndpoints(endpoints(*eps)...))
-	if err != nil {
-		return err
-	}
 	defer cl.Close(context.Background())
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	s, err := cl.NewSession(sctx, lockd.WithOwner(fmt.Sprintf("multilock-%d", *id)))
@@ -140,17 +134,11 @@ func watch(ctx context.Context, args []string) error {
 	if *eps == "" || *outPath == "" {
 		return errors.New("want --endpoints and --out")
 	}
-	f, err := os.Create(*outPath)
+	f, w, enc, cl, err := openRole(*eps, *outPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	cl, err := lockd.New(lockd.WithEndpoints(endpoints(*eps)...))
-	if err != nil {
-		return err
-	}
 	defer cl.Close(context.Background())
 
 	// stop: SIGTERM or --limit; then the marker, then wctx ends once its
@@ -249,4 +237,20 @@ func watch(ctx context.Context, args []string) error {
 		return err
 	}
 	return f.Sync()
+}
+
+// openRole creates a role's output file (buffered, JSON lines) and its
+// client of the endpoints eps.
+func openRole(eps, outPath string) (*os.File, *bufio.Writer, *json.Encoder, *lockd.Client, error) {
+	f, err := os.Create(outPath)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cl, err := lockd.New(lockd.WithEndpoints(endpoints(eps)...))
+	if err != nil {
+		f.Close()
+		return nil, nil, nil, nil, err
+	}
+	w := bufio.NewWriter(f)
+	return f, w, json.NewEncoder(w), cl, nil
 }
