@@ -103,7 +103,15 @@ func (c *Client) newEndpoint(url string) *wire.Node {
 	}
 	if c.cfg.stream {
 		ep.Svc2 = lockdv1connect.NewLockServiceClient(c.cfg.httpClient, url, c.clientOptions()...)
-		ep.Sessions = lockdv1connect.NewSessionServiceClient(wire.StreamHTTPClient(c.cfg.httpClient), url, c.clientOptions()...)
+		sessions := wire.StreamHTTPClient(c.cfg.httpClient)
+		if c.ownsHTTP {
+			// The stream on an upgraded HTTP/1.1 connection of its own,
+			// HTTP/2 where the server does not upgrade (wire/upgrade.go).
+			// A caller's own HTTP client may speak only HTTP/2, which
+			// cannot upgrade: its stream is an HTTP/2 stream.
+			sessions = wire.UpgradeHTTPClient(c.h1, sessions)
+		}
+		ep.Sessions = lockdv1connect.NewSessionServiceClient(sessions, url, c.clientOptions()...)
 	}
 	return ep
 }

@@ -131,35 +131,49 @@ func TestStreamBrokenMidAcquireKeepsOneGrant(t *testing.T) {
 	}
 }
 
-// A reverse proxy that speaks HTTP/1.1 only: the client cannot open a
-// stream through it and uses unary calls.
-func TestStreamFallsBackToUnaryBehindHTTP1Proxy(t *testing.T) {
-	srv := lockdtest.New(t)
-	u, err := url.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := httptest.NewServer(httputil.NewSingleHostReverseProxy(u))
-	t.Cleanup(proxy.Close)
-	c := newClient(t, srv, lockd.WithEndpoints(proxy.URL), lockd.WithStream(true))
-	s := newSession(t, c)
-	m := s.NewMutex("reports")
-	if err := m.Lock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unlock(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if n := frames(t, srv.URL(), "acquire") + frames(t, srv.URL(), "create_session"); n != 0 {
-		t.Errorf("%v frames through an HTTP/1.1 proxy", n)
-	}
-	if n := unaryCalls(t, srv.URL(), "Acquire"); n != 1 {
-		t.Errorf("%v unary acquires, want 1", n)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
+// A reverse proxy that speaks HTTP/1.1 only. One that passes upgrades
+// (httputil's does, as nginx does when told to) carries the stream on an
+// upgraded connection; behind one that drops them the client cannot open
+// a stream and uses unary calls.
+func TestStreamThroughHTTP1Proxy(t *testing.T) {
+	for _, passes := range []bool{true, false} {
+		t.Run(map[bool]string{true: "passes upgrades", false: "drops upgrades"}[passes], func(t *testing.T) {
+			srv := lockdtest.New(t)
+			u, err := url.Parse(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rp := httputil.NewSingleHostReverseProxy(u)
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !passes {
+					r.Header.Del("Upgrade")
+				}
+				rp.ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			c := newClient(t, srv, lockd.WithEndpoints(proxy.URL), lockd.WithStream(true))
+			s := newSession(t, c)
+			m := s.NewMutex("reports")
+			if err := m.Lock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Unlock(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			streamed := frames(t, srv.URL(), "acquire") + frames(t, srv.URL(), "create_session")
+			unary := unaryCalls(t, srv.URL(), "Acquire")
+			if passes && (streamed != 2 || unary != 0) {
+				t.Errorf("%v frames and %v unary acquires through a proxy that passes upgrades, want 2 and 0", streamed, unary)
+			}
+			if !passes && (streamed != 0 || unary != 1) {
+				t.Errorf("%v frames and %v unary acquires through a proxy that drops upgrades, want 0 and 1", streamed, unary)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			if err := s.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

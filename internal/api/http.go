@@ -49,7 +49,9 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	// sessions) to save a few KiB per client per round. A client may
 	// still send gzip.
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
-	handle(streamPath, streamHandler(coalesceFlushes(stream)))
+	// A stream may come as an HTTP/2 stream or on an upgraded HTTP/1.1
+	// connection of its own (upgrade.go).
+	handle(streamPath, UpgradeStreams(streamHandler(coalesceFlushes(stream))))
 	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), count))
 	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))

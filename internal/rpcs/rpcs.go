@@ -36,6 +36,12 @@ const (
 	Never
 )
 
+// StreamUpgrade is the HTTP/1.1 Upgrade token of a session stream served
+// on its own upgraded connection instead of an HTTP/2 stream: after "101
+// Switching Protocols" the connection carries the stream's Connect
+// envelopes both ways (docs/protocol.md).
+const StreamUpgrade = "lockd-stream"
+
 // Perm is the permission a call needs (the server maps it to its auth
 // file's grants).
 type Perm uint8

@@ -3,8 +3,8 @@
 // behind it: a StreamRequest in, its StreamResponse (same call_id) out.
 // bench/h2echo.sh runs it; see bench/README.md.
 //
-//	h2echo serve --impl nethttp|grpc --listen 127.0.0.1:PORT
-//	h2echo load  --addr 127.0.0.1:PORT --streams 16 --duration 10s
+//	h2echo serve --impl nethttp|nethttp-buf|grpc|upgrade|lean --listen 127.0.0.1:PORT
+//	h2echo load  --addr 127.0.0.1:PORT --streams 16 --duration 10s [--upgrade|--lean]
 //
 // serve answers SessionService.Stream over h2c with Connect's handler on
 // net/http's HTTP/2 server (nethttp, what lockd serves with) or with
@@ -13,17 +13,34 @@
 // same bytes on the wire for both servers; the request body read whole
 // envelopes at a time, as lockd's client does), one call in flight per stream
 // as lockd bench's workers have, and prints calls/s and its own CPU.
+//
+// upgrade is what lockd serves since: the same Connect handler behind
+// net/http, on a connection the client upgraded from HTTP/1.1
+// (api.UpgradeStreams, wire.UpgradeHTTPClient), so the envelopes travel
+// with no HTTP/2 framing; its load uses the Connect protocol as lockd's
+// client does.
+//
+// lean is the alternative to HTTP/2 measured beside them: the same
+// protobuf messages, each prefixed by its length as a uvarint, straight on
+// a TCP connection. Its server reads a frame and answers it on one
+// goroutine, writing the answer with one write; its client (load --lean)
+// writes a request from the calling goroutine and has a reader goroutine
+// hand each answer to its caller over a channel, the way a client with
+// several calls in flight on one connection must.
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,6 +49,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 
+	"github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -108,21 +126,30 @@ func serve(args []string) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	switch *impl {
-	case "nethttp", "nethttp-buf":
-		if *impl == "nethttp-buf" {
+	case "nethttp", "nethttp-buf", "upgrade":
+		if *impl != "nethttp" {
 			ln = bufListener{ln}
 		}
 		mux := http.NewServeMux()
 		mux.Handle(lockdv1connect.NewSessionServiceHandler(echo{}))
-		srv := &http.Server{Handler: mux, Protocols: new(http.Protocols)}
+		srv := &http.Server{Handler: api.UpgradeStreams(mux), Protocols: new(http.Protocols)}
 		srv.Protocols.SetUnencryptedHTTP2(true)
+		srv.Protocols.SetHTTP1(true)
 		return srv.Serve(ln)
 	case "grpc":
 		srv := grpc.NewServer()
 		srv.RegisterService(&grpcDesc, nil)
 		return srv.Serve(ln)
+	case "lean":
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			go leanServe(c)
+		}
 	}
-	return fmt.Errorf("--impl %q: want nethttp, nethttp-buf or grpc", *impl)
+	return fmt.Errorf("--impl %q: want nethttp, nethttp-buf, grpc, upgrade or lean", *impl)
 }
 
 // bufListener gives each connection a read buffer, as lockd's API
@@ -149,6 +176,8 @@ func load(args []string) error {
 	addr := fs.String("addr", "", "server address")
 	streams := fs.Int("streams", 16, "streams, each on its own connection")
 	duration := fs.Duration("duration", 10*time.Second, "how long")
+	lean := fs.Bool("lean", false, "speak the lean framing (serve --impl lean)")
+	upgrade := fs.Bool("upgrade", false, "the Connect protocol on upgraded HTTP/1.1 connections (serve --impl upgrade)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -161,10 +190,22 @@ func load(args []string) error {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	for range *streams {
+		if *lean {
+			wg.Go(func() {
+				if err := leanLoad(ctx, *addr, &calls); err != nil {
+					errs <- err
+				}
+			})
+			continue
+		}
 		tr := &http.Transport{Protocols: new(http.Protocols)}
 		tr.Protocols.SetUnencryptedHTTP2(true)
 		// The body read whole envelopes at a time, as lockd's client does.
 		cl := lockdv1connect.NewSessionServiceClient(wire.StreamHTTPClient(&http.Client{Transport: tr}), "http://"+*addr, connect.WithGRPC())
+		if *upgrade {
+			h1 := &http.Transport{}
+			cl = lockdv1connect.NewSessionServiceClient(wire.UpgradeHTTPClient(&http.Client{Transport: h1}, &http.Client{Transport: tr}), "http://"+*addr)
+		}
 		wg.Go(func() {
 			defer tr.CloseIdleConnections()
 			sctx, scancel := context.WithCancel(context.Background())
@@ -201,5 +242,99 @@ func load(args []string) error {
 	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
 	n := calls.Load()
 	fmt.Printf("{\"calls\": %d, \"calls_per_second\": %.1f, \"client_us_per_call\": %.1f}\n", n, float64(n)/secs, float64(cpu.Microseconds())/float64(n))
+	return nil
+}
+
+// leanServe answers a lean connection's frames until it ends.
+func leanServe(c net.Conn) {
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 4<<10)
+	var in, out []byte
+	for {
+		n, err := binary.ReadUvarint(r)
+		if err != nil || n > 64<<10 {
+			return
+		}
+		in = slices.Grow(in[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, in); err != nil {
+			return
+		}
+		req := new(lockdv1.StreamRequest)
+		if err := req.UnmarshalVT(in); err != nil {
+			return
+		}
+		out = leanAppend(out[:0], &lockdv1.StreamResponse{CallId: req.GetCallId()})
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// leanAppend appends m with its length prefix.
+func leanAppend(b []byte, m interface {
+	SizeVT() int
+	MarshalToSizedBufferVT([]byte) (int, error)
+}) []byte {
+	n := m.SizeVT()
+	b = binary.AppendUvarint(b, uint64(n))
+	start := len(b)
+	b = slices.Grow(b, n)[:start+n]
+	_, _ = m.MarshalToSizedBufferVT(b[start:])
+	return b
+}
+
+// leanLoad is one stream of load on its own lean connection.
+func leanLoad(ctx context.Context, addr string, calls *atomic.Int64) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	answers := make(chan *lockdv1.StreamResponse, 1)
+	readErr := make(chan error, 1)
+	go func() {
+		r := bufio.NewReaderSize(c, 4<<10)
+		var in []byte
+		for {
+			n, err := binary.ReadUvarint(r)
+			if err == nil && n > 64<<10 {
+				err = errors.New("frame too large")
+			}
+			if err == nil {
+				in = slices.Grow(in[:0], int(n))[:n]
+				_, err = io.ReadFull(r, in)
+			}
+			resp := new(lockdv1.StreamResponse)
+			if err == nil {
+				err = resp.UnmarshalVT(in)
+			}
+			if err != nil {
+				readErr <- err
+				return
+			}
+			answers <- resp
+		}
+	}()
+	var mu sync.Mutex
+	var out []byte
+	for id := uint64(1); ctx.Err() == nil; id++ {
+		mu.Lock()
+		out = leanAppend(out[:0], &lockdv1.StreamRequest{CallId: id, Body: &lockdv1.StreamRequest_Release{
+			Release: &lockdv1.ReleaseRequest{SessionId: "0123456789abcdef0123456789abcdef", Seq: id, Name: "bench/own/7", Token: id}}})
+		_, err := c.Write(out)
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case r := <-answers:
+			if r.GetCallId() != id {
+				return errors.New("answer to another call")
+			}
+		case err := <-readErr:
+			return err
+		}
+		calls.Add(1)
+	}
 	return nil
 }

@@ -1,0 +1,192 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/rpcs"
+	"github.com/lockd-dev/lockd/lockdtest"
+	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
+)
+
+// upgradeRequest is the HTTP/1.1 request that asks for a session stream on
+// its own connection (docs/protocol.md), with extra header lines.
+func upgradeRequest(host string, extra ...string) string {
+	return "POST " + lockdv1connect.SessionServiceStreamProcedure + " HTTP/1.1\r\n" +
+		"Host: " + host + "\r\n" +
+		"Content-Type: application/connect+proto\r\n" +
+		"Connect-Protocol-Version: 1\r\n" +
+		"Connection: Upgrade\r\n" +
+		"Upgrade: " + rpcs.StreamUpgrade + "\r\n" +
+		"Content-Length: 0\r\n" + strings.Join(extra, "") + "\r\n"
+}
+
+// dialUpgrade sends req to the node at u and returns the connection with
+// the response's status line and headers read.
+func dialUpgrade(t *testing.T, u, req string) (net.Conn, *bufio.Reader, *http.Response) {
+	t.Helper()
+	pu, err := url.Parse(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", pu.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, br, resp
+}
+
+// writeEnvelope writes m as one Connect envelope.
+func writeEnvelope(t *testing.T, w io.Writer, m proto.Message) {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prefix [5]byte
+	binary.BigEndian.PutUint32(prefix[1:], uint32(len(b)))
+	if _, err := w.Write(append(prefix[:], b...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readEnvelope reads one Connect envelope into a StreamResponse; a flag
+// other than 0 (the end of the stream) fails the test with its text.
+func readEnvelope(t *testing.T, r io.Reader) *lockdv1.StreamResponse {
+	t.Helper()
+	var prefix [5]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+	if _, err := io.ReadFull(r, b); err != nil {
+		t.Fatal(err)
+	}
+	if prefix[0] != 0 {
+		t.Fatalf("end of stream (flags %#x): %s", prefix[0], b)
+	}
+	m := new(lockdv1.StreamResponse)
+	if err := proto.Unmarshal(b, m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// The upgrade as written in docs/protocol.md, byte for byte from a raw TCP
+// connection: 101, the open frame, then frames both ways; the connection's
+// end ends the stream, not the session.
+func TestStreamUpgradeRawProtocol(t *testing.T) {
+	srv := lockdtest.New(t)
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	c, br, resp := dialUpgrade(t, srv.URL(), upgradeRequest(host))
+	if resp.StatusCode != http.StatusSwitchingProtocols || !strings.EqualFold(resp.Header.Get("Upgrade"), rpcs.StreamUpgrade) {
+		t.Fatalf("answer %s (Upgrade %q), want 101 %s", resp.Status, resp.Header.Get("Upgrade"), rpcs.StreamUpgrade)
+	}
+	if open := readEnvelope(t, br); open.GetCallId() != 0 || open.GetClusterId() == "" {
+		t.Fatalf("open frame %v", open)
+	}
+	// Two frames written at once are both answered.
+	writeEnvelope(t, c, &lockdv1.StreamRequest{CallId: 1, Body: &lockdv1.StreamRequest_CreateSession{
+		CreateSession: &lockdv1.CreateSessionRequest{Ttl: durationpb.New(10 * time.Second), RequestId: "upgrade-raw-1"}}})
+	writeEnvelope(t, c, &lockdv1.StreamRequest{CallId: 2, Body: &lockdv1.StreamRequest_KeepAlive{KeepAlive: &lockdv1.KeepAliveBatch{}}})
+	got := map[uint64]*lockdv1.StreamResponse{}
+	for range 2 {
+		r := readEnvelope(t, br)
+		got[r.GetCallId()] = r
+	}
+	sid := got[1].GetCreateSession().GetSessionId()
+	if sid == "" || got[2].GetError() == nil {
+		t.Fatalf("answers %v, want a session for call 1 and an invalid-argument error for the empty batch (call 2)", got)
+	}
+	c.Close()
+	// The session outlives its connection.
+	cl, err := lockd.New(lockd.WithEndpoints(srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close(context.Background())
+	ls, err := cl.Service().ListSessions(t.Context(), connect.NewRequest(&lockdv1.ListSessionsRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range ls.Msg.GetSessions() {
+		found = found || s.GetSessionId() == sid
+	}
+	if !found {
+		t.Fatalf("session %s gone after its stream's connection closed", sid)
+	}
+}
+
+// The guard judges the upgrade request before the connection is handed
+// over: a foreign Host (DNS rebinding) and a missing token are answered
+// over HTTP, with no 101.
+func TestStreamUpgradeRefusedBeforeHandover(t *testing.T) {
+	srv := lockdtest.New(t, lockdtest.WithAuthFile(writeAuthFile(t)))
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	for _, tc := range []struct {
+		name string
+		req  string
+		want int
+	}{
+		{"foreign host", upgradeRequest("evil.example:80", "Authorization: Bearer "+billingToken+"\r\n"), http.StatusForbidden},
+		{"no token", upgradeRequest(host), http.StatusOK}, // Connect's own error frame: checked below
+		{"a body", strings.Replace(upgradeRequest(host, "Authorization: Bearer "+billingToken+"\r\n"), "Content-Length: 0", "Content-Length: 1", 1) + "x", http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br, resp := dialUpgrade(t, srv.URL(), tc.req)
+			_ = c
+			if resp.StatusCode == http.StatusSwitchingProtocols && tc.want != http.StatusOK {
+				t.Fatalf("upgraded, want %d", tc.want)
+			}
+			if tc.want != http.StatusOK {
+				if resp.StatusCode != tc.want {
+					t.Fatalf("status %s, want %d", resp.Status, tc.want)
+				}
+				return
+			}
+			// Without a token the stream is upgraded (the guard lets the
+			// request through to the stream's handler, as over HTTP/2)
+			// and its first frame is the end of the stream with
+			// UNAUTHENTICATED.
+			if resp.StatusCode != http.StatusSwitchingProtocols {
+				t.Fatalf("status %s, want 101 then an error frame", resp.Status)
+			}
+			var prefix [5]byte
+			if _, err := io.ReadFull(br, prefix[:]); err != nil {
+				t.Fatal(err)
+			}
+			b := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+			if _, err := io.ReadFull(br, b); err != nil {
+				t.Fatal(err)
+			}
+			if prefix[0]&2 == 0 || !strings.Contains(string(b), "unauthenticated") {
+				t.Fatalf("first frame (flags %#x) %s, want the end of the stream with unauthenticated", prefix[0], b)
+			}
+		})
+	}
+}
