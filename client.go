@@ -63,6 +63,9 @@ func New(opts ...Option) (*Client, error) {
 	c.h1 = cfg.httpClient
 	if cfg.httpClient == nil {
 		h2, h1 := wire.NewTransports()
+		if cfg.dial != nil {
+			h1.DialContext, h2.DialContext = cfg.dial, cfg.dial
+		}
 		if cfg.tlsOn() {
 			// HTTP/1.1 stays HTTP/1.1 over TLS: the stream's transport
 			// is the one that speaks HTTP/2.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -240,5 +241,37 @@ func TestResetEndpointNotNamedNotAPI(t *testing.T) {
 	err = listLocks(ctx, c)
 	if err == nil || strings.Contains(err.Error(), "does not speak the lockd API") {
 		t.Fatalf("got %v, want a failure that does not name the endpoint as not the API", err)
+	}
+}
+
+// WithDialer opens every connection of the client's own transports: the
+// session stream's upgraded connection and the unary ones. A nil dialer
+// is refused.
+func TestWithDialer(t *testing.T) {
+	if _, err := lockd.New(lockd.WithDialer(nil)); !errors.Is(err, lockd.ErrInvalidArgument) {
+		t.Fatalf("New(WithDialer(nil)) = %v, want ErrInvalidArgument", err)
+	}
+	srv := lockdtest.New(t)
+	for _, stream := range []bool{true, false} {
+		var dials atomic.Int32
+		d := &net.Dialer{}
+		c := newClient(t, srv, lockd.WithStream(stream), lockd.WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return d.DialContext(ctx, network, addr)
+		}))
+		s, err := c.NewSession(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := s.NewMutex("dialer")
+		if err := m.Lock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if dials.Load() == 0 {
+			t.Errorf("stream %v: the dialer opened no connection", stream)
+		}
 	}
 }

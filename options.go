@@ -1,9 +1,11 @@
 package lockd
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -45,6 +47,7 @@ type config struct {
 	connectTimeout time.Duration // 0: none
 	logger         *slog.Logger
 	stream         bool   // session stream (WithStream)
+	dial           func(ctx context.Context, network, addr string) (net.Conn, error) // WithDialer
 	token          string // bearer token (WithToken); never logged
 }
 
@@ -89,6 +92,21 @@ func WithHTTPClient(hc *http.Client) Option {
 			return fmt.Errorf("%w: nil http client", ErrInvalidArgument)
 		}
 		c.httpClient = hc
+		return nil
+	}
+}
+
+// WithDialer sets how the Client's own transports open their TCP
+// connections (beneath TLS): through a proxy of your own, from a given
+// source address, or counting them. By default a net.Dialer's
+// DialContext. It has no effect with WithHTTPClient, whose transport
+// dials.
+func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
+	return func(c *config) error {
+		if dial == nil {
+			return fmt.Errorf("%w: nil dialer", ErrInvalidArgument)
+		}
+		c.dial = dial
 		return nil
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,12 +17,11 @@ import (
 // benchDriver runs loadgen workloads on lockd through the public client
 // API only, as an application would.
 //
-// Connections are counted by the dialer of each client's HTTP transport,
-// passed in with lockd.WithHTTPClient: the transport is built the way
-// lockd.New builds its default one (see benchTransport), so the count is
-// what a default client would open. The server exports no connection
-// counter, and sampling /proc/net/tcp would miss connections opened and
-// closed between two samples, which is the churn worth seeing.
+// Connections are counted by the dialer of each client (lockd.WithDialer
+// beneath the client's own transports, so the count is what a default
+// client opens). The server exports no connection counter, and sampling
+// /proc/net/tcp would miss connections opened and closed between two
+// samples, which is the churn worth seeing.
 type benchDriver struct {
 	endpoints []string
 	tls       *tls.Config // nil: plaintext
@@ -41,43 +39,21 @@ func (d *benchDriver) System() string { return "lockd" }
 // ConnsOpened returns the connections dialled by every client so far.
 func (d *benchDriver) ConnsOpened() int64 { return d.dials.Load() }
 
-// benchTransport is a copy of the transport lockd.New makes when it is not
-// given an HTTP client (stream.go, newTransports: with the session stream,
-// the h2c one that carries the stream and the unary calls beside it; with
-// LOCKD_STREAM=off (WithStream(false)), the HTTP/1.1 one with 256 idle connections per host,
-// as every queued Lock holds one), with a dialer that counts. Keep them in
-// step, or the counts describe another client than the one users run.
-func (d *benchDriver) benchTransport() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConnsPerHost = 256
-	if d.stream {
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetHTTP2(true)
-		tr.Protocols.SetUnencryptedHTTP2(true)
-		tr.HTTP2 = &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second}
-	} else if d.tls != nil {
-		// lockd.New's HTTP/1.1 transport stays HTTP/1.1 over TLS.
-		tr.Protocols = new(http.Protocols)
-		tr.Protocols.SetHTTP1(true)
-	}
-	if d.tls != nil {
-		tr.TLSClientConfig = d.tls.Clone()
-	}
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d.dials.Add(1)
-		return dialer.DialContext(ctx, network, addr)
-	}
-	return tr
-}
-
 func (d *benchDriver) newLockdClient() (*benchClient, error) {
-	hc := &http.Client{Transport: d.benchTransport()}
-	c, err := lockd.New(lockd.WithEndpoints(d.endpoints...), lockd.WithHTTPClient(hc), lockd.WithStream(d.stream))
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	opts := []lockd.Option{lockd.WithEndpoints(d.endpoints...), lockd.WithStream(d.stream),
+		lockd.WithDialer(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d.dials.Add(1)
+			return dialer.DialContext(ctx, network, addr)
+		})}
+	if d.tls != nil {
+		opts = append(opts, lockd.WithTLSConfig(d.tls))
+	}
+	c, err := lockd.New(opts...)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--endpoints: %w", err)}
 	}
-	return &benchClient{c: c, hc: hc}, nil
+	return &benchClient{c: c}, nil
 }
 
 // NewClient opens a client with its own transport and connections.
@@ -112,10 +88,9 @@ func (d *benchDriver) ErrorKind(err error) string {
 	return "other"
 }
 
-// benchClient is one worker's lockd.Client and its HTTP client.
+// benchClient is one worker's lockd.Client.
 type benchClient struct {
-	c  *lockd.Client
-	hc *http.Client
+	c *lockd.Client
 }
 
 // NewSession opens a session with the given TTL.
@@ -127,12 +102,9 @@ func (b *benchClient) NewSession(ctx context.Context, ttl time.Duration) (loadge
 	return benchSession{s}, nil
 }
 
-// Close closes the client and its sessions, then its idle connections,
-// which lockd.Client leaves to the owner of an HTTP client it was given.
+// Close closes the client, its sessions and its connections.
 func (b *benchClient) Close(ctx context.Context) error {
-	err := closeLockdClient(ctx, b.c)
-	b.hc.CloseIdleConnections()
-	return err
+	return closeLockdClient(ctx, b.c)
 }
 
 // closeLockdClient is the one call of lockd.Client.Close, whose signature
