@@ -67,10 +67,8 @@ func New(opts ...Option) (*Client, error) {
 			h1.DialContext, h2.DialContext = cfg.dial, cfg.dial
 		}
 		if cfg.tlsOn() {
-			// HTTP/1.1 stays HTTP/1.1 over TLS: the stream's transport
-			// is the one that speaks HTTP/2.
-			h1.Protocols = new(http.Protocols)
-			h1.Protocols.SetHTTP1(true)
+			// HTTP/1.1 stays HTTP/1.1 over TLS (wire.NewTransports):
+			// the stream's transport is the one that speaks HTTP/2.
 			cfg.setTLS(h1, []string{"http/1.1"})
 			cfg.setTLS(h2, []string{"h2"})
 		}

@@ -4,15 +4,19 @@ import (
 	"context"
 	"math"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
+	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
 
+	"github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/wire"
 )
 
@@ -104,3 +108,61 @@ func TestKeepAliveFramesFitServerLimit(t *testing.T) {
 
 // sessionEntry is what a session puts in a KeepAliveBatch frame.
 func sessionEntry(s *Session) (id, secret string) { return s.id, s.secret }
+
+// frozenAfterOpen serves the session stream upgraded, answers its opening
+// frame, then writes nothing more (no heartbeat): a fake of a node frozen
+// right after the stream opened (a real one cannot be frozen at this exact
+// point on demand).
+type frozenAfterOpen struct {
+	lockdv1connect.UnimplementedSessionServiceHandler
+	release chan struct{}
+}
+
+func (f frozenAfterOpen) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.StreamRequest, lockdv1.StreamResponse]) error {
+	if err := st.Send(&lockdv1.StreamResponse{ClusterId: "frozen"}); err != nil {
+		return err
+	}
+	select {
+	case <-f.release:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// A stream on an upgraded connection has no HTTP/2 pings: a node that
+// falls silent fails it after wire.SilenceLimit, so its calls are re-sent
+// instead of waiting out their timeouts.
+func TestUpgradedStreamFailsWhenNodeFallsSilent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := frozenAfterOpen{release: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle(lockdv1connect.NewSessionServiceHandler(f))
+	srv := &http.Server{Handler: api.UpgradeStreams(mux, new(api.Upgrades)), Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	go srv.Serve(ln)
+	defer srv.Close()
+	defer close(f.release)
+	c, err := New(WithEndpoints("http://"+ln.Addr().String()), WithStream(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ep := c.eps.All()[0]
+	start := time.Now()
+	if _, err := c.call.OpenStream(t.Context(), ep); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wire.SilenceLimit + 10*time.Second)
+	for ep.Stream.IsOpen() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream to a silent node is still open after %v", time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a real connection's end
+	}
+	if took := time.Since(start); took < wire.SilenceLimit {
+		t.Fatalf("the stream failed after %v, before the silence limit %v", took, wire.SilenceLimit)
+	}
+}

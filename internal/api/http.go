@@ -51,7 +51,7 @@ func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	streamPath, stream := lockdv1connect.NewSessionServiceHandler(&sessionAPI{&api{s}}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(math.MaxInt32))
 	// A stream may come as an HTTP/2 stream or on an upgraded HTTP/1.1
 	// connection of its own (upgrade.go).
-	handle(streamPath, UpgradeStreams(streamHandler(coalesceFlushes(stream))))
+	handle(streamPath, UpgradeStreams(streamHandler(coalesceFlushes(stream)), &s.upgrades))
 	handle(lockdv1connect.NewClusterServiceHandler(clusterAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), count))
 	watchPath, watch := lockdv1connect.NewWatchServiceHandler(watchAPI{s}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096))
 	handle(watchPath, streamHandler(watch))

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -59,6 +60,8 @@ type Server struct {
 	keepalive time.Duration // watchKeepalive; shorter in tests
 
 	guard *guard.Guard // authentication, authorization, limits, audit (internal/guard)
+
+	upgrades Upgrades // the streams on upgraded connections (upgrade.go)
 }
 
 // New builds the API of a node that is open but not started yet, and
@@ -79,6 +82,11 @@ func New(d Deps) *Server {
 func (s *Server) Start(g *guard.Guard, c Cluster, fwd *node.Forwarder) {
 	s.guard, s.cluster, s.fwd = g, c, fwd
 }
+
+// CloseUpgraded waits for the streams served on upgraded connections,
+// which the HTTP server's shutdown does not track, to end (they end once
+// the node stops), and past ctx closes their connections.
+func (s *Server) CloseUpgraded(ctx context.Context) { s.upgrades.Close(ctx) }
 
 // Errors is the API's error mapping (the guard answers with it too).
 func (s *Server) Errors() *Errors { return s.errs }

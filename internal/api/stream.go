@@ -99,6 +99,7 @@ type streamServer struct {
 
 	sendMu  sync.Mutex // held by the worker writing answers
 	sendErr error
+	wrote   atomic.Bool // an answer was written since the last heartbeat tick
 	queue   answerQueue
 	gate    *flushGate // nil: every answer flushed on its own
 
@@ -144,9 +145,22 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	}
 	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
 	go sv.work()
+	// On an upgraded connection no HTTP/2 ping tells the client this
+	// node is alive: a frame with call_id 0 and no body does, sent when
+	// nothing else was written for a heartbeat interval (upgrade.go).
+	var beat <-chan time.Time
+	if isUpgraded(ctx) {
+		t := time.NewTicker(HeartbeatEvery)
+		defer t.Stop()
+		beat = t.C
+	}
 	var rerr error
 	for ended := false; !ended; {
 		select {
+		case <-beat:
+			if !sv.wrote.Swap(false) {
+				sv.answer(&lockdv1.StreamResponse{}, nil)
+			}
 		case err := <-readErr:
 			if !errors.Is(err, io.EOF) {
 				rerr = err

@@ -162,6 +162,7 @@ func (sv *streamServer) writeQueued() {
 		if sv.gate != nil {
 			sv.gate.letGo()
 		}
+		sv.wrote.Store(true)
 		for _, a := range b {
 			if a.slots != nil { // nil: an answer that holds no slot
 				<-a.slots

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -24,19 +25,97 @@ import (
 // HTTP/2 server: its frames, and the hand-offs between its read loop, serve
 // loop and handler for every frame (bench/RESULTS.md, "The transport").
 
+// HeartbeatEvery is how often a stream on an upgraded connection that
+// wrote nothing since the last tick sends an empty frame (call_id 0, no
+// body), so that its client hears from a live node at least every two
+// intervals (internal/wire: SilenceLimit).
+const HeartbeatEvery = time.Second
+
+// upgradeWriteTimeout bounds one flush of an upgraded stream's answers:
+// a client that reads nothing for that long loses its stream (HTTP/2 had
+// its flow-control window and the server's Close to cut it).
+const upgradeWriteTimeout = 10 * time.Second
+
+// Upgrades tracks the connections being served upgraded, which http.Server
+// stops tracking once they are hijacked, so that the node's Close can wait
+// for them. The zero value is ready.
+type Upgrades struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// begin registers c; false once Close began (the upgrade is refused).
+func (u *Upgrades) begin(c net.Conn) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return false
+	}
+	if u.conns == nil {
+		u.conns = map[net.Conn]struct{}{}
+	}
+	u.conns[c] = struct{}{}
+	u.wg.Add(1)
+	return true
+}
+
+func (u *Upgrades) end(c net.Conn) {
+	u.mu.Lock()
+	delete(u.conns, c)
+	u.mu.Unlock()
+	u.wg.Done()
+}
+
+// Close refuses further upgrades and waits for the streams being served
+// to end (they end when the node stops, see Stream) until ctx ends; then
+// it closes their connections and waits for their handlers to return.
+func (u *Upgrades) Close(ctx context.Context) {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	ended := make(chan struct{})
+	go func() {
+		u.wg.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		return
+	case <-ctx.Done():
+	}
+	u.mu.Lock()
+	for c := range u.conns {
+		_ = c.Close()
+	}
+	u.mu.Unlock()
+	<-ended
+}
+
+// upgradedKey marks, in a stream's request context, a stream served on
+// an upgraded connection (Stream sends it heartbeats).
+type upgradedKey struct{}
+
+// isUpgraded reports whether the stream of ctx is on an upgraded
+// connection.
+func isUpgraded(ctx context.Context) bool { return ctx.Value(upgradedKey{}) != nil }
+
 // UpgradeStreams serves stream requests that ask for the upgrade on their
-// own connection and passes every other request to h.
-func UpgradeStreams(h http.Handler) http.Handler {
+// own connection, tracked by t, and passes every other request to h.
+func UpgradeStreams(h http.Handler, t *Upgrades) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 1 || !strings.EqualFold(r.Header.Get("Upgrade"), rpcs.StreamUpgrade) || !hasToken(r.Header, "Connection", "upgrade") {
 			h.ServeHTTP(w, r)
 			return
 		}
+		// What Connect would refuse with an HTTP status is refused here,
+		// before the upgrade, where a status can still be sent. The
+		// Connect protocol only: gRPC's status travels in HTTP/2
+		// trailers, which an upgraded connection has no place for.
 		ct := r.Header.Get("Content-Type")
-		if r.ContentLength != 0 || !strings.HasPrefix(ct, "application/connect+") {
-			// The Connect protocol only: gRPC's status travels in HTTP/2
-			// trailers, which an upgraded connection has no place for.
-			http.Error(w, "an upgrade request has no body and the content type application/connect+proto or +json", http.StatusBadRequest)
+		if r.Method != http.MethodPost || r.ContentLength != 0 || (ct != "application/connect+proto" && ct != "application/connect+json") {
+			http.Error(w, "a stream upgrade is a POST with no body and the content type application/connect+proto or application/connect+json", http.StatusBadRequest)
 			return
 		}
 		conn, brw, err := http.NewResponseController(w).Hijack()
@@ -45,18 +124,26 @@ func UpgradeStreams(h http.Handler) http.Handler {
 			return
 		}
 		defer conn.Close()
+		if !t.begin(conn) {
+			_, _ = brw.WriteString("HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+			_ = brw.Flush()
+			return
+		}
+		defer t.end(conn)
 		// The server's read and write timeouts are for requests; a stream
 		// lasts as long as its client keeps it.
 		_ = conn.SetDeadline(time.Time{})
 		// The head goes out at once (a client sends its first frame only
 		// after it), so it cannot wait for the handler's headers: the
 		// answers are never compressed (the client's offer is not passed
-		// on), and the content type is the request's.
+		// on), and the content type is the request's. Credentials are
+		// judged after it, by the stream's handler, as over HTTP/2: a
+		// refused caller gets the stream's end with the error.
 		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + rpcs.StreamUpgrade + "\r\nContent-Type: " + ct + "\r\n\r\n")
 		if brw.Flush() != nil {
 			return
 		}
-		in := r.Clone(r.Context()) // the caller found by the guard stays in it
+		in := r.Clone(context.WithValue(r.Context(), upgradedKey{}, true)) // the caller found by the guard stays in it
 		in.Proto, in.ProtoMajor, in.ProtoMinor = "HTTP/2.0", 2, 0
 		for _, k := range []string{"Upgrade", "Connection", "Connect-Accept-Encoding"} {
 			in.Header.Del(k)
@@ -129,6 +216,10 @@ func (u *upgradedWriter) FlushError() error {
 	if u.failed {
 		return net.ErrClosed
 	}
+	if u.w.Buffered() == 0 {
+		return nil
+	}
+	_ = u.conn.SetWriteDeadline(time.Now().Add(upgradeWriteTimeout))
 	return u.w.Flush()
 }
 

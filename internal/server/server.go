@@ -216,6 +216,7 @@ func (s *Server) Close() error {
 		defer cancel()
 		s.httpSrv.Shutdown(ctx)
 		s.httpSrv.Close()
+		s.api.CloseUpgraded(ctx)
 		s.wg.Wait()
 		s.closeErr = errors.Join(s.nd.Close(), s.guard.Close())
 		s.log.Info("lockd node stopped", "node_id", s.nodeID)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/rpcs"
 	"github.com/lockd-dev/lockd/lockdtest"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
@@ -121,6 +122,12 @@ func TestStreamUpgradeRawProtocol(t *testing.T) {
 	sid := got[1].GetCreateSession().GetSessionId()
 	if sid == "" || got[2].GetError() == nil {
 		t.Fatalf("answers %v, want a session for call 1 and an invalid-argument error for the empty batch (call 2)", got)
+	}
+	// Nothing more is asked: the node's heartbeat (an empty frame with
+	// call_id 0) comes within two intervals.
+	_ = c.SetReadDeadline(time.Now().Add(2*api.HeartbeatEvery + 5*time.Second))
+	if hb := readEnvelope(t, br); hb.GetCallId() != 0 || hb.GetBody() != nil {
+		t.Fatalf("frame %v, want a heartbeat (call_id 0, no body)", hb)
 	}
 	c.Close()
 	// The session outlives its connection.

@@ -46,6 +46,7 @@ func (c *Caller) dialStream(ctx context.Context, ep *Node) (s *Stream, unary boo
 	defer ocancel()
 	sctx, cancel := context.WithCancel(context.Background())
 	sctx, more := withMoreHint(sctx)
+	sctx, upgraded := withUpgradeMark(sctx)
 	st := ep.Sessions.Stream(sctx)
 	stop := context.AfterFunc(octx, cancel) // opening is bounded by octx
 	err = st.Send(nil)                      // sends the headers
@@ -77,6 +78,9 @@ func (c *Caller) dialStream(ctx context.Context, ep *Node) (s *Stream, unary boo
 	s = NewStream(ep.URL, &ep.Stream, st, cancel)
 	s.more = more
 	s.notice = c.OnNotice
+	if upgraded.Load() {
+		s.watchSilence() // no HTTP/2 pings on this connection
+	}
 	return s, false, nil
 }
 

@@ -70,6 +70,9 @@ type Stream struct {
 	acquires chan struct{} // Acquires in flight, at most maxStreamAcquires
 
 	notice func(*lockdv1.ReleaseRequested) // Caller.OnNotice; nil: notices dropped
+
+	heard  atomic.Int64 // MonoNow of the last frame read
+	silent *time.Timer  // on an upgraded connection: fails the stream when the node falls silent
 }
 
 // maxStreamAcquires bounds the Acquires one stream has in flight: half of
@@ -80,8 +83,38 @@ const maxStreamAcquires = 128
 // NewStream returns the stream st to url, open (its hello received), for
 // slot; cancel ends it.
 func NewStream(url string, slot *StreamSlot, st *connect.BidiStreamForClient[lockdv1.StreamRequest, lockdv1.StreamResponse], cancel context.CancelFunc) *Stream {
-	return &Stream{url: url, slot: slot, st: st, cancel: cancel, pending: map[uint64]chan *lockdv1.StreamResponse{}, done: make(chan struct{}),
+	s := &Stream{url: url, slot: slot, st: st, cancel: cancel, pending: map[uint64]chan *lockdv1.StreamResponse{}, done: make(chan struct{}),
 		acquires: make(chan struct{}, maxStreamAcquires)}
+	s.heard.Store(MonoNow())
+	return s
+}
+
+// SilenceLimit is how long a stream on an upgraded connection may go
+// without a frame before the client takes its node for frozen and fails
+// it (its calls are re-sent, elsewhere if need be). The node sends an
+// empty frame when it wrote nothing for a second (api.HeartbeatEvery),
+// so a live node is heard at least every two seconds; HTTP/2 pings (1 s
+// after the last frame, 1 s to answer) did this on HTTP/2 connections.
+const SilenceLimit = 3 * time.Second
+
+// watchSilence fails the stream once nothing was read from it for
+// SilenceLimit.
+func (s *Stream) watchSilence() {
+	s.silent = time.AfterFunc(SilenceLimit, s.checkSilence)
+}
+
+func (s *Stream) checkSilence() {
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	quiet := time.Duration(MonoNow() - s.heard.Load())
+	if quiet >= SilenceLimit {
+		s.Fail(fmt.Errorf("nothing heard from the node for %v: taken for frozen", quiet.Round(time.Millisecond)))
+		return
+	}
+	s.silent.Reset(SilenceLimit - quiet)
 }
 
 // Dialer opens a stream for Open: unary reports that the endpoint answered
@@ -159,6 +192,7 @@ func (s *Stream) read() {
 			s.Fail(err)
 			return
 		}
+		s.heard.Store(MonoNow())
 		if r.GetCallId() == 0 {
 			// A notice, after a SubscribeNotices (notices.go); no call
 			// waits for it.

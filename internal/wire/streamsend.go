@@ -67,6 +67,25 @@ func withMoreHint(ctx context.Context) (context.Context, *atomic.Int32) {
 	return context.WithValue(ctx, moreHintKey{}, h), h
 }
 
+// upgradedKey is the stream request's context key of the flag its
+// transport sets when the stream went on an upgraded connection
+// (upgrade.go).
+type upgradedKey struct{}
+
+// withUpgradeMark returns ctx carrying a new flag for the stream's
+// transport to set when it upgrades.
+func withUpgradeMark(ctx context.Context) (context.Context, *atomic.Bool) {
+	b := new(atomic.Bool)
+	return context.WithValue(ctx, upgradedKey{}, b), b
+}
+
+// markUpgraded sets the flag of a request's context, if it has one.
+func markUpgraded(ctx context.Context) {
+	if b, _ := ctx.Value(upgradedKey{}).(*atomic.Bool); b != nil {
+		b.Store(true)
+	}
+}
+
 // moreHintOf returns the moreHint of a request's context, or nil.
 func moreHintOf(ctx context.Context) *atomic.Int32 {
 	h, _ := ctx.Value(moreHintKey{}).(*atomic.Int32)

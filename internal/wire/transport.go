@@ -18,6 +18,10 @@ func NewTransports() (h2, h1 *http.Transport) {
 	h1 = http.DefaultTransport.(*http.Transport).Clone()
 	// Each queued Lock holds a connection for its long poll.
 	h1.MaxIdleConnsPerHost = 256
+	// HTTP/1.1 even over TLS (no h2 by ALPN): the session stream's
+	// upgrade (upgrade.go) needs it, and HTTP/2 is h2's.
+	h1.Protocols = new(http.Protocols)
+	h1.Protocols.SetHTTP1(true)
 	h2 = http.DefaultTransport.(*http.Transport).Clone()
 	h2.Protocols = new(http.Protocols)
 	h2.Protocols.SetHTTP2(true)

@@ -45,20 +45,36 @@ func (c upgradeClient) Do(req *http.Request) (*http.Response, error) {
 	up.Header.Set("Upgrade", rpcs.StreamUpgrade)
 	resp, err := c.h1.Do(up)
 	if err != nil {
-		return nil, err
+		if req.Context().Err() != nil {
+			return nil, err
+		}
+		// Not upgraded, for any reason (a kept-alive connection the
+		// server had closed: net/http does not resend a POST; a
+		// transport that will not send the header): the stream's body
+		// has not been read, so HTTP/2 can still carry it, and decides
+		// whether the endpoint has a stream at all.
+		return c.next.Do(req)
 	}
 	rwc, ok := resp.Body.(io.ReadWriteCloser)
-	if resp.StatusCode != http.StatusSwitchingProtocols || !ok {
+	if resp.StatusCode != http.StatusSwitchingProtocols || !ok || !strings.EqualFold(resp.Header.Get("Upgrade"), rpcs.StreamUpgrade) {
 		// Not upgraded: an older server, or a proxy. The stream's body
 		// has not been read, so HTTP/2 can still carry it.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		_ = resp.Body.Close()
 		return c.next.Do(req)
 	}
+	markUpgraded(req.Context())
 	resp.Header.Del("Connection")
 	resp.Header.Del("Upgrade")
-	// The connection is the stream's alone: it ends with the stream.
-	stop := context.AfterFunc(req.Context(), func() { _ = rwc.Close() })
+	// The connection is the stream's alone: it ends with the stream, and
+	// so does the copy of the request body below (connect-go leaves its
+	// request pipe open when the stream's context ends; closing the
+	// pipe's reader ends a read waiting on it).
+	end := func() {
+		_ = req.Body.Close()
+		_ = rwc.Close()
+	}
+	stop := context.AfterFunc(req.Context(), end)
 	body := &envelopeBody{r: req.Body, more: moreHintOf(req.Context())}
 	go func() {
 		// One write per envelope, or per batch of envelopes sent together
@@ -73,21 +89,23 @@ func (c upgradeClient) Do(req *http.Request) (*http.Response, error) {
 		Status: "200 OK", StatusCode: http.StatusOK,
 		Proto: "HTTP/2.0", ProtoMajor: 2, // a full-duplex stream, as HTTP/2's
 		Header:        resp.Header, // the stream's: Connect's content type and encodings
-		Body:          upgradedBody{rwc, stop},
+		Body:          upgradedBody{rwc, stop, end},
 		ContentLength: -1,
 		Request:       req,
 	}, nil
 }
 
 // upgradedBody is the stream's response body: the upgraded connection,
-// closed with it.
+// closed with it, and with it the copy of the request body.
 type upgradedBody struct {
 	io.ReadWriteCloser
 	stop func() bool
+	end  func()
 }
 
 // Close implements io.Closer.
 func (b upgradedBody) Close() error {
 	b.stop()
-	return b.ReadWriteCloser.Close()
+	b.end()
+	return nil
 }

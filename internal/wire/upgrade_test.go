@@ -58,7 +58,7 @@ func serveEcho(t *testing.T, upgrade bool) (url string, ended chan struct{}) {
 	mux.Handle(lockdv1connect.NewSessionServiceHandler(echoStream{ended: ended}))
 	var h http.Handler = mux
 	if upgrade {
-		h = api.UpgradeStreams(mux)
+		h = api.UpgradeStreams(mux, new(api.Upgrades))
 	}
 	srv := &http.Server{Handler: h, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)

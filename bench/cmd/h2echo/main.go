@@ -132,7 +132,7 @@ func serve(args []string) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle(lockdv1connect.NewSessionServiceHandler(echo{}))
-		srv := &http.Server{Handler: api.UpgradeStreams(mux), Protocols: new(http.Protocols)}
+		srv := &http.Server{Handler: api.UpgradeStreams(mux, new(api.Upgrades)), Protocols: new(http.Protocols)}
 		srv.Protocols.SetUnencryptedHTTP2(true)
 		srv.Protocols.SetHTTP1(true)
 		return srv.Serve(ln)
