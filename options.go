@@ -12,6 +12,7 @@ import (
 	"github.com/lockd-dev/lockd/internal/certs"
 	"github.com/lockd-dev/lockd/internal/endpoint"
 	"github.com/lockd-dev/lockd/internal/label"
+	"github.com/lockd-dev/lockd/internal/wire"
 )
 
 // DefaultEndpoint is the endpoint a Client uses when none is given: a
@@ -46,9 +47,9 @@ type config struct {
 	retryTimeout   time.Duration
 	connectTimeout time.Duration // 0: none
 	logger         *slog.Logger
-	stream         bool   // session stream (WithStream)
-	dial           func(ctx context.Context, network, addr string) (net.Conn, error) // WithDialer
-	token          string // bearer token (WithToken); never logged
+	stream         bool          // session stream (WithStream)
+	dial           wire.DialFunc // WithDialer; nil: a net.Dialer's
+	token          string        // bearer token (WithToken); never logged
 }
 
 // Option configures a Client in New.
