@@ -14,6 +14,7 @@
 #   bench/clientcpu.sh                        # this tree's client, 3 rounds of 10 s
 #   bench/clientcpu.sh --base 524aff0         # also an older commit's client
 #   ROUNDS=5 DURATION=20s bench/clientcpu.sh --base HEAD~3
+#   SERVER=new bench/clientcpu.sh --base 4ca00fb  # both clients against this tree's server
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -41,9 +42,10 @@ if [ -n "$base" ]; then
 fi
 clients="$clients redis"
 # The server of every lockd run: the base's when given, so that only the
-# client changes.
+# client changes; SERVER=new serves them all with this tree's (a client
+# change that needs a new server: the stream's upgrade).
 server="$work/new"
-[ -n "$base" ] && server="$work/old"
+[ -n "$base" ] && [ "${SERVER:-base}" = base ] && server="$work/old"
 
 port() { "$work/compare" ports 1; }
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }

@@ -21,8 +21,9 @@ import (
 
 // DefaultMaxConnsPerSource is the default cap of Listener (and of
 // --max-conns-per-source). A Go client
-// holds one or two connections to a node with the session stream (HTTP/2),
-// and in unary mode (HTTP/1.1) about one per call in flight; 512 leaves
+// holds one to three connections to a node with the session stream (its
+// upgraded connection, and HTTP/2 or HTTP/1.1 ones for the calls beside
+// it), and in unary mode (HTTP/1.1) about one per call in flight; 512 leaves
 // room for a few hundred client processes behind one NAT, or a unary
 // client with hundreds of calls in flight, while one address holds at
 // most 512 of the node's descriptors, a small share of any usual limit

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net/http"
@@ -89,16 +90,19 @@ func (c upgradeClient) Do(req *http.Request) (*http.Response, error) {
 		Status: "200 OK", StatusCode: http.StatusOK,
 		Proto: "HTTP/2.0", ProtoMajor: 2, // a full-duplex stream, as HTTP/2's
 		Header:        resp.Header, // the stream's: Connect's content type and encodings
-		Body:          upgradedBody{rwc, stop, end},
+		Body:          upgradedBody{bufio.NewReaderSize(rwc, 4<<10), stop, end},
 		ContentLength: -1,
 		Request:       req,
 	}, nil
 }
 
 // upgradedBody is the stream's response body: the upgraded connection,
+// read through a buffer (net/http's reads of an upgraded connection are
+// unbuffered once what came with the 101 is read, and Connect reads an
+// envelope's prefix and its message apart: two syscalls per answer),
 // closed with it, and with it the copy of the request body.
 type upgradedBody struct {
-	io.ReadWriteCloser
+	*bufio.Reader
 	stop func() bool
 	end  func()
 }
