@@ -3,6 +3,7 @@ package lockd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -54,6 +55,9 @@ func New(opts ...Option) (*Client, error) {
 	}
 	if err := cfg.checkTLS(); err != nil {
 		return nil, err
+	}
+	if cfg.dial != nil && cfg.httpClient != nil {
+		return nil, fmt.Errorf("%w: WithDialer and WithHTTPClient together: dial in the HTTP client's transport", ErrInvalidArgument)
 	}
 	if len(cfg.endpoints) == 0 {
 		cfg.endpoints = []string{DefaultEndpoint}

@@ -100,8 +100,8 @@ func WithHTTPClient(hc *http.Client) Option {
 // WithDialer sets how the Client's own transports open their TCP
 // connections (beneath TLS): through a proxy of your own, from a given
 // source address, or counting them. By default a net.Dialer's
-// DialContext. It has no effect with WithHTTPClient, whose transport
-// dials.
+// DialContext. With WithHTTPClient (whose transport dials) New refuses
+// it.
 func WithDialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) Option {
 	return func(c *config) error {
 		if dial == nil {

@@ -152,17 +152,24 @@ func TestUpgradedStreamFailsWhenNodeFallsSilent(t *testing.T) {
 	defer c.Close(context.Background())
 	ep := c.eps.All()[0]
 	start := time.Now()
-	if _, err := c.call.OpenStream(t.Context(), ep); err != nil {
+	st, err := c.call.OpenStream(t.Context(), ep)
+	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(wire.SilenceLimit + 10*time.Second)
-	for ep.Stream.IsOpen() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream to a silent node is still open after %v", time.Since(start))
-		}
-		time.Sleep(20 * time.Millisecond) // polling a real connection's end
+	// A call the frozen node never answers.
+	ctx, cancel := context.WithTimeout(t.Context(), wire.SilenceLimit+10*time.Second)
+	defer cancel()
+	_, err = st.Call(ctx, &lockdv1.StreamRequest{Body: &lockdv1.StreamRequest_Release{Release: &lockdv1.ReleaseRequest{SessionId: "s", Seq: 1, Name: "a"}}})
+	if err == nil || !strings.Contains(err.Error(), "taken for frozen") {
+		t.Fatalf("call on a silent node's stream: %v, want the stream failed as frozen", err)
 	}
 	if took := time.Since(start); took < wire.SilenceLimit {
 		t.Fatalf("the stream failed after %v, before the silence limit %v", took, wire.SilenceLimit)
+	}
+	// Fail lets the endpoint's slot go just after the calls fail.
+	for deadline := time.Now().Add(5 * time.Second); ep.Stream.IsOpen(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed stream is still the endpoint's")
+		}
 	}
 }

@@ -41,6 +41,9 @@ const streamInFlight = 256
 // maxRequestBytes: 1000 sessions with their secrets would not).
 const maxKeepAliveBatch = 1000
 
+// streamEpoch anchors the streams' monotonic write stamps.
+var streamEpoch = time.Now()
+
 // maxIdleWorkers bounds the workers of one stream kept waiting for its next
 // call (see streamServer.work).
 const maxIdleWorkers = 4
@@ -97,11 +100,11 @@ type streamServer struct {
 	stopped bool
 	calls   sync.WaitGroup
 
-	sendMu  sync.Mutex // held by the worker writing answers
-	sendErr error
-	wrote   atomic.Bool // an answer was written since the last heartbeat tick
-	queue   answerQueue
-	gate    *flushGate // nil: every answer flushed on its own
+	sendMu    sync.Mutex // held by the worker writing answers
+	sendErr   error
+	lastWrite atomic.Int64 // when answers were last written, in ns since streamEpoch
+	queue     answerQueue
+	gate      *flushGate // nil: every answer flushed on its own
 
 	notices noticeSink // the sessions whose release requests it delivers (notices.go)
 }
@@ -145,27 +148,27 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 	}
 	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
 	go sv.work()
-	// On an upgraded connection no HTTP/2 ping tells the client this
-	// node is alive: a frame with call_id 0 and no body does, sent when
-	// nothing else was written for a heartbeat interval (upgrade.go).
-	var beat <-chan time.Time
-	if isUpgraded(ctx) {
-		t := time.NewTicker(HeartbeatEvery)
-		defer t.Stop()
-		beat = t.C
+	upgraded := isUpgraded(ctx)
+	beats := make(chan struct{})
+	if upgraded {
+		go sv.heartbeats(beats)
+	} else {
+		close(beats)
 	}
 	var rerr error
 	for ended := false; !ended; {
 		select {
-		case <-beat:
-			if !sv.wrote.Swap(false) {
-				sv.answer(&lockdv1.StreamResponse{}, nil)
-			}
 		case err := <-readErr:
 			if !errors.Is(err, io.EOF) {
 				rerr = err
 			}
 			ended = true
+			if upgraded {
+				// The client never half-closes an upgraded connection:
+				// its end means the client is gone, so its parked calls
+				// are cancelled (HTTP/2 cancels them on RST_STREAM).
+				cancel()
+			}
 		case <-ctx.Done():
 			ended = true
 		case <-s.done:
@@ -184,6 +187,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		}
 	}
 	close(quit)
+	<-beats
 	sv.mu.Lock()
 	sv.stopped = true
 	sv.mu.Unlock()
@@ -199,6 +203,27 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		return rerr
 	}
 	return sv.sendErr
+}
+
+// heartbeats sends, on a stream of an upgraded connection, where no
+// HTTP/2 ping tells the client this node is alive, a frame with call_id 0
+// and no body whenever nothing was written for HeartbeatEvery (checked
+// every half interval, so a live node is heard every 1.5 intervals at
+// most); it returns when the stream ends (quit), closing done.
+func (sv *streamServer) heartbeats(done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(HeartbeatEvery / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if time.Duration(time.Since(streamEpoch).Nanoseconds()-sv.lastWrite.Load()) >= HeartbeatEvery {
+				sv.answer(&lockdv1.StreamResponse{}, nil)
+			}
+		case <-sv.quit:
+			return
+		}
+	}
 }
 
 // work reads a frame (once its pool has a slot: the reading stops while

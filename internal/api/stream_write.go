@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 )
@@ -162,7 +163,7 @@ func (sv *streamServer) writeQueued() {
 		if sv.gate != nil {
 			sv.gate.letGo()
 		}
-		sv.wrote.Store(true)
+		sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds())
 		for _, a := range b {
 			if a.slots != nil { // nil: an answer that holds no slot
 				<-a.slots

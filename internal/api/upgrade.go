@@ -19,16 +19,17 @@ import (
 // answers 101 Switching Protocols and the connection then carries the
 // stream's Connect envelopes both ways, exactly what the body of the
 // HTTP/2 stream would carry, with no HTTP/2 framing around them. The
-// request goes through every check an HTTP/2 stream's does (Host,
-// credentials, limits: the guard's middleware runs before this handler),
-// and the stream is served by the same handler. What it saves is net/http's
+// request goes through every check an HTTP/2 stream's does: the Host
+// check before the upgrade (the guard's middleware runs before this
+// handler), credentials and limits after it, by the same stream handler. What it saves is net/http's
 // HTTP/2 server: its frames, and the hand-offs between its read loop, serve
 // loop and handler for every frame (bench/RESULTS.md, "The transport").
 
-// HeartbeatEvery is how often a stream on an upgraded connection that
-// wrote nothing since the last tick sends an empty frame (call_id 0, no
-// body), so that its client hears from a live node at least every two
-// intervals (internal/wire: SilenceLimit).
+// HeartbeatEvery is how long a stream on an upgraded connection may write
+// nothing before it sends an empty frame (call_id 0, no body); checked
+// every half interval, so its client hears from a live node at least
+// every 1.5 s, well within its silence limit (internal/wire:
+// SilenceLimit, 3 s).
 const HeartbeatEvery = time.Second
 
 // upgradeWriteTimeout bounds one flush of an upgraded stream's answers:

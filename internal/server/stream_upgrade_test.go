@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd"
-	"github.com/lockd-dev/lockd/internal/api"
 	"github.com/lockd-dev/lockd/internal/rpcs"
+	"github.com/lockd-dev/lockd/internal/wire"
 	"github.com/lockd-dev/lockd/lockdtest"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -124,8 +124,9 @@ func TestStreamUpgradeRawProtocol(t *testing.T) {
 		t.Fatalf("answers %v, want a session for call 1 and an invalid-argument error for the empty batch (call 2)", got)
 	}
 	// Nothing more is asked: the node's heartbeat (an empty frame with
-	// call_id 0) comes within two intervals.
-	_ = c.SetReadDeadline(time.Now().Add(2*api.HeartbeatEvery + 5*time.Second))
+	// call_id 0) comes before the Go client would take the node for
+	// frozen.
+	_ = c.SetReadDeadline(time.Now().Add(wire.SilenceLimit)) // what the Go client allows a live node
 	if hb := readEnvelope(t, br); hb.GetCallId() != 0 || hb.GetBody() != nil {
 		t.Fatalf("frame %v, want a heartbeat (call_id 0, no body)", hb)
 	}
@@ -149,9 +150,10 @@ func TestStreamUpgradeRawProtocol(t *testing.T) {
 	}
 }
 
-// The guard judges the upgrade request before the connection is handed
-// over: a foreign Host (DNS rebinding) and a missing token are answered
-// over HTTP, with no 101.
+// The Host check and the request's form are judged before the connection
+// is handed over (an HTTP answer, no 101); credentials after it, by the
+// stream's handler, as over HTTP/2: a missing token gets the 101 and then
+// the end of the stream with UNAUTHENTICATED.
 func TestStreamUpgradeRefusedBeforeHandover(t *testing.T) {
 	srv := lockdtest.New(t, lockdtest.WithAuthFile(writeAuthFile(t)))
 	host := strings.TrimPrefix(srv.URL(), "http://")
@@ -163,6 +165,8 @@ func TestStreamUpgradeRefusedBeforeHandover(t *testing.T) {
 		{"foreign host", upgradeRequest("evil.example:80", "Authorization: Bearer "+billingToken+"\r\n"), http.StatusForbidden},
 		{"no token", upgradeRequest(host), http.StatusOK}, // Connect's own error frame: checked below
 		{"a body", strings.Replace(upgradeRequest(host, "Authorization: Bearer "+billingToken+"\r\n"), "Content-Length: 0", "Content-Length: 1", 1) + "x", http.StatusBadRequest},
+		{"GET", strings.Replace(upgradeRequest(host, "Authorization: Bearer "+billingToken+"\r\n"), "POST ", "GET ", 1), http.StatusBadRequest},
+		{"gRPC", strings.Replace(upgradeRequest(host, "Authorization: Bearer "+billingToken+"\r\n"), "application/connect+proto", "application/grpc", 1), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, br, resp := dialUpgrade(t, srv.URL(), tc.req)
@@ -195,5 +199,45 @@ func TestStreamUpgradeRefusedBeforeHandover(t *testing.T) {
 				t.Fatalf("first frame (flags %#x) %s, want the end of the stream with unauthenticated", prefix[0], b)
 			}
 		})
+	}
+}
+
+// A node's Close ends its upgraded streams, which net/http's shutdown does
+// not track, and returns.
+func TestStreamUpgradeEndsWithNodeClose(t *testing.T) {
+	srv := lockdtest.New(t)
+	host := strings.TrimPrefix(srv.URL(), "http://")
+	c, br, resp := dialUpgrade(t, srv.URL(), upgradeRequest(host))
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("answer %s, want 101", resp.Status)
+	}
+	readEnvelope(t, br) // the open frame
+	stopped := make(chan struct{})
+	go func() {
+		srv.Stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the node's Close did not return with an upgraded stream open")
+	}
+	// What is left to read ends: heartbeats, then the end of the stream
+	// or the connection's close.
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		var prefix [5]byte
+		if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the upgraded connection stayed open after the node closed")
+			}
+			return
+		}
+		if _, err := io.CopyN(io.Discard, br, int64(binary.BigEndian.Uint32(prefix[1:]))); err != nil {
+			return
+		}
+		if prefix[0]&2 != 0 {
+			return // the end of the stream
+		}
 	}
 }

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/lockd-dev/lockd"
@@ -603,5 +607,52 @@ func TestTLSCertificateIdentity(t *testing.T) {
 	// checks a given certificate), so no identity either way.
 	if err := acquire(p.tlsConfigFor(t, eveCrt, eveKey), "billing/x"); err == nil {
 		t.Error("a certificate named alice from another CA was served")
+	}
+}
+
+// The session stream's upgrade over TLS: a client offering ALPN http/1.1
+// with its certificate gets the 101 and the stream's open frame on the
+// same TLS connection.
+func TestTLSStreamUpgrade(t *testing.T) {
+	p := newTestPKI(t)
+	cfg := p.nodeConfig(t, "n1")
+	cfg.TLSClientAuth = "require"
+	n1 := startTLS(t, cfg)
+	waitLeaderOf(t, n1)
+	host := strings.TrimPrefix(n1.URL(), "https://")
+	crt, key := p.issue(t, certs.Client, "alice")
+	tc := p.tlsConfigFor(t, crt, key)
+	tc.NextProtos = []string{"http/1.1"}
+	tc.ServerName = "127.0.0.1"
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", host, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	req := "POST " + lockdv1connect.SessionServiceStreamProcedure + " HTTP/1.1\r\nHost: " + host +
+		"\r\nContent-Type: application/connect+proto\r\nConnect-Protocol-Version: 1\r\nConnection: Upgrade\r\nUpgrade: lockd-stream\r\nContent-Length: 0\r\n\r\n"
+	if _, err := conn.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("answer %s, want 101", resp.Status)
+	}
+	var prefix [5]byte
+	if _, err := io.ReadFull(br, prefix[:]); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+	if _, err := io.ReadFull(br, body); err != nil {
+		t.Fatal(err)
+	}
+	open := new(lockdv1.StreamResponse)
+	if prefix[0] != 0 || proto.Unmarshal(body, open) != nil || open.GetClusterId() == "" {
+		t.Fatalf("first frame (flags %#x) %q, want the open frame", prefix[0], body)
 	}
 }

@@ -100,21 +100,22 @@ const SilenceLimit = 3 * time.Second
 // watchSilence fails the stream once nothing was read from it for
 // SilenceLimit.
 func (s *Stream) watchSilence() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.silent = time.AfterFunc(SilenceLimit, s.checkSilence)
 }
 
 func (s *Stream) checkSilence() {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
 	quiet := time.Duration(MonoNow() - s.heard.Load())
 	if quiet >= SilenceLimit {
 		s.Fail(fmt.Errorf("nothing heard from the node for %v: taken for frozen", quiet.Round(time.Millisecond)))
 		return
 	}
-	s.silent.Reset(SilenceLimit - quiet)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.silent.Reset(SilenceLimit - quiet)
+	}
 }
 
 // Dialer opens a stream for Open: unary reports that the endpoint answered
@@ -219,6 +220,9 @@ func (s *Stream) Fail(cause error) {
 	if s.err == nil {
 		s.err = fmt.Errorf("%w: %s: %w", ErrStreamBroken, s.url, cause)
 		close(s.done)
+	}
+	if s.silent != nil {
+		s.silent.Stop()
 	}
 	s.mu.Unlock()
 	s.cancel()
