@@ -75,20 +75,27 @@ func writeEnvelope(t *testing.T, w io.Writer, m proto.Message) {
 	}
 }
 
+// readFrame reads one Connect envelope: its flags and its bytes.
+func readFrame(r io.Reader) (flags byte, b []byte, err error) {
+	var prefix [5]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return 0, nil, err
+	}
+	b = make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+	_, err = io.ReadFull(r, b)
+	return prefix[0], b, err
+}
+
 // readEnvelope reads one Connect envelope into a StreamResponse; a flag
 // other than 0 (the end of the stream) fails the test with its text.
 func readEnvelope(t *testing.T, r io.Reader) *lockdv1.StreamResponse {
 	t.Helper()
-	var prefix [5]byte
-	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+	flags, b, err := readFrame(r)
+	if err != nil {
 		t.Fatal(err)
 	}
-	b := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
-	if _, err := io.ReadFull(r, b); err != nil {
-		t.Fatal(err)
-	}
-	if prefix[0] != 0 {
-		t.Fatalf("end of stream (flags %#x): %s", prefix[0], b)
+	if flags != 0 {
+		t.Fatalf("end of stream (flags %#x): %s", flags, b)
 	}
 	m := new(lockdv1.StreamResponse)
 	if err := proto.Unmarshal(b, m); err != nil {
@@ -187,16 +194,12 @@ func TestStreamUpgradeRefusedBeforeHandover(t *testing.T) {
 			if resp.StatusCode != http.StatusSwitchingProtocols {
 				t.Fatalf("status %s, want 101 then an error frame", resp.Status)
 			}
-			var prefix [5]byte
-			if _, err := io.ReadFull(br, prefix[:]); err != nil {
+			flags, b, err := readFrame(br)
+			if err != nil {
 				t.Fatal(err)
 			}
-			b := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
-			if _, err := io.ReadFull(br, b); err != nil {
-				t.Fatal(err)
-			}
-			if prefix[0]&2 == 0 || !strings.Contains(string(b), "unauthenticated") {
-				t.Fatalf("first frame (flags %#x) %s, want the end of the stream with unauthenticated", prefix[0], b)
+			if flags&2 == 0 || !strings.Contains(string(b), "unauthenticated") {
+				t.Fatalf("first frame (flags %#x) %s, want the end of the stream with unauthenticated", flags, b)
 			}
 		})
 	}
@@ -226,18 +229,12 @@ func TestStreamUpgradeEndsWithNodeClose(t *testing.T) {
 	// or the connection's close.
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	for {
-		var prefix [5]byte
-		if _, err := io.ReadFull(br, prefix[:]); err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.Fatal("the upgraded connection stayed open after the node closed")
-			}
-			return
+		flags, _, err := readFrame(br)
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("the upgraded connection stayed open after the node closed")
 		}
-		if _, err := io.CopyN(io.Discard, br, int64(binary.BigEndian.Uint32(prefix[1:]))); err != nil {
-			return
-		}
-		if prefix[0]&2 != 0 {
-			return // the end of the stream
+		if err != nil || flags&2 != 0 {
+			return // the connection's close, or the end of the stream
 		}
 	}
 }

@@ -92,8 +92,9 @@ func NewStream(url string, slot *StreamSlot, st *connect.BidiStreamForClient[loc
 // SilenceLimit is how long a stream on an upgraded connection may go
 // without a frame before the client takes its node for frozen and fails
 // it (its calls are re-sent, elsewhere if need be). The node sends an
-// empty frame when it wrote nothing for a second (api.HeartbeatEvery),
-// so a live node is heard at least every two seconds; HTTP/2 pings (1 s
+// empty frame when it wrote nothing for a second (api.HeartbeatEvery,
+// checked every half second), so a live node is heard at least every
+// 1.5 s; HTTP/2 pings (1 s
 // after the last frame, 1 s to answer) did this on HTTP/2 connections.
 const SilenceLimit = 3 * time.Second
 
