@@ -147,6 +147,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		gate:       gateOf(ctx),
 	}
 	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
+	sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds()) // the open frame
 	go sv.work()
 	upgraded := isUpgraded(ctx)
 	beats := make(chan struct{})
