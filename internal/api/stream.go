@@ -102,7 +102,8 @@ type streamServer struct {
 
 	sendMu    sync.Mutex // held by the worker writing answers
 	sendErr   error
-	lastWrite atomic.Int64 // when answers were last written, in ns since streamEpoch
+	upgraded  bool         // on an upgraded connection: heartbeats (upgrade.go)
+	lastWrite atomic.Int64 // upgraded only: when answers were last written, in ns since streamEpoch
 	queue     answerQueue
 	gate      *flushGate // nil: every answer flushed on its own
 
@@ -147,9 +148,10 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		gate:       gateOf(ctx),
 	}
 	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
+	upgraded := isUpgraded(ctx)
+	sv.upgraded = upgraded
 	sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds()) // the open frame
 	go sv.work()
-	upgraded := isUpgraded(ctx)
 	beats := make(chan struct{})
 	if upgraded {
 		go sv.heartbeats(beats)

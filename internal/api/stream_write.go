@@ -163,7 +163,9 @@ func (sv *streamServer) writeQueued() {
 		if sv.gate != nil {
 			sv.gate.letGo()
 		}
-		sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds())
+		if sv.upgraded { // only the heartbeats read it
+			sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds())
+		}
 		for _, a := range b {
 			if a.slots != nil { // nil: an answer that holds no slot
 				<-a.slots
