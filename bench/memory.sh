@@ -102,6 +102,14 @@ serve() { # [BIN]
 # heap NAME [gc]: with gc, a collection first, so inuse is what is live now
 # (else it is as of the last collection).
 heap() { curl -fsS --max-time 60 -o "$PROFILES/$1.pb.gz" "http://127.0.0.1:$PPROF/debug/pprof/heap${2:+?gc=1}" || log "heap profile $1 failed"; }
+# memstats NAME: the Go runtime's view (heap in use, idle, released to the
+# OS, the next collection's goal) and the kernel's (anonymous and file-backed
+# resident memory), so RSS beyond the live heap can be placed.
+memstats() {
+	echo "--- $1: $(awk '$1 ~ /^Rss(Anon|File):$/ { printf "%s %d MiB  ", $1, ($2 + 512) / 1024 }' "/proc/$SERVER_PID/status")"
+	curl -fsS --max-time 60 "http://127.0.0.1:$PPROF/debug/pprof/heap?debug=1" 2>/dev/null |
+		awk '$1 == "#" && $2 ~ /^(HeapAlloc|HeapSys|HeapIdle|HeapInuse|HeapReleased|StackSys|MSpanSys|GCSys|OtherSys|Sys|NextGC|NumGC)$/ { printf "%s %s  ", $2, ($4 ~ /^[0-9]+$/ && $4 > 1048576) ? int($4 / 1048576) "Mi" : $4 } END { print "" }'
+}
 ptop() {
 	echo "--- heap profile $1 (inuse_space, top 12)"
 	go tool pprof -sample_index=inuse_space -top -nodecount=12 "$PROFILES/$1.pb.gz" 2>/dev/null | sed -n '/^Showing\|flat%/,$p' || true
@@ -122,10 +130,12 @@ while [ ! -e "$WORK/ready" ]; do
 done
 BUILD_SECONDS=$(elapsed "$t0")
 PEAK=$(mib VmHWM) AT_BUILT=$(mib VmRSS)
+BUILD_CPU=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$SERVER_PID/stat")
 heap built
 log "built in $BUILD_SECONDS s; waiting $STEADY s"
 sleep "$STEADY"
 STEADY_RSS=$(mib VmRSS)
+STEADY_STATS=$(memstats steady)
 heap steady gc
 SNAPS=$(grep -c "snapshot taken by log size" "$WORK/serve.log" || true)
 
@@ -139,7 +149,7 @@ heap restart gc
 RESTART_STEADY=$(mib VmRSS) RESTART_PEAK=$(mib VmHWM)
 
 echo "locks: $((SESSIONS * LOCKS)) ($SESSIONS sessions × $LOCKS), built in $BUILD_SECONDS s; serve flags: ${SERVE_FLAGS[*]:-(none)}; GOGC=${GOGC:-} GOMEMLIMIT=${GOMEMLIMIT:-}"
-echo "build: peak RSS $PEAK MiB (VmHWM), RSS when built $AT_BUILT MiB, after ${STEADY} s $STEADY_RSS MiB; snapshots by log size: $SNAPS"
+echo "build: peak RSS $PEAK MiB (VmHWM), RSS when built $AT_BUILT MiB, after ${STEADY} s $STEADY_RSS MiB; snapshots by log size: $SNAPS; server CPU until built $BUILD_CPU s"
 echo "restart: ready in $RESTART s (server CPU $RESTART_CPU s), RSS then $RESTART_RSS MiB, after ${STEADY} s $RESTART_STEADY MiB (VmHWM $RESTART_PEAK MiB)"
 if [ ${#RESTART_WITH[@]} -gt 0 ]; then
 	for round in $(seq "$ROUNDS"); do
@@ -150,6 +160,7 @@ if [ ${#RESTART_WITH[@]} -gt 0 ]; then
 		done
 	done
 fi
+echo "$STEADY_STATS"
 for p in built steady restart; do [ ! -s "$PROFILES/$p.pb.gz" ] || ptop "$p"; done
 cp "$WORK/serve.log" "$PROFILES/serve.log"
 echo "profiles and the server's log in $PROFILES"

@@ -96,6 +96,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxConnsPerSource, "max-conns-per-source", cfg.MaxConnsPerSource, "concurrent API connections per source IP address; a new one over it is closed at once (other members are not capped; -1: no cap)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
+	headroom := fs.Int("heap-headroom-mib", 128, "least room, in MiB, the Go heap may grow past what is live before it is collected (at least a quarter of the live heap); 0, or GOGC or GOMEMLIMIT in the environment: Go's default (twice the live heap)")
 	pprofListen := fs.String("pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this loopback address, apart from the API (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -125,6 +126,12 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		if err := checkPprofAddr(*pprofListen); err != nil {
 			return usageError{err}
 		}
+	}
+	if *headroom < 0 {
+		return usageError{fmt.Errorf("--heap-headroom-mib %d: want 0 (off) or more", *headroom)}
+	}
+	if stop := startHeapCap(*headroom, logger); stop != nil {
+		defer stop()
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(cfg, server.WithLogger(logger), server.WithRegistry(reg), server.WithVersion(version))

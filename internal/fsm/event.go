@@ -108,7 +108,7 @@ func (f *FSM) Holding(prefix string, fn func([]Event)) {
 		}
 		for _, h := range l.holders {
 			evs = append(evs, Event{Kind: EventHeld, Name: l.name, Session: h.session, Owner: f.ownerOf(h.session),
-				Token: h.token, Mode: h.mode, Limit: l.limit, Value: h.value})
+				Token: h.token, Mode: h.mode, Limit: l.limit, Value: valueBytes(h.value)})
 		}
 		return true
 	})

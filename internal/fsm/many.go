@@ -212,7 +212,7 @@ func (f *FSM) applyAcquireMany(c *fsmv1.AcquireMany) *Result {
 			if f.locks[l.name] == nil {
 				f.addLock(l)
 			}
-			h := f.grant(l, s, ls[i].Mode, c.Seq, c.Value, c.TimeUnixNano, budget)
+			h := f.grant(l, s, ls[i].Mode, c.Seq, string(c.Value), c.TimeUnixNano, budget)
 			res.Tokens = append(res.Tokens, h.token)
 		}
 		res.Token = res.Tokens[0]
@@ -242,7 +242,7 @@ func (f *FSM) applyAcquireMany(c *fsmv1.AcquireMany) *Result {
 		if f.locks[l.name] == nil {
 			f.addLock(l)
 		}
-		w := &wait{session: s.id, mode: ls[i].Mode, seq: c.Seq, value: c.Value, queued: c.TimeUnixNano, maxHoldMs: budget, group: g}
+		w := &wait{session: s.id, mode: ls[i].Mode, seq: c.Seq, value: string(c.Value), queued: c.TimeUnixNano, maxHoldMs: budget, group: g}
 		g.names, g.waits = append(g.names, l.name), append(g.waits, w)
 		l.queue = append(l.queue, w)
 		s.waits[l.name] = w

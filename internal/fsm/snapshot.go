@@ -387,7 +387,7 @@ func decodeLock(pl *fsmv1.Lock, sessions map[string]*session, tokens map[uint64]
 		if checkHoldMs("", pw.MaxHoldMs) != nil {
 			return nil, fmt.Errorf("snapshot: lock %q: waiter %q: %w", pl.Name, pw.SessionId, errBadBudget)
 		}
-		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: pw.Value, queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs, setSize: pw.SetSize}
+		w := &wait{session: s.id, mode: pw.Mode, seq: pw.Seq, value: string(pw.Value), queued: pw.QueuedUnixNano, maxHoldMs: pw.MaxHoldMs, setSize: pw.SetSize}
 		l.queue = append(l.queue, w)
 		s.waits[l.name] = w
 	}
@@ -439,7 +439,7 @@ func (l *lock) decodeHolders(pl *fsmv1.Lock, sessions map[string]*session, token
 		tokens[ph.Token] = true
 		// The session's own id string, not the decoded copy: a million
 		// holds then keep 64 strings alive, not a million.
-		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: ph.Value, granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
+		h := &hold{session: s.id, mode: ph.Mode, token: ph.Token, seq: ph.Seq, value: string(ph.Value), granted: ph.GrantedUnixNano, maxHoldMs: ph.MaxHoldMs}
 		if ph.Asked {
 			h.ask = &holdAsk{at: ph.AskedUnixNano, reason: ph.AskedReason, graceMs: ph.RevokeGraceMs, graceAt: ph.GraceUnixNano}
 		}

@@ -125,7 +125,7 @@ func (p *lockMsgPool) fill(pl *fsmv1.Lock, l *lock) {
 			ph = p.holds[i]
 			ph.Reset()
 		}
-		ph.SessionId, ph.Mode, ph.Token, ph.Seq, ph.Value, ph.GrantedUnixNano, ph.MaxHoldMs = h.session, h.mode, h.token, h.seq, h.value, h.granted, h.maxHoldMs
+		ph.SessionId, ph.Mode, ph.Token, ph.Seq, ph.Value, ph.GrantedUnixNano, ph.MaxHoldMs = h.session, h.mode, h.token, h.seq, valueBytes(h.value), h.granted, h.maxHoldMs
 		if a := h.ask; a != nil {
 			ph.Asked, ph.AskedUnixNano, ph.AskedReason, ph.RevokeGraceMs, ph.GraceUnixNano = true, a.at, a.reason, a.graceMs, a.graceAt
 		}
@@ -142,7 +142,7 @@ func (p *lockMsgPool) fill(pl *fsmv1.Lock, l *lock) {
 			pw = p.waits[i]
 			pw.Reset()
 		}
-		pw.SessionId, pw.Mode, pw.Seq, pw.Value, pw.QueuedUnixNano, pw.MaxHoldMs, pw.SetSize = w.session, w.mode, w.seq, w.value, w.queued, w.maxHoldMs, setSize(w)
+		pw.SessionId, pw.Mode, pw.Seq, pw.Value, pw.QueuedUnixNano, pw.MaxHoldMs, pw.SetSize = w.session, w.mode, w.seq, valueBytes(w.value), w.queued, w.maxHoldMs, setSize(w)
 		queue = append(queue, pw)
 	}
 	if p.reuse {

@@ -12,6 +12,15 @@ func setValueFingerprint(c *fsmv1.SetValue) fingerprint {
 	return fingerprintOf(byte(CmdSetValue), c.Name, c.Token, h.Sum64())
 }
 
+// valueBytes is a hold's or wait's value as the []byte messages and events
+// carry: nil when empty, else a copy.
+func valueBytes(v string) []byte {
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
+}
+
 // applySetValue replaces the value of a hold of the session (named by its
 // token) without releasing it: an election leader's Proclaim. Like every
 // session request it is answered once per seq (a repeat gets the first
@@ -29,7 +38,7 @@ func (f *FSM) applySetValue(c *fsmv1.SetValue) *Result {
 	if h == nil || h.token != c.Token {
 		return f.remember(s, c.Seq, fp, fail(CodeNotHeld, "lock %q is not held with token %d by this session", c.Name, c.Token))
 	}
-	h.value = c.Value
+	h.value = string(c.Value)
 	f.event(EventValueChanged, f.locks[c.Name], s.id, h.token, h.mode, c.Value)
 	return f.remember(s, c.Seq, fp, &Result{})
 }

@@ -73,7 +73,7 @@ type LockInfo struct {
 func (f *FSM) holderInfos(l *lock) []HolderInfo {
 	out := make([]HolderInfo, len(l.holders))
 	for i, h := range l.holders {
-		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: h.value, GrantedAt: time.Unix(0, h.granted), MaxHold: ms(h.maxHoldMs)}
+		out[i] = HolderInfo{Session: h.session, Owner: f.ownerOf(h.session), Mode: h.mode, Token: h.token, Seq: h.seq, Value: valueBytes(h.value), GrantedAt: time.Unix(0, h.granted), MaxHold: ms(h.maxHoldMs)}
 		if a := h.ask; a != nil {
 			out[i].ReleaseRequestedAt, out[i].ReleaseReason, out[i].RevokeGrace = time.Unix(0, a.at), a.reason, ms(a.graceMs)
 			if a.graceMs > 0 {
