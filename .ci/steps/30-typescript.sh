@@ -21,6 +21,9 @@ go build -o "$bin/lockd" ./cmd/lockd
 export LOCKD_BIN="$bin/lockd"
 cd clients/typescript
 npm ci --no-audit --no-fund
+# The committed generated code must be that of the .proto files.
+npm run generate >/dev/null
+git diff --exit-code --stat -- src/gen || { echo "30-typescript: src/gen differs from the .proto files: run npm run generate in clients/typescript and commit it" >&2; exit 1; }
 npm test
 bash scripts/pack-check.sh
 # The conformance suite (conformance/) with the TypeScript driver: every

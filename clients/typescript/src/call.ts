@@ -4,7 +4,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { StreamRequestSchema } from "./gen/lockd/v1/lockd_pb.js";
 import type { Client, Endpoint } from "./client.js";
 
-export type Body = Exclude<NonNullable<MessageInitShape<typeof StreamRequestSchema>["body"]>, { case: undefined } | { case: "keepAlive" }>;
+export type Body = Exclude<NonNullable<MessageInitShape<typeof StreamRequestSchema>["body"]>, { case: undefined } | { case: "keepAlive" } | { case: "subscribeNotices" }>;
 
 /** send makes one attempt of a session-scoped call on ep and returns the answer's message. */
 export async function send(c: Client, ep: Endpoint, signal: AbortSignal, body: Body): Promise<any> {

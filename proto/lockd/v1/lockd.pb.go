@@ -3683,7 +3683,11 @@ func (*StreamRequest_CloseSession) isStreamRequest_Body() {}
 
 func (*StreamRequest_SubscribeNotices) isStreamRequest_Body() {}
 
-// StreamResponse answers the StreamRequest with the same call_id.
+// StreamResponse answers the StreamRequest with the same call_id. Frames
+// with call_id 0 answer no request: the opening frame (no body), notices
+// (release_requested), and, on a stream carried by an upgraded HTTP/1.1
+// connection, heartbeats (no body) the server sends when it wrote nothing
+// for a second (docs/protocol.md, section 7).
 type StreamResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	CallId uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
