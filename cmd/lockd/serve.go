@@ -96,7 +96,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxConnsPerSource, "max-conns-per-source", cfg.MaxConnsPerSource, "concurrent API connections per source IP address; a new one over it is closed at once (other members are not capped; -1: no cap)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
-	headroom := fs.Int("heap-headroom-mib", 128, "least room, in MiB, the Go heap may grow past what is live before it is collected (at least a quarter of the live heap); 0, or GOGC or GOMEMLIMIT in the environment: Go's default (twice the live heap)")
+	headroom := fs.Int("heap-headroom-mib", 128, "least room, in MiB, the Go heap may grow past what is live before it is collected (at least a quarter of the live heap); 0: off, Go's default (twice the live heap); off too when GOGC or GOMEMLIMIT is set in the environment, which then rule")
 	pprofListen := fs.String("pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this loopback address, apart from the API (default: off)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err}
@@ -127,8 +127,8 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return usageError{err}
 		}
 	}
-	if *headroom < 0 {
-		return usageError{fmt.Errorf("--heap-headroom-mib %d: want 0 (off) or more", *headroom)}
+	if *headroom < 0 || *headroom > 1<<20 {
+		return usageError{fmt.Errorf("--heap-headroom-mib %d: want 0 (off) to 1048576 (1 TiB)", *headroom)}
 	}
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(cfg, server.WithLogger(logger), server.WithRegistry(reg), server.WithVersion(version))

@@ -11,11 +11,13 @@ import (
 	"testing"
 )
 
-func TestServeRefusesNegativeHeapHeadroom(t *testing.T) {
-	err := (&ServeCommand{Stderr: io.Discard}).Run(context.Background(), []string{"--data-dir", t.TempDir(), "--heap-headroom-mib", "-1"})
-	var ue usageError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--heap-headroom-mib -1") {
-		t.Fatalf("got %v, want a usage error naming --heap-headroom-mib -1", err)
+func TestServeRefusesBadHeapHeadroom(t *testing.T) {
+	for _, v := range []string{"-1", "1048577", "17592186044416"} {
+		err := (&ServeCommand{Stderr: io.Discard}).Run(context.Background(), []string{"--data-dir", t.TempDir(), "--heap-headroom-mib", v})
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--heap-headroom-mib "+v) {
+			t.Fatalf("%s: got %v, want a usage error naming --heap-headroom-mib %s", v, err, v)
+		}
 	}
 }
 

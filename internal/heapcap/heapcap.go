@@ -10,14 +10,21 @@
 // lives for as long as the locks are held, so at 1 000 000 locks (about
 // 360 MB live) the process stayed at 700–850 MiB.
 //
-// After each collection, Cap sets the runtime's soft memory limit
+// After collections, Cap sets the runtime's soft memory limit
 // (debug.SetMemoryLimit) to what is live plus the headroom (the larger of
-// its floor and a quarter of the live heap) plus the runtime's own
-// memory (stacks, collector metadata). Below about four times the floor
-// of live heap, Go's own goal (twice the live heap) is the lower one and
-// nothing changes: small tables pay no extra collections. Above it, the
-// heap collects when it has grown by the headroom, and the runtime
-// returns what lies above the limit to the operating system.
+// its floor and a quarter of the live heap) plus the rest of the memory
+// the runtime counts against the limit: its own (stacks, collector
+// metadata) and the unused room in the heap's spans. Below a live heap
+// the size of the floor, Go's own goal (twice the live heap) is the lower
+// one and nothing changes: small tables pay no extra collections. Above
+// it, the heap collects when it has grown by the headroom, and the
+// runtime returns what lies above the limit to the operating system.
+//
+// The update runs in a cleanup (runtime.AddCleanup) of an object freed by
+// the collection, so it comes after the collection once the cleanup
+// goroutine gets the CPU, usually before the next one: while the heap
+// grows fast it may skip collections, and the limit then lags the live
+// heap, which only makes the runtime collect sooner until it catches up.
 //
 // A soft limit never fails an allocation: past it the runtime collects
 // more often, using at most about half of the CPU for it, and then lets
@@ -122,18 +129,31 @@ func (c *Cap) update() {
 	}
 }
 
+// maxLimit bounds Limit (and every sum in it): far above any machine's
+// memory, far below overflow.
+const maxLimit = 1 << 62
+
 // Limit is the soft limit for a live heap of live bytes with the given
-// headroom floor: live + max(floor, live/4) + the runtime's memory beside
-// the heap (total, less the heap's released, object, unused and free
-// classes).
+// headroom floor: live + max(floor, live/4) + the other memory the runtime
+// counts against its limit. That is everything mapped and not released
+// except heap objects and free heap pages (runtime.memoryLimitHeapGoal):
+// the runtime's own memory, and the unused room in spans that hold
+// objects, which a table whose locks were partly released can hold a lot
+// of. Counting that room as headroom instead would leave a limit below
+// what the process uses after every collection: a collector running
+// without pause.
 func Limit(floor, live, total, released, objects, unused, free uint64) int64 {
+	_ = unused // part of other: total less what is named here
 	other := uint64(0)
-	if heap := released + objects + unused + free; total > heap {
+	if heap := released + objects + free; total > heap {
 		other = total - heap
 	}
-	limit := live + max(floor, live/4) + other
-	if limit > 1<<62 {
-		limit = 1 << 62
+	limit := uint64(0)
+	for _, v := range []uint64{live, max(floor, live/4), other} {
+		limit += min(v, maxLimit)
+		if limit >= maxLimit {
+			return maxLimit
+		}
 	}
 	return int64(limit)
 }
