@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/google/btree"
 	"github.com/hashicorp/raft"
@@ -268,9 +267,7 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 	}
 	size(sessions)
 	// Maps sized up front: a restart of a node with 1 000 000 locks
-	// otherwise spends much of its restore growing them. The holds'
-	// tokens are collected and checked for repeats once, sorted: a map of
-	// a million tokens cost a cache miss per hold (0.5 s of a restore).
+	// otherwise spends much of its restore growing them.
 	tokens := make([]uint64, 0, n)
 	byName := make(map[string]*lock, n)
 	names := newNames()
@@ -298,11 +295,8 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(tokens)
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] == tokens[i-1] {
-			return nil, fmt.Errorf("snapshot: bad or repeated token %d: held twice", tokens[i])
-		}
+	if err := checkTokensOnce(tokens); err != nil {
+		return nil, err
 	}
 	if err := checkStateCaps(snap, sessions, &cs); err != nil {
 		return nil, err
