@@ -60,7 +60,6 @@ const (
 	metricTotal    = "/memory/classes/total:bytes"
 	metricReleased = "/memory/classes/heap/released:bytes"
 	metricObjects  = "/memory/classes/heap/objects:bytes"
-	metricUnused   = "/memory/classes/heap/unused:bytes"
 	metricFree     = "/memory/classes/heap/free:bytes"
 )
 
@@ -72,7 +71,7 @@ func Start(floor uint64) *Cap {
 
 func start(floor uint64, updated func(int64)) *Cap {
 	c := &Cap{floor: floor, prev: debug.SetMemoryLimit(-1), updated: updated}
-	for _, name := range []string{metricLive, metricTotal, metricReleased, metricObjects, metricUnused, metricFree} {
+	for _, name := range []string{metricLive, metricTotal, metricReleased, metricObjects, metricFree} {
 		c.samples = append(c.samples, metrics.Sample{Name: name})
 	}
 	c.update()
@@ -121,7 +120,7 @@ func (c *Cap) update() {
 		}
 		return c.samples[i].Value.Uint64()
 	}
-	limit := Limit(c.floor, v(0), v(1), v(2), v(3), v(4), v(5))
+	limit := Limit(c.floor, v(0), v(1), v(2), v(3), v(4))
 	debug.SetMemoryLimit(limit)
 	c.limit.Store(limit)
 	if c.updated != nil {
@@ -138,12 +137,11 @@ const maxLimit = 1 << 62
 // counts against its limit. That is everything mapped and not released
 // except heap objects and free heap pages (runtime.memoryLimitHeapGoal):
 // the runtime's own memory, and the unused room in spans that hold
-// objects, which a table whose locks were partly released can hold a lot
-// of. Counting that room as headroom instead would leave a limit below
-// what the process uses after every collection: a collector running
-// without pause.
-func Limit(floor, live, total, released, objects, unused, free uint64) int64 {
-	_ = unused // part of other: total less what is named here
+// objects (/memory/classes/heap/unused), which a table whose locks were
+// partly released can hold a lot of. Counting that room as headroom
+// instead would leave a limit below what the process uses after every
+// collection: a collector running without pause.
+func Limit(floor, live, total, released, objects, free uint64) int64 {
 	other := uint64(0)
 	if heap := released + objects + free; total > heap {
 		other = total - heap

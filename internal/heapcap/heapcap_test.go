@@ -12,23 +12,24 @@ const mib = 1 << 20
 
 func TestLimit(t *testing.T) {
 	for _, tc := range []struct {
-		name                                                string
-		floor, live, total, released, objects, unused, free uint64
-		want                                                int64
+		name                                        string
+		floor, live, total, released, objects, free uint64
+		want                                        int64
 	}{
-		// other: total - released - objects - free (unused is in it).
-		{name: "small heap: the floor", floor: 128 * mib, live: 20 * mib, total: 60 * mib, released: 5 * mib, objects: 30 * mib, unused: 2 * mib, free: 3 * mib, want: (20 + 128 + 22) * mib},
-		{name: "large heap: a quarter", floor: 128 * mib, live: 800 * mib, total: 1100 * mib, released: 100 * mib, objects: 900 * mib, unused: 20 * mib, free: 40 * mib, want: (800 + 200 + 60) * mib},
+		// other: total - released - objects - free (the heap's unused
+		// span room is in it).
+		{name: "small heap: the floor", floor: 128 * mib, live: 20 * mib, total: 60 * mib, released: 5 * mib, objects: 30 * mib, free: 3 * mib, want: (20 + 128 + 22) * mib},
+		{name: "large heap: a quarter", floor: 128 * mib, live: 800 * mib, total: 1100 * mib, released: 100 * mib, objects: 900 * mib, free: 40 * mib, want: (800 + 200 + 60) * mib},
 		// A table partly released: its spans hold much unused room, which
 		// the runtime counts against the limit, so the limit is above
 		// what the process uses, by the headroom.
-		{name: "fragmented", floor: 128 * mib, live: 120 * mib, total: 420 * mib, objects: 200 * mib, unused: 180 * mib, free: 10 * mib, want: (120 + 128 + 210) * mib},
+		{name: "fragmented", floor: 128 * mib, live: 120 * mib, total: 420 * mib, objects: 200 * mib, free: 10 * mib, want: (120 + 128 + 210) * mib},
 		{name: "no live heap yet", floor: 64 * mib, total: 4 * mib, objects: 1 * mib, want: (64 + 3) * mib},
 		{name: "classes above the total", floor: 1, live: 8, total: 4, objects: 8, want: 8 + 2},
 		{name: "huge", floor: math.MaxUint64 / 2, live: math.MaxUint64 / 2, want: 1 << 62},
 		{name: "a floor that would wrap", floor: math.MaxUint64 - mib, live: 300 * mib, total: 400 * mib, objects: 300 * mib, want: 1 << 62},
 	} {
-		if got := Limit(tc.floor, tc.live, tc.total, tc.released, tc.objects, tc.unused, tc.free); got != tc.want {
+		if got := Limit(tc.floor, tc.live, tc.total, tc.released, tc.objects, tc.free); got != tc.want {
 			t.Errorf("%s: Limit = %d, want %d", tc.name, got, tc.want)
 		}
 	}
