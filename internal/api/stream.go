@@ -148,12 +148,11 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 		gate:       gateOf(ctx),
 	}
 	sv.ctx = context.WithValue(ctx, streamKey{}, sv)
-	upgraded := isUpgraded(ctx)
-	sv.upgraded = upgraded
+	sv.upgraded = isUpgraded(ctx)
 	sv.lastWrite.Store(time.Since(streamEpoch).Nanoseconds()) // the open frame
 	go sv.work()
 	beats := make(chan struct{})
-	if upgraded {
+	if sv.upgraded {
 		go sv.heartbeats(beats)
 	} else {
 		close(beats)
@@ -166,7 +165,7 @@ func (h *sessionAPI) Stream(ctx context.Context, st *connect.BidiStream[lockdv1.
 				rerr = err
 			}
 			ended = true
-			if upgraded {
+			if sv.upgraded {
 				// The client never half-closes an upgraded connection:
 				// its end means the client is gone, so its parked calls
 				// are cancelled (HTTP/2 cancels them on RST_STREAM).

@@ -52,8 +52,8 @@ type wait struct {
 }
 
 // lock is one named lock. Its fields are ordered by size, so it takes 96
-// bytes (a million
-// locks: 16 MB less than in declaration order, which padded it to 112).
+// bytes (a million locks: 16 MB less than in declaration order, which
+// padded it to 112).
 type lock struct {
 	name    string
 	holders []*hold // in token order
