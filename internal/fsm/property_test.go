@@ -680,6 +680,9 @@ func (m *machine) execData(t *rapid.T, msg proto.Message, data []byte, want outc
 		if err := f.CheckNames(); err != nil {
 			t.Fatalf("after %T %v: %v", msg, msg, err)
 		}
+		if err := checkTimerViews(f, post); err != nil {
+			t.Fatalf("after %T %v: %v", msg, msg, err)
+		}
 	}
 	m.checkGrants(t, pre, post, events)
 	if replay {
@@ -1304,6 +1307,35 @@ func TestProperties(t *testing.T) {
 			a.run(t)
 		}
 	})
+}
+
+// checkTimerViews reports whether the marks and running lock-delays a new
+// leader starts its timers from (WithMarks, WithDelays) are exactly those
+// of the state snap.
+func checkTimerViews(f *fsm.FSM, snap *fsmv1.Snapshot) error {
+	var marks map[string]fsm.Mark
+	var delays map[string]fsm.Delay
+	f.WithMarks(func(m map[string]fsm.Mark) { marks = m })
+	f.WithDelays(func(d map[string]fsm.Delay) { delays = d })
+	nm, nd := 0, 0
+	for _, l := range snap.Locks {
+		if l.Mark != nil {
+			nm++
+			if m, ok := marks[l.Name]; !ok || m.Token != l.Mark.Token {
+				return fmt.Errorf("lock %q: mark %v, WithMarks gives %+v", l.Name, l.Mark, marks[l.Name])
+			}
+		}
+		if l.Delayed {
+			nd++
+			if d, ok := delays[l.Name]; !ok || d.Token != l.DelayToken {
+				return fmt.Errorf("lock %q: delayed with token %d, WithDelays gives %+v", l.Name, l.DelayToken, delays[l.Name])
+			}
+		}
+	}
+	if len(marks) != nm || len(delays) != nd {
+		return fmt.Errorf("WithMarks gives %d marks, WithDelays %d delays; the state has %d and %d", len(marks), len(delays), nm, nd)
+	}
+	return nil
 }
 
 // checkCaps reports a table of snap beyond its cap: sessions, each

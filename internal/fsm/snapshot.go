@@ -274,10 +274,15 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 	cs := newCounts()
 	// State writes locks sorted by name: while the names rise strictly,
 	// none repeats, and the check needs no lookup in a map of a million.
+	// The locks are indexed (byName, names) on a goroutine of their own
+	// meanwhile; from the first name out of order on, they are indexed
+	// here, each before the next one's check.
 	sorted, i, prev := true, 0, ""
+	idx := startIndexing(byName, names)
 	err = locks(func(pl *fsmv1.Lock) error {
 		if sorted && i > 0 && pl.Name <= prev {
 			sorted = false
+			idx.wait()
 		}
 		i, prev = i+1, pl.Name
 		if !sorted && byName[pl.Name] != nil {
@@ -287,11 +292,16 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 		if err != nil {
 			return err
 		}
-		byName[l.name] = l
-		names.ReplaceOrInsert(l)
+		if sorted {
+			idx.add(l)
+		} else {
+			byName[l.name] = l
+			names.ReplaceOrInsert(l)
+		}
 		cs.add(l)
 		return nil
 	})
+	idx.wait()
 	if err != nil {
 		return nil, err
 	}
