@@ -279,6 +279,7 @@ func decodeStateLocks(snap *fsmv1.Snapshot, n int, size func(map[string]*session
 	// here, each before the next one's check.
 	sorted, i, prev := true, 0, ""
 	idx := startIndexing(byName, names)
+	defer idx.wait() // (after a panic too; it is called below)
 	err = locks(func(pl *fsmv1.Lock) error {
 		if sorted && i > 0 && pl.Name <= prev {
 			sorted = false

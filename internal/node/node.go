@@ -235,7 +235,12 @@ func (s *Node) Start(apiURL, peerToken string) (err error) {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	if s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, stores.stable, stores.snaps, s.trans); err != nil {
+	// NewRaft reads the log after the snapshot: kept for the node's
+	// second read of it (replay.go).
+	stores.logs.replay.fill(true)
+	s.raft, err = raft.NewRaft(rc, s.fsm, stores.logs, stores.stable, stores.snaps, s.trans)
+	stores.logs.replay.fill(false)
+	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	s.raftUp.Store(true)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -100,8 +101,8 @@ func RandomID(n int) string {
 
 // raftStores are the stores Raft runs on.
 type raftStores struct {
-	logs   raft.LogStore    // the WAL, wrapped (counting, and by WithLogStoreWrapper)
-	stable raft.StableStore // the WAL
+	logs   *countingLogStore // the WAL, wrapped (counting, and by WithLogStoreWrapper)
+	stable raft.StableStore  // the WAL
 	snaps  raft.SnapshotStore
 }
 
@@ -195,6 +196,7 @@ type countingLogStore struct {
 	raft.LogStore
 	batches, entries prometheus.Counter
 	size             *logSize
+	replay           replayCache // replay.go
 }
 
 func newCountingLogStore(ls raft.LogStore, reg prometheus.Registerer, size *logSize) *countingLogStore {
@@ -215,6 +217,9 @@ func (c *countingLogStore) StoreLog(l *raft.Log) error {
 
 // StoreLogs counts one batch.
 func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
+	if len(logs) > 0 {
+		c.replay.changing(logs[0].Index, math.MaxUint64)
+	}
 	if err := c.LogStore.StoreLogs(logs); err != nil {
 		return err
 	}
@@ -226,6 +231,25 @@ func (c *countingLogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	c.size.wrote(n)
 	return nil
+}
+
+// GetLog reads entry i, from the replay cache when it holds it.
+func (c *countingLogStore) GetLog(i uint64, l *raft.Log) error {
+	if c.replay.take(i, l) {
+		return nil
+	}
+	if err := c.LogStore.GetLog(i, l); err != nil {
+		return err
+	}
+	c.replay.keep(l)
+	return nil
+}
+
+// DeleteRange deletes entries min to max, and first any the replay cache
+// keeps.
+func (c *countingLogStore) DeleteRange(min, max uint64) error {
+	c.replay.changing(min, max)
+	return c.LogStore.DeleteRange(min, max)
 }
 
 // IsMonotonic passes on the wrapped store's raft.MonotonicLogStore answer.
