@@ -7,7 +7,8 @@
 #   is held), RSS then, steady RSS (VmRSS --steady after that), and the
 #   restart: the server is killed (-9) with the table built and started
 #   again on its data dir; the time until /readyz answers, its RSS then and
-#   its VmHWM --steady later.
+#   its VmHWM --steady later, and where the start's time went (from the
+#   server's log: restore, Raft's log scan, election wait, log applied).
 # Heap profiles (the server's --pprof-listen) are saved in --profiles DIR:
 # build-N.pb.gz every 20 s while building, built.pb.gz when the last lock is
 # held, steady.pb.gz and restart.pb.gz (each after a forced collection, once
@@ -43,7 +44,7 @@ while [ $# -gt 0 ]; do
 	--restart-with) RESTART_WITH+=("$2"); shift 2 ;;
 	--rounds) ROUNDS=$2; shift 2 ;;
 	--) shift; break ;;
-	-h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+	-h | --help) sed -n '2,27p' "$0"; exit 0 ;;
 	*) echo "memory.sh: unknown argument $1" >&2; exit 64 ;;
 	esac
 done
@@ -79,6 +80,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 
 serve() { # [BIN]
+	LOG_FROM=$(($(wc -l <"$WORK/serve.log" 2>/dev/null || echo 0) + 1))
 	"${1:-$LOCKD}" serve --data-dir "$WORK/data" --listen "127.0.0.1:$API" --raft-listen "127.0.0.1:$RAFT" \
 		--pprof-listen "127.0.0.1:$PPROF" ${SERVE_FLAGS[@]+"${SERVE_FLAGS[@]}"} >>"$WORK/serve.log" 2>&1 &
 	SERVER_PID=$!
@@ -98,6 +100,20 @@ serve() { # [BIN]
 	echo "memory.sh: server not ready after 120 s" >&2
 	tail -20 "$WORK/serve.log" >&2
 	exit 1
+}
+# phases: where the last start's time went, from its lines in the server's
+# log: the snapshot's restore, Raft's scan of the log after it, the
+# election timer, and the leader's start (the log applied).
+phases() {
+	tail -n "+$LOG_FROM" "$WORK/serve.log" | awk '
+		{ if (!match($0, /^time=[^ ]+/)) next
+		  split(substr($0, 6 + 11, 12), h, ":"); t = h[1] * 3600 + h[2] * 60 + h[3]
+		  if (!match($0, /msg="[^"]*"/)) next
+		  m = substr($0, RSTART + 5, RLENGTH - 6); if (!(m in at)) at[m] = t }
+		function d(a, b) { return (a in at) && (b in at) ? sprintf("%.2f s", at[b] - at[a]) : "-" }
+		END { printf "restore %s, config scan %s, election wait %s, leader until established %s\n",
+			d("starting restore from snapshot", "restored from snapshot"), d("restored from snapshot", "initial configuration"),
+			d("entering follower state", "entering leader state"), d("entering leader state", "leadership established") }'
 }
 # heap NAME [gc]: with gc, a collection first, so inuse is what is live now
 # (else it is as of the last collection).
@@ -142,7 +158,7 @@ SNAPS=$(grep -c "snapshot taken by log size" "$WORK/serve.log" || true)
 log "kill -9 the server, restart"
 kill -9 "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
 serve
-RESTART=$READY_SECONDS RESTART_CPU=$READY_CPU
+RESTART=$READY_SECONDS RESTART_CPU=$READY_CPU RESTART_PHASES=$(phases)
 RESTART_RSS=$(mib VmRSS)
 sleep "$STEADY"
 heap restart gc
@@ -151,12 +167,14 @@ RESTART_STEADY=$(mib VmRSS) RESTART_PEAK=$(mib VmHWM)
 echo "locks: $((SESSIONS * LOCKS)) ($SESSIONS sessions × $LOCKS), built in $BUILD_SECONDS s; serve flags: ${SERVE_FLAGS[*]:-(none)}; GOGC=${GOGC:-} GOMEMLIMIT=${GOMEMLIMIT:-}"
 echo "build: peak RSS $PEAK MiB (VmHWM), RSS when built $AT_BUILT MiB, after ${STEADY} s $STEADY_RSS MiB; snapshots by log size: $SNAPS; server CPU until built $BUILD_CPU s"
 echo "restart: ready in $RESTART s (server CPU $RESTART_CPU s), RSS then $RESTART_RSS MiB, after ${STEADY} s $RESTART_STEADY MiB (VmHWM $RESTART_PEAK MiB)"
+echo "  $RESTART_PHASES"
 if [ ${#RESTART_WITH[@]} -gt 0 ]; then
 	for round in $(seq "$ROUNDS"); do
 		for bin in "${RESTART_WITH[@]}" "$LOCKD"; do
 			kill -9 "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true
 			serve "$bin"
 			echo "restart round $round, $bin: ready in $READY_SECONDS s (server CPU $READY_CPU s), RSS then $(mib VmRSS) MiB"
+			echo "  $(phases)"
 		done
 	done
 fi

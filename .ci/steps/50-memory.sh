@@ -20,6 +20,7 @@ fail() { echo "memory: $*" >&2; cat "$work/out" >&2; exit 1; }
 grep -Eq '^locks: 20000 \(20 sessions × 1000\), built in [0-9.]+ s' "$work/out" || fail "no locks line"
 grep -Eq '^build: peak RSS [1-9][0-9]* MiB \(VmHWM\), RSS when built [0-9]+ MiB, after 2 s [0-9]+ MiB' "$work/out" || fail "no build line"
 grep -Eq '^restart: ready in [0-9.]+ s \(server CPU [0-9.]+ s\), RSS then [1-9][0-9]* MiB' "$work/out" || fail "no restart line"
+grep -Eq '^  restore ([0-9.]+ s|-), config scan ([0-9.]+ s|-), election wait [0-9.]+ s, leader until established [0-9.]+ s$' "$work/out" || fail "no restart phases line"
 for p in built steady restart; do
   go tool pprof -top "$work/p/$p.pb.gz" >/dev/null 2>&1 || fail "heap profile $p unreadable"
 done
