@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
@@ -245,7 +246,15 @@ func (s *Node) Start(apiURL, peerToken string) (err error) {
 	}
 	s.raftUp.Store(true)
 
-	s.wg.Add(4)
+	s.wg.Add(5)
+	go func() { // what the apply did not read goes (replay.go)
+		defer s.wg.Done()
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+		}
+		stores.logs.replay.release()
+	}()
 	go func() { defer s.wg.Done(); s.metrics.lock.countLeaderChanges(s.raft, s.done, s.fwd.leaderChanged) }()
 	go leadership{s}.watchLeadership(notify)
 	go s.runWatchdog()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"math"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -12,20 +13,30 @@ import (
 // 1 000 000 locks that log may be some 10 MB and 70 000 entries (a
 // snapshot is taken when the log reaches an eighth of the last one), one
 // pread each, and 0.4 s of each pass. So the entries the first pass reads
-// are kept, up to replayCacheBytes, and each read again is served from
-// memory and dropped, with every entry before it.
+// are kept, up to about replayCacheBytes, and the apply's read of each is
+// served from memory and drops it. Other reads of a kept entry (a new
+// leader reads its last entry to replicate it) are served and keep it.
+// What the apply never reads goes when a delete covers it, a minute after
+// the start, or when the node closes (node.go).
 //
-// The cache only fills while NewRaft runs, before Raft has a goroutine of
-// its own, so it holds what the log held then. The log changes only
-// through StoreLogs and DeleteRange (an entry is never rewritten in place;
-// a follower's conflicting tail is deleted first), and either one stops
-// the filling and first drops every kept entry it could touch: a read
-// served from the cache is what a read from the log would give. (A leader
-// stores its first entry before it applies the log: only entries from
-// that one's index on are dropped.)
+// A read served from the cache is what a read from the log would give:
+// the cache fills only while NewRaft runs (which reads the log first, but
+// also starts Raft's goroutines before it returns, so entries may be
+// stored or deleted while it fills); the log changes only through
+// StoreLogs and DeleteRange (raft-wal never rewrites an entry in place: a
+// follower's conflicting tail is deleted first); and either one, before
+// it changes the log, ends the filling for good and drops every kept
+// entry it could touch. A read of the old entry that is kept after that
+// is refused, as the filling has ended; one kept before it is dropped.
+// (A leader stores its first entry before it applies the log: only kept
+// entries from that index on are dropped, which are none.)
 
-// replayCacheBytes bounds the entry data kept.
-const replayCacheBytes = 64 << 20
+// replayCacheBytes bounds the memory kept: entry data and about
+// replayEntryCost more per entry (the raft.Log and room to grow).
+const (
+	replayCacheBytes = 64 << 20
+	replayEntryCost  = 192
+)
 
 // replayCache keeps log entries contiguous from first.
 type replayCache struct {
@@ -33,8 +44,11 @@ type replayCache struct {
 	filling bool
 	first   uint64     // index of logs[0]
 	logs    []raft.Log // entries first, first+1, ...
-	bytes   int        // entry data kept
+	bytes   int        // memory kept (cost)
 }
+
+// cost is what an entry kept counts toward replayCacheBytes.
+func cost(l *raft.Log) int { return len(l.Data) + len(l.Extensions) + replayEntryCost }
 
 // fill starts (true) or ends (false) the filling.
 func (c *replayCache) fill(on bool) {
@@ -53,7 +67,7 @@ func (c *replayCache) keep(l *raft.Log) {
 	if !c.filling {
 		return
 	}
-	if c.bytes+len(l.Data) > replayCacheBytes {
+	if c.bytes+cost(l) > replayCacheBytes {
 		c.filling = false
 		return
 	}
@@ -62,27 +76,30 @@ func (c *replayCache) keep(l *raft.Log) {
 		c.logs, c.first = c.logs[:0], l.Index
 	}
 	c.logs = append(c.logs, *l)
-	c.bytes += len(l.Data)
+	c.bytes += cost(l)
 }
 
-// take fills l with entry i if it is kept, and drops it and every entry
-// before it (a node reads the log forward; an earlier one read again
-// comes from the log).
+// take fills l with entry i if it is kept. The apply's read, of the first
+// kept entry, drops it; another read leaves it.
 func (c *replayCache) take(i uint64, l *raft.Log) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.logs) == 0 || i < c.first || i-c.first >= uint64(len(c.logs)) {
 		return false
 	}
-	n := i - c.first
-	*l = c.logs[n]
-	c.drop(0, n+1)
-	c.logs, c.first = c.logs[n+1:], i+1
-	if len(c.logs) == 0 {
-		c.logs = nil
+	*l = c.logs[i-c.first]
+	if i == c.first {
+		c.drop(0, 1)
+		c.logs, c.first = c.logs[1:], i+1
+		if len(c.logs) == 0 {
+			c.logs = nil
+		}
 	}
 	return true
 }
+
+// release drops every kept entry and ends the filling.
+func (c *replayCache) release() { c.changing(0, math.MaxUint64) }
 
 // changing is called before the log changes at indexes from to to (a
 // store: from its first entry on; a delete): the filling ends, and every
@@ -118,7 +135,7 @@ func (c *replayCache) changing(from, to uint64) {
 // drop lets kept entries [i, j) go (the caller reslices).
 func (c *replayCache) drop(i, j uint64) {
 	for k := i; k < j; k++ {
-		c.bytes -= len(c.logs[k].Data)
+		c.bytes -= cost(&c.logs[k])
 		c.logs[k] = raft.Log{}
 	}
 }
