@@ -179,6 +179,27 @@ func sizeHoldsBytes(b []byte, sessions map[string]*session) {
 	}
 }
 
+// has reports whether session s (id) already holds or waits for l, while
+// l is being decoded. Lock names are unique by then, so only l's own
+// holders and waiters can clash: a short lock is scanned instead of
+// looking its name up in the session's maps.
+func (l *lock) has(s *session, id string) bool {
+	if len(l.holders)+len(l.queue) > 8 {
+		return s.holds[l.name] != nil || s.waits[l.name] != nil
+	}
+	for _, h := range l.holders {
+		if h.session == id {
+			return true
+		}
+	}
+	for _, w := range l.queue {
+		if w.session == id {
+			return true
+		}
+	}
+	return false
+}
+
 // decodeMembers builds the member table of a snapshot.
 func decodeMembers(pms []*fsmv1.MemberInfo) (map[string]Member, error) {
 	members := map[string]Member{}
