@@ -45,8 +45,7 @@ func TestReplayCacheReadsWhatTheLogHolds(t *testing.T) {
 				rt.Fatalf("entry %d: read %q (%v), the log holds %q (%v)", i, got.Data, errGot, want.Data, errWant)
 			}
 		}
-		var step func()
-		step = func() {
+		step := func() {
 			first, _ := w.FirstIndex()
 			last, _ := w.LastIndex()
 			switch rapid.IntRange(0, 4).Draw(rt, "step") {
