@@ -80,7 +80,9 @@ func (c *replayCache) keep(l *raft.Log) {
 }
 
 // take fills l with entry i if it is kept. The apply's read, of the first
-// kept entry, drops it; another read leaves it.
+// kept entry once the filling is over, drops it; another read leaves it
+// (NewRaft reads the last entry twice when it is the only one after the
+// snapshot).
 func (c *replayCache) take(i uint64, l *raft.Log) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,7 +90,7 @@ func (c *replayCache) take(i uint64, l *raft.Log) bool {
 		return false
 	}
 	*l = c.logs[i-c.first]
-	if i == c.first {
+	if i == c.first && !c.filling {
 		c.drop(0, 1)
 		c.logs, c.first = c.logs[1:], i+1
 		if len(c.logs) == 0 {
