@@ -180,12 +180,11 @@ func (f *FSM) WithDelays(fn func(map[string]Delay)) {
 	// A running delay is on a lock with a lock-delay, which counts keep:
 	// with none, a table of a million locks is not walked (0.3 s of a
 	// new leader's start).
-	for name, l := range f.locks {
-		if f.counts.delayLocks == 0 {
-			break
-		}
-		if l.delayed {
-			out[name] = Delay{Token: l.delayToken, Delay: time.Duration(l.delayMs) * time.Millisecond}
+	if f.counts.delayLocks > 0 {
+		for name, l := range f.locks {
+			if l.delayed {
+				out[name] = Delay{Token: l.delayToken, Delay: time.Duration(l.delayMs) * time.Millisecond}
+			}
 		}
 	}
 	fn(out)
