@@ -3,6 +3,7 @@ package node
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -40,6 +41,10 @@ const (
 
 // replayCache keeps log entries contiguous from first.
 type replayCache struct {
+	// used is whether it fills or keeps anything; once not, every call
+	// returns at once (a node's reads and writes of the log after its
+	// start take no lock here).
+	used    atomic.Bool
 	mu      sync.Mutex
 	filling bool
 	first   uint64     // index of logs[0]
@@ -55,6 +60,16 @@ func (c *replayCache) fill(on bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.filling = on
+	c.settle()
+}
+
+// settle notes, after a change under mu, whether the cache is used, and
+// lets an emptied slice go.
+func (c *replayCache) settle() {
+	if len(c.logs) == 0 {
+		c.logs = nil
+	}
+	c.used.Store(c.filling || c.logs != nil)
 }
 
 // keep caches l, just read from the log, while filling: after the entries
@@ -62,6 +77,9 @@ func (c *replayCache) fill(on bool) {
 // entry before the ones after the snapshot). Past replayCacheBytes the
 // filling ends.
 func (c *replayCache) keep(l *raft.Log) {
+	if !c.used.Load() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.filling {
@@ -69,6 +87,7 @@ func (c *replayCache) keep(l *raft.Log) {
 	}
 	if c.bytes+cost(l) > replayCacheBytes {
 		c.filling = false
+		c.settle()
 		return
 	}
 	if len(c.logs) == 0 || l.Index != c.first+uint64(len(c.logs)) {
@@ -84,6 +103,9 @@ func (c *replayCache) keep(l *raft.Log) {
 // (NewRaft reads the last entry twice when it is the only one after the
 // snapshot).
 func (c *replayCache) take(i uint64, l *raft.Log) bool {
+	if !c.used.Load() {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.logs) == 0 || i < c.first || i-c.first >= uint64(len(c.logs)) {
@@ -93,9 +115,7 @@ func (c *replayCache) take(i uint64, l *raft.Log) bool {
 	if i == c.first && !c.filling {
 		c.drop(0, 1)
 		c.logs, c.first = c.logs[1:], i+1
-		if len(c.logs) == 0 {
-			c.logs = nil
-		}
+		c.settle()
 	}
 	return true
 }
@@ -108,9 +128,13 @@ func (c *replayCache) release() { c.changing(0, math.MaxUint64) }
 // kept entry from from on goes, or, when from is at or before the first,
 // every one up to to.
 func (c *replayCache) changing(from, to uint64) {
+	if !c.used.Load() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.filling = false
+	defer c.settle()
 	if len(c.logs) == 0 || to < c.first {
 		return
 	}
@@ -128,9 +152,6 @@ func (c *replayCache) changing(from, to uint64) {
 		}
 		c.drop(0, k)
 		c.logs, c.first = c.logs[k:], c.first+k
-	}
-	if len(c.logs) == 0 {
-		c.logs = nil
 	}
 }
 
