@@ -67,7 +67,7 @@ func (t tokenInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 // clientOptions are the Connect options of every API client of c: the
 // generated-code codec (internal/codec), and the token when one is set.
 func (c *Client) clientOptions() []connect.ClientOption {
-	opts := []connect.ClientOption{codec.ClientOption()}
+	opts := []connect.ClientOption{connect.WithCodec(codec.Codec{})}
 	if c.cfg.token == "" {
 		return opts
 	}

@@ -39,7 +39,7 @@ const ClusterIDHeader = "Lockd-Cluster-Id"
 func (s *Server) Handler(g prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	count := connect.WithInterceptors(s.metrics.interceptor(), s.guard.Interceptor())
-	vt := codec.HandlerOption() // generated-code protobuf for lockd's own services
+	vt := connect.WithCodec(codec.Codec{}) // generated-code protobuf for lockd's own services
 	procs := procedures()
 	handle := func(path string, h http.Handler) { mux.Handle(path, s.metrics.countRefused(procs, h)) }
 	handle(lockdv1connect.NewLockServiceHandler(lockService{&api{s}}, vt, connect.WithReadMaxBytes(maxRequestBytes), connect.WithCompressMinBytes(4096), count))

@@ -6,20 +6,21 @@
 // both sides. Messages without generated code (gRPC health, reflection)
 // go through protobuf-go as before.
 //
-// It is a leaf package (it imports no client or server code), so the
-// client (package lockd, internal/wire) and the server register the same
-// codec.
+// It is a leaf package (it imports no client, server or Connect code), so
+// the client (package lockd, internal/wire) and the server register the
+// same codec (connect.WithCodec(Codec{})), and the state machine decodes
+// its log entries with UnmarshalExact.
 package codec
 
 import (
 	"fmt"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 )
 
-// vtMessage is a message with generated code (protoc-gen-go-vtproto).
-type vtMessage interface {
+// Message is a message with generated code (protoc-gen-go-vtproto).
+// lockd's API messages and its state machine's log commands are.
+type Message interface {
 	SizeVT() int
 	MarshalToSizedBufferVT(dAtA []byte) (int, error)
 	UnmarshalVT(dAtA []byte) error
@@ -42,7 +43,7 @@ func (c Codec) Marshal(message any) ([]byte, error) { return c.MarshalAppend(nil
 // pooled buffer).
 func (Codec) MarshalAppend(dst []byte, message any) ([]byte, error) {
 	switch m := message.(type) {
-	case vtMessage:
+	case Message:
 		// protobuf-go refuses to encode a string field that is not
 		// UTF-8 and the generated code does not check: output it cannot
 		// vouch for is encoded again by protobuf-go, which says why not.
@@ -83,7 +84,7 @@ func Append(dst []byte, m interface {
 // field (validUTF8) is decoded by protobuf-go, so what is refused stays
 // the same.
 func (Codec) Unmarshal(data []byte, message any) error {
-	if m, ok := message.(vtMessage); ok && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+	if m, ok := message.(Message); ok && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
 		m.Reset()
 		if err := m.UnmarshalVT(data); err != nil {
 			return fmt.Errorf("unmarshal into %T: %w", message, err)
@@ -100,6 +101,22 @@ func (Codec) Unmarshal(data []byte, message any) error {
 	return nil
 }
 
+// UnmarshalExact decodes data into m exactly as proto.Unmarshal does:
+// the same message, or the same error. The generated code decodes what
+// validUTF8 vouches for; protobuf-go decodes everything else, and again
+// whatever the generated code refuses, so an error is always protobuf-go's
+// own, word for word. The state machine decodes its log entries with it:
+// nodes of different builds must read an entry the same.
+func UnmarshalExact(data []byte, m Message) error {
+	if validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+		m.Reset()
+		if m.UnmarshalVT(data) == nil {
+			return nil
+		}
+	}
+	return proto.Unmarshal(data, m)
+}
+
 // MarshalStable encodes message deterministically (Connect uses it for
 // GET requests of idempotent methods).
 func (Codec) MarshalStable(message any) ([]byte, error) {
@@ -114,9 +131,3 @@ func (Codec) MarshalStable(message any) ([]byte, error) {
 func (Codec) IsBinary() bool { return true }
 
 func errNotProto(m any) error { return fmt.Errorf("%T is not a protobuf message", m) }
-
-// ClientOption registers Codec on a Connect client.
-func ClientOption() connect.ClientOption { return connect.WithCodec(Codec{}) }
-
-// HandlerOption registers Codec on a Connect handler.
-func HandlerOption() connect.HandlerOption { return connect.WithCodec(Codec{}) }

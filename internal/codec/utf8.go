@@ -154,12 +154,12 @@ func wireTypeOf(k protoreflect.Kind) protowire.Type {
 }
 
 // hasGeneratedCode reports whether md's Go type has generated code of its
-// own (implements vtMessage), which keeps unknown fields.
+// own (implements Message), which keeps unknown fields.
 func hasGeneratedCode(md protoreflect.MessageDescriptor) bool {
 	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
 	if err != nil {
 		return false
 	}
-	_, ok := mt.New().Interface().(vtMessage)
+	_, ok := mt.New().Interface().(Message)
 	return ok
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockd-dev/lockd/internal/codec"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -92,11 +93,15 @@ var limits = struct {
 	sessions, locksPerSession, waiters, results, marks, delayLocks, members, policies int
 }{MaxSessions, MaxLocksPerSession, MaxWaiters, maxResults, MaxMarks, MaxDelayLocks, maxMembers, MaxPolicies}
 
-// Encode returns the log entry for a command.
+// Encode returns the log entry for a command: its type byte, then the
+// message, encoded by its generated code (protobuf-go refuses what that
+// code cannot vouch for, as before).
 func Encode(t CmdType, m proto.Message) ([]byte, error) {
-	b := make([]byte, 1, 1+proto.Size(m))
-	b[0] = byte(t)
-	return proto.MarshalOptions{}.MarshalAppend(b, m)
+	n := 0
+	if vm, ok := m.(codec.Message); ok {
+		n = vm.SizeVT()
+	}
+	return codec.Codec{}.MarshalAppend(append(make([]byte, 0, 1+n), byte(t)), m)
 }
 
 // Decode parses a log entry written by Encode.
@@ -105,7 +110,7 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 		return 0, nil, errors.New("empty command")
 	}
 	t := CmdType(b[0])
-	var m proto.Message
+	var m codec.Message
 	switch t {
 	case CmdInit:
 		m = &fsmv1.Init{}
@@ -150,7 +155,9 @@ func Decode(b []byte) (CmdType, proto.Message, error) {
 	default:
 		return 0, nil, fmt.Errorf("unknown command type %d", b[0])
 	}
-	if err := proto.Unmarshal(b[1:], m); err != nil {
+	// Every node reads an entry as protobuf-go reads it: the same
+	// message, or the same error (codec.UnmarshalExact).
+	if err := codec.UnmarshalExact(b[1:], m); err != nil {
 		return 0, nil, fmt.Errorf("decode command type %d: %w", b[0], err)
 	}
 	return t, m, nil

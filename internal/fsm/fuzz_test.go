@@ -159,8 +159,9 @@ func FuzzApply(f *testing.F) {
 	})
 }
 
-// FuzzDecode: Decode never panics, and what it accepts encodes back to an
-// equal command. ValidateName agrees with the rules it states.
+// FuzzDecode: Decode never panics, reads what protobuf-go reads, and what
+// it accepts encodes back to an equal command. ValidateName agrees with
+// the rules it states.
 func FuzzDecode(f *testing.F) {
 	addCommandSeeds(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -170,6 +171,11 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("Decode error %v with a message %v", err, m)
 			}
 		} else {
+			// Decode reads what protobuf-go reads (codec.UnmarshalExact).
+			want := m.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(data[1:], want); err != nil || !proto.Equal(m, want) {
+				t.Fatalf("Decode read %v; protobuf-go %v (%v)", m, want, err)
+			}
 			b, err := fsm.Encode(typ, m)
 			if err != nil {
 				t.Fatalf("Encode of a decoded %T: %v", m, err)

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/lockd-dev/lockd/internal/codec"
 	fsmv1 "github.com/lockd-dev/lockd/proto/lockd/fsm/v1"
 )
 
@@ -110,7 +111,7 @@ func unmarshalLocksAhead(b []byte, yield func(*fsmv1.Lock) error) error {
 				vl := protowire.ConsumeFieldValue(num, typ, p[tl:])
 				if num == snapshotFieldLocks && typ == protowire.BytesType {
 					v, _ := protowire.ConsumeBytes(p[tl:])
-					if err := proto.Unmarshal(v, &lb.locks[lb.n]); err != nil {
+					if err := codec.UnmarshalExact(v, &lb.locks[lb.n]); err != nil {
 						lb.err = fmt.Errorf("decode snapshot: %w", err)
 					} else {
 						lb.n++
