@@ -2,8 +2,8 @@
 # bench/run.sh — the comparison harness: lockd (1 and 3 nodes)
 # beside Redis (AOF appendfsync always), etcd (1 and 3 members) and
 # ZooKeeper (1 and 3 servers), all real processes on 127.0.0.1, the same
-# workloads (own locks, one lock), the same workers, the same duration, in
-# one run of several passes. Writes bench/RESULTS.md.
+# workloads (own locks, one lock, handoff latency), the same workers, the
+# same duration, in one run of several passes. Writes bench/RESULTS.md.
 #
 #   bench/run.sh [--duration 10s] [--warmup 2s] [--clients 16] [--passes 2]
 #                [--ttl 10s] [--sessions 10000] [--no-install] [--out bench/RESULTS.md]
@@ -193,7 +193,7 @@ bench_limit() { # seconds a run may take: warm-up + duration + slack
 
 measure() { # pass system nodes
 	local pass=$1 system=$2 nodes=$3 wl out
-	for wl in own one; do
+	for wl in own one handoff; do
 		out=$WORK/results/p${pass}_${system}_${nodes}_${wl}.json
 		log "pass $pass: $system x$nodes, workload $wl"
 		local -a args=(--json --workload "$wl" --clients "$CLIENTS" --duration "$DURATION" --warmup "$WARMUP" --ttl "$TTL" --endpoints "$ENDPOINTS")
@@ -292,7 +292,9 @@ ver() { "$@" 2>&1 | head -1 || true; }
 		worker takes and releases its own lock (acquire+release pairs/s);
 		(b) \`one\` — every worker takes and releases one shared lock
 		(grants/s, each a handoff when others wait; fairness = fewest
-		grants of a worker / most). The same engine (internal/loadgen)
+		grants of a worker / most); (c) \`handoff\` — the same, with the
+		latency of each handoff, from the holder's release call to the grant
+		of a worker already waiting. The same engine (internal/loadgen)
 		drives every system: \`lockd bench\` for lockd, bench/cmd/compare for
 		the others.
 

@@ -118,9 +118,11 @@ func writeResults(w io.Writer, dir string) error {
 		goal     float64
 	}{
 		{"(a) own locks, 1 node, vs Redis AOF always", loadgen.Own, 1, "redis", 1},
-		{"(a) own locks, 1 node, vs etcd 1", loadgen.Own, 1, "etcd", 5},
-		{"(a) own locks, 3 nodes, vs etcd 3", loadgen.Own, 3, "etcd", 5},
-		{"(a) own locks, 3 nodes, vs ZooKeeper 3", loadgen.Own, 3, "zookeeper", 5},
+		{"(a) own locks, 1 node, vs ZooKeeper 1", loadgen.Own, 1, "zookeeper", 2},
+		{"(a) own locks, 1 node, vs etcd 1", loadgen.Own, 1, "etcd", 3},
+		{"(a) own locks, 3 nodes, vs etcd 3", loadgen.Own, 3, "etcd", 3},
+		{"(a) own locks, 3 nodes, vs ZooKeeper 3", loadgen.Own, 3, "zookeeper", 3},
+		{"(b) one lock, 1 node, vs Redis AOF always", loadgen.One, 1, "redis", 1.5},
 		{"(b) one lock, 1 node, vs etcd 1", loadgen.One, 1, "etcd", 5},
 		{"(b) one lock, 1 node, vs ZooKeeper 1", loadgen.One, 1, "zookeeper", 3},
 		{"(b) one lock, 3 nodes, vs etcd 3", loadgen.One, 3, "etcd", 5},
@@ -141,6 +143,8 @@ func writeResults(w io.Writer, dir string) error {
 		fmt.Fprintf(w, "| (b) fairness, lockd %d node(s) | %s | | | ≥ 0.9 | %s |\n", n, span(fair, ""), met(fair, 0.9))
 	}
 
+	writeHandoffs(w, res, passes)
+
 	if err := writeSessions(w, dir, res, passes); err != nil {
 		return err
 	}
@@ -150,7 +154,7 @@ func writeResults(w io.Writer, dir string) error {
 	fmt.Fprintln(w, "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|")
 	for _, p := range passes {
 		for _, row := range rows {
-			for _, wl := range []string{loadgen.Own, loadgen.One} {
+			for _, wl := range []string{loadgen.Own, loadgen.One, loadgen.Handoff} {
 				r := res[resultKey{row.system, row.nodes, wl}][p]
 				if r == nil {
 					continue
@@ -268,4 +272,66 @@ func writeSessions(w io.Writer, dir string, res results, passes []int) error {
 		}
 	}
 	return nil
+}
+
+// writeHandoffs writes the table of workload (c), if it was run: the
+// latency of a handoff, from the holder's release call to the grant of a
+// worker already waiting, and whether lockd's p99 was the lowest of the
+// systems with as many nodes in every pass.
+func writeHandoffs(w io.Writer, res results, passes []int) {
+	lat := func(system string, nodes int, p int) (p50, p99 float64, ok bool) {
+		r := res[resultKey{system, nodes, loadgen.Handoff}][p]
+		if r == nil || r.OpsPerSecond <= 0 {
+			return 0, 0, false
+		}
+		return msf(r.LatencyMicros.P50), msf(r.LatencyMicros.P99), true
+	}
+	header := false
+	for _, row := range rows {
+		var p50s, p99s, rates []float64
+		for _, p := range passes {
+			if a, b, ok := lat(row.system, row.nodes, p); ok {
+				p50s, p99s = append(p50s, a), append(p99s, b)
+				rates = append(rates, res[resultKey{row.system, row.nodes, loadgen.Handoff}][p].OpsPerSecond)
+			}
+		}
+		if len(p50s) == 0 {
+			continue
+		}
+		if !header {
+			header = true
+			fmt.Fprintf(w, "\n### (c) Handoff latency (range over %d passes)\n\n", len(passes))
+			fmt.Fprintln(w, "From the holder's release call to the grant of a worker already waiting, on one lock all workers share.")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| system | handoffs/s | p50 ms | p99 ms |")
+			fmt.Fprintln(w, "|---|---:|---:|---:|")
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", row.label, span(rates, "k"), span(p50s, ""), span(p99s, ""))
+	}
+	if !header {
+		return
+	}
+	fmt.Fprintln(w)
+	for _, n := range []int{1, 3} {
+		lowest, measured := 0, 0
+		for _, p := range passes {
+			_, mine, ok := lat("lockd", n, p)
+			if !ok {
+				continue
+			}
+			measured++
+			best := true
+			for _, row := range rows {
+				if _, theirs, ok := lat(row.system, row.nodes, p); ok && row.nodes == n && row.system != "lockd" && theirs <= mine {
+					best = false
+				}
+			}
+			if best {
+				lowest++
+			}
+		}
+		if measured > 0 {
+			fmt.Fprintf(w, "lockd %d node(s): p99 the lowest of the systems with as many nodes in %d of %d passes.\n", n, lowest, measured)
+		}
+	}
 }
