@@ -88,23 +88,7 @@ func TestMutationsAsProtobuf(t *testing.T) {
 			continue
 		}
 		for range 5000 {
-			data := append([]byte(nil), base...)
-			for range 1 + r.IntN(3) {
-				i := r.IntN(len(data))
-				switch r.IntN(4) {
-				case 0:
-					data[i] = byte(r.IntN(256))
-				case 1:
-					data[i] ^= 1 << r.IntN(8)
-				case 2:
-					data = append(data[:i], data[i+1:]...)
-				default:
-					data = append(data[:i], append([]byte{byte(r.IntN(256))}, data[i:]...)...)
-				}
-				if len(data) == 0 {
-					break
-				}
-			}
+			data := mutate(r, base)
 			if d := sameAsProtobuf(data, m); d != "" {
 				t.Errorf("%T %x: %s", m, data, d)
 			}
@@ -126,4 +110,27 @@ func TestMarshalRefusesWhatProtobufRefuses(t *testing.T) {
 			t.Errorf("%T: codec %s; protobuf-go %s", m, errString(gerr), errString(werr))
 		}
 	}
+}
+
+// mutate returns a copy of base with one to three random changes: a byte
+// replaced, a bit flipped, a byte removed or a byte inserted.
+func mutate(r *rand.Rand, base []byte) []byte {
+	data := append([]byte(nil), base...)
+	for range 1 + r.IntN(3) {
+		if len(data) == 0 {
+			break
+		}
+		i := r.IntN(len(data))
+		switch r.IntN(4) {
+		case 0:
+			data[i] = byte(r.IntN(256))
+		case 1:
+			data[i] ^= 1 << r.IntN(8)
+		case 2:
+			data = append(data[:i], data[i+1:]...)
+		default:
+			data = append(data[:i], append([]byte{byte(r.IntN(256))}, data[i:]...)...)
+		}
+	}
+	return data
 }

@@ -124,23 +124,7 @@ func TestExactAsProtobuf(t *testing.T) {
 			t.Errorf("%T whole: %s", m, d)
 		}
 		for range 3000 {
-			data := append([]byte(nil), base...)
-			for range 1 + r.IntN(3) {
-				if len(data) == 0 {
-					break
-				}
-				i := r.IntN(len(data))
-				switch r.IntN(4) {
-				case 0:
-					data[i] = byte(r.IntN(256))
-				case 1:
-					data[i] ^= 1 << r.IntN(8)
-				case 2:
-					data = append(data[:i], data[i+1:]...)
-				default:
-					data = append(data[:i], append([]byte{byte(r.IntN(256))}, data[i:]...)...)
-				}
-			}
+			data := mutate(r, base)
 			if d := exactAsProtobuf(data, m); d != "" {
 				t.Errorf("%T %x: %s", m, data, d)
 			}
