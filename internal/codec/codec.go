@@ -7,16 +7,26 @@
 // go through protobuf-go as before.
 //
 // It is a leaf package (it imports no client, server or Connect code), so
-// the client (package lockd, internal/wire) and the server register the
-// same codec (connect.WithCodec(Codec{})), and the state machine decodes
-// its log entries with UnmarshalExact.
+// the client (package lockd) and the server register the same codec
+// (connect.WithCodec(Codec{})), and the state machine decodes its log
+// entries with UnmarshalExact.
+//
+// The generated code decodes only on 64-bit platforms: it gathers a bool
+// field's varint in an int, so on a 32-bit one it would read a bool whose
+// only set bits are at 32 or above as false, where protobuf-go reads true.
+// Elsewhere protobuf-go decodes everything.
 package codec
 
 import (
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 )
+
+// generated reports whether the generated code may decode here (a 64-bit
+// platform; see the package comment). A constant: the check costs nothing.
+const generated = strconv.IntSize == 64
 
 // Message is a message with generated code (protoc-gen-go-vtproto).
 // lockd's API messages and its state machine's log commands are.
@@ -84,7 +94,7 @@ func Append(dst []byte, m interface {
 // field (validUTF8) is decoded by protobuf-go, so what is refused stays
 // the same.
 func (Codec) Unmarshal(data []byte, message any) error {
-	if m, ok := message.(Message); ok && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+	if m, ok := message.(Message); ok && generated && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
 		m.Reset()
 		if err := m.UnmarshalVT(data); err != nil {
 			return fmt.Errorf("unmarshal into %T: %w", message, err)
@@ -101,14 +111,19 @@ func (Codec) Unmarshal(data []byte, message any) error {
 	return nil
 }
 
-// UnmarshalExact decodes data into m exactly as proto.Unmarshal does:
-// the same message, or the same error. The generated code decodes what
-// validUTF8 vouches for; protobuf-go decodes everything else, and again
-// whatever the generated code refuses, so an error is always protobuf-go's
-// own, word for word. The state machine decodes its log entries with it:
+// UnmarshalExact decodes data into m as proto.Unmarshal does: the same
+// message (proto.Equal), or an error where protobuf-go gives one. The
+// generated code decodes what validUTF8 vouches for; protobuf-go decodes
+// everything else, and again whatever the generated code refuses, so an
+// error is always protobuf-go's own, in the same words within one binary
+// (protobuf-go varies its "proto:" prefix's space from build to build on
+// purpose). One difference proto.Equal does not see: a bytes field present
+// with no bytes reads as an empty slice, where protobuf-go leaves nil;
+// neither encoder writes such a field, and no reader of these messages may
+// tell nil from empty. The state machine decodes its log entries with it:
 // nodes of different builds must read an entry the same.
 func UnmarshalExact(data []byte, m Message) error {
-	if validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+	if generated && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
 		m.Reset()
 		if m.UnmarshalVT(data) == nil {
 			return nil

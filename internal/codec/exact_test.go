@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -76,11 +77,11 @@ func scalar(fd protoreflect.FieldDescriptor, j int) protoreflect.Value {
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
 		return protoreflect.ValueOfInt32(int32(300 + j))
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return protoreflect.ValueOfInt64(int64(1<<40 + j))
+		return protoreflect.ValueOfInt64(int64(1<<40) + int64(j))
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
 		return protoreflect.ValueOfUint32(uint32(300 + j))
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return protoreflect.ValueOfUint64(uint64(1<<40 + j))
+		return protoreflect.ValueOfUint64(uint64(1<<40) + uint64(j))
 	}
 	panic("fill: no value for kind " + fd.Kind().String())
 }
@@ -151,5 +152,39 @@ func TestExactRefusesBadUTF8(t *testing.T) {
 	}
 	if UnmarshalExact(data, &m) == nil {
 		t.Fatal("accepted a name that is not UTF-8")
+	}
+}
+
+// TestExactBoolVarints: a bool field written as any varint, not only 0 or
+// 1 (2, 2^32, 2^63), reads as protobuf-go reads it, in every log command
+// and snapshot message with a bool field. The generated code gathers a
+// bool's varint in an int, which drops bits 32 and up on a 32-bit
+// platform; there the test fails unless UnmarshalExact leaves those
+// platforms to protobuf-go (run it with GOARCH=386).
+func TestExactBoolVarints(t *testing.T) {
+	bools := 0
+	for _, m := range fsmSamples(t) {
+		base, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fields := m.ProtoReflect().Descriptor().Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			if fd.Kind() != protoreflect.BoolKind || fd.IsList() {
+				continue
+			}
+			bools++
+			for _, v := range []uint64{2, 1 << 32, 1 << 63} {
+				data := protowire.AppendTag(append([]byte(nil), base...), fd.Number(), protowire.VarintType)
+				data = protowire.AppendVarint(data, v)
+				if d := exactAsProtobuf(data, m); d != "" {
+					t.Errorf("%T field %s = varint %d: %s", m, fd.Name(), v, d)
+				}
+			}
+		}
+	}
+	if bools < 5 {
+		t.Fatalf("only %d bool fields found", bools)
 	}
 }

@@ -18,7 +18,7 @@ import (
 )
 
 const (
-	epoch = 1_700_000_000_000_000 // Unix microseconds, as the leader picks it
+	epoch uint64 = 1_700_000_000_000_000 // Unix microseconds, as the leader picks it
 	excl  = fsm.ModeExclusive
 	shrd  = fsm.ModeShared
 )
@@ -335,7 +335,7 @@ func TestInitAndTokens(t *testing.T) {
 		if r.Status != fsm.StatusGranted {
 			t.Fatalf("acquire %d: got status %d, want granted", i, r.Status)
 		}
-		want := uint64(epoch + i + 1)
+		want := epoch + uint64(i) + 1
 		if r.Token != want {
 			t.Fatalf("acquire %d: got token %d, want %d (epoch + grant count)", i, r.Token, want)
 		}

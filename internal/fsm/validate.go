@@ -81,7 +81,7 @@ func ValidateAcquire(c *fsmv1.Acquire) error {
 // retention outside (0, MaxRetentionMs].
 func ValidateComplete(c *fsmv1.Complete) error {
 	if c.RetentionMs <= 0 || c.RetentionMs > MaxRetentionMs {
-		return fmt.Errorf("retention %d ms is outside (0, %d]", c.RetentionMs, MaxRetentionMs)
+		return fmt.Errorf("retention %d ms is outside (0, %d]", c.RetentionMs, int64(MaxRetentionMs))
 	}
 	return nil
 }

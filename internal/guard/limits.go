@@ -320,7 +320,7 @@ func (l *limiter) checkSessions(ctx context.Context) (uint32, error) {
 	if !l.exactCaps {
 		return 0, nil
 	}
-	return uint32(min(lim.Sessions, math.MaxUint32)), nil
+	return uint32(min(uint64(lim.Sessions), math.MaxUint32)), nil
 }
 
 // startWait counts a queued Acquire call in flight of the caller's
