@@ -19,8 +19,8 @@ import (
 
 const (
 	epoch uint64 = 1_700_000_000_000_000 // Unix microseconds, as the leader picks it
-	excl  = fsm.ModeExclusive
-	shrd  = fsm.ModeShared
+	excl         = fsm.ModeExclusive
+	shrd         = fsm.ModeShared
 )
 
 // fataler is what the helpers need of *testing.T, *testing.F and *rapid.T.
