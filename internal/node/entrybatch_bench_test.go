@@ -1,6 +1,7 @@
 package node
 
 import (
+	"flag"
 	"io"
 	"log/slog"
 	"sync"
@@ -31,8 +32,8 @@ import (
 // anyway), and a trivial FSM that only counts commands: this measures the
 // Raft and log path, not lockd's FSM or its API.
 //
-// Sixteen workers each propose one 60-byte command at a time, about an
-// encoded Acquire:
+// Sixteen workers (-entrybatch.workers) each propose one 60-byte command
+// at a time, about an encoded Acquire:
 //
 //   - entry=1cmd: raft.Apply of each command, as Node.Propose does today.
 //   - entry=batched/inflight=K: each command goes to a batcher queue; K
@@ -58,8 +59,11 @@ func BenchmarkEntryBatch(b *testing.B) {
 	})
 }
 
+// benchWorkers is the number of concurrent proposers:
+// go test ./internal/node -run '^$' -bench EntryBatch -args -entrybatch.workers=32
+var benchWorkers = flag.Int("entrybatch.workers", 16, "BenchmarkEntryBatch: concurrent proposers")
+
 const (
-	benchWorkers   = 16              // concurrent proposers
 	benchCmdBytes  = 60              // one command, about an encoded Acquire
 	benchMaxBatch  = 64              // commands per batch entry, at most
 	benchApplyWait = 5 * time.Second // raft.Apply's enqueue timeout
@@ -92,7 +96,7 @@ func benchEntryBatch(b *testing.B, inflight int) {
 		data []byte
 		done chan error
 	}
-	queue := make(chan *request, benchWorkers) // each worker has one request out at most
+	queue := make(chan *request, *benchWorkers) // each worker has one request out at most
 	stop := make(chan struct{})
 	var batchers sync.WaitGroup
 	for range inflight {
@@ -157,7 +161,7 @@ func benchEntryBatch(b *testing.B, inflight int) {
 	applied0 := br.fsm.cmds.Load()
 	b.ResetTimer()
 	cpu0 := processCPU(b)
-	for range benchWorkers {
+	for range *benchWorkers {
 		workers.Add(1)
 		go worker()
 	}
