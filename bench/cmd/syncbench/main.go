@@ -1,19 +1,24 @@
 // Command syncbench measures what one log append and sync costs on this
-// machine's disk: the CPU the calling process is charged per sync (user +
-// system, from getrusage), the syncs per second of one writer, and the
-// latency of an append and its sync. It compares fsync with fdatasync, on
+// machine's disk: the CPU the calling process is charged per append and
+// sync (user + system, from getrusage; the small write is counted in), the
+// syncs per second of one writer, and the latency of an append and its
+// sync. It compares fsync with fdatasync, on
 // a file preallocated with fallocate (as raft-wal's segment files are) and
 // on one written with zeroes first, so that a sync has no extent to
-// convert. The file lives in --dir (default: the current directory, so run
-// it where the data dir would be) and is removed afterwards.
+// convert (where the filesystem cannot fallocate, the preallocated rows are
+// left out). The file lives in --dir (default: the current directory, so
+// run it where the data dir would be) and is removed afterwards, also on
+// SIGINT or SIGTERM.
 //
 //	(cd bench && go run ./cmd/syncbench --dir /var/lib/lockd)
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"syscall"
@@ -39,11 +44,24 @@ func main() {
 	}
 	path := filepath.Join(*dir, fmt.Sprintf("syncbench-%d.dat", os.Getpid()))
 	defer os.Remove(path)
-	fmt.Printf("| file | sync | syncs/s | CPU µs per sync | p50 | p99 |\n|---|---|---:|---:|---:|---:|\n")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		os.Remove(path)
+		os.Exit(130)
+	}()
+	fmt.Printf("| file | sync | syncs/s | CPU µs per append+sync | p50 | p99 |\n|---|---|---:|---:|---:|---:|\n")
 	for r := 0; r < *rounds; r++ {
 		for _, zero := range []bool{false, true} {
 			for _, data := range []bool{false, true} {
 				res, err := run(path, *size, *syncs, *record, zero, data)
+				if errors.Is(err, errNoFallocate) {
+					if r == 0 && !data {
+						fmt.Fprintln(os.Stderr, "syncbench: this filesystem cannot fallocate; the preallocated rows are left out")
+					}
+					continue
+				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "syncbench:", err)
 					os.Remove(path)
@@ -67,10 +85,15 @@ type result struct {
 	p50, p99         time.Duration
 }
 
-func cpu() time.Duration {
+// errNoFallocate: the filesystem of --dir does not support fallocate.
+var errNoFallocate = errors.New("fallocate not supported")
+
+func cpu() (time.Duration, error) {
 	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // run creates the file, prepares it (fallocate or zeroes, then a full
@@ -91,7 +114,9 @@ func run(path string, size int64, n, record int, zero, data bool) (result, error
 				return result{}, err
 			}
 		}
-	} else if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+	} else if err := unix.Fallocate(fd, 0, 0, size); errors.Is(err, unix.EOPNOTSUPP) {
+		return result{}, errNoFallocate
+	} else if err != nil {
 		return result{}, fmt.Errorf("fallocate: %w", err)
 	}
 	if err := unix.Fsync(fd); err != nil {
@@ -103,7 +128,11 @@ func run(path string, size int64, n, record int, zero, data bool) (result, error
 	}
 	rec := make([]byte, record)
 	lat := make([]time.Duration, n)
-	c0, t0 := cpu(), time.Now()
+	c0, err := cpu()
+	if err != nil {
+		return result{}, err
+	}
+	t0 := time.Now()
 	for i := range n {
 		s := time.Now()
 		if _, err := f.WriteAt(rec, int64(i)*int64(record)); err != nil {
@@ -114,7 +143,12 @@ func run(path string, size int64, n, record int, zero, data bool) (result, error
 		}
 		lat[i] = time.Since(s)
 	}
-	elapsed, used := time.Since(t0), cpu()-c0
+	elapsed := time.Since(t0)
+	c1, err := cpu()
+	if err != nil {
+		return result{}, err
+	}
+	used := c1 - c0
 	slices.Sort(lat)
 	return result{
 		rate:       float64(n) / elapsed.Seconds(),
