@@ -18,15 +18,16 @@ import (
 // BenchmarkEntryBatch asks whether putting several lock commands into one
 // Raft log entry would save CPU over one command per entry. hashicorp/raft
 // already group-commits (its leader loop stores every proposal waiting in
-// applyCh with one StoreLogs, one fsync), so a multi-command entry saves no
-// fsync: only the per-entry work (raft.Log and future, raft-wal's framing
-// and encoding, the FSM dispatch, the wakeup of each future).
+// applyCh with one StoreLogs, one fsync), so a multi-command entry saves
+// the per-entry work (raft.Log and future, raft-wal's framing and encoding,
+// the FSM dispatch, the wakeup of each future) and whatever it changes in
+// how many commands share an fsync.
 //
 // Raft runs on one node with the node's own stores and configuration: the
 // data dir (openDataDir), raft-wal with its metadata store, the snapshot
 // store and the countingLogStore wrapper (openStores), raft.Config
 // (raftConfig), all with DefaultConfig() and the data dir in b.TempDir() (a
-// real disk). Differences from Node.Start: an in-memory transport (one
+// real disk, unless $TMPDIR is a tmpfs: then the fsyncs cost nothing). Differences from Node.Start: an in-memory transport (one
 // node, nothing is sent) without the ack tracker, no --join or --restore,
 // no snapshot-by-log-size goroutine (a run is too short for a snapshot
 // anyway), and a trivial FSM that only counts commands: this measures the
@@ -73,6 +74,9 @@ const (
 // benchEntryBatch runs b.N commands through a fresh single-node Raft: one
 // command per entry when inflight is 0, else through inflight batchers.
 func benchEntryBatch(b *testing.B, inflight int) {
+	if *benchWorkers < 1 || *benchWorkers > 4096 {
+		b.Fatalf("-entrybatch.workers %d: want 1 to 4096", *benchWorkers)
+	}
 	br := openBenchRaft(b)
 	payload := make([]byte, benchCmdBytes)
 	for i := range payload {
@@ -233,7 +237,7 @@ func openBenchRaft(b *testing.B) *benchRaft {
 	if err != nil {
 		b.Fatal(err)
 	}
-	notify := make(chan bool, 16) // Raft sends on it; buffered, never read
+	notify := make(chan bool, 16) // Raft tells leadership changes on it
 	rc := s.raftConfig(cfg, hl, notify)
 	addr, trans := raft.NewInmemTransport("")
 	closers = append(closers, trans)
@@ -255,12 +259,13 @@ func openBenchRaft(b *testing.B) *benchRaft {
 		stores.logs.replay.release()
 	})
 
-	deadline := time.Now().Add(benchLeaderMax)
-	for br.r.State() != raft.Leader {
-		if time.Now().After(deadline) {
+	timeout := time.After(benchLeaderMax)
+	for leader := false; !leader; {
+		select {
+		case leader = <-notify:
+		case <-timeout:
 			b.Fatalf("no leadership after %v (state %v)", benchLeaderMax, br.r.State())
 		}
-		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 	// The leader's first entry (and the bootstrap configuration) applied:
 	// the timed part starts on an idle Raft.
