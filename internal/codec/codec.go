@@ -11,9 +11,9 @@
 // (connect.WithCodec(Codec{})), and the state machine decodes its log
 // entries with UnmarshalExact.
 //
-// The generated code decodes only on 64-bit platforms: it gathers a bool
-// field's varint in an int, so on a 32-bit one it would read a bool whose
-// only set bits are at 32 or above as false, where protobuf-go reads true.
+// The generated code decodes only on 64-bit platforms: it gathers varints
+// in an int, so on a 32-bit one it would, for one, read a bool whose only
+// set bits are at 32 or above as false, where protobuf-go reads true.
 // Elsewhere protobuf-go decodes everything.
 package codec
 
