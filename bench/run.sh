@@ -52,8 +52,10 @@ fi
 
 WORK=$(mktemp -d /tmp/lockd-bench.XXXXXX)
 PIDS=()
+BENCH_PID= # the sessions workload's client, run in the background
 cleanup() {
 	local pid
+	if [ -n "$BENCH_PID" ]; then kill -9 "$BENCH_PID" 2>/dev/null || true; fi
 	for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 	rm -rf "$WORK"
@@ -230,6 +232,7 @@ measure_sessions() { # pass system
 		timeout $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$COMPARE" run --system "$system" "${args[@]}" >"$out" &
 	fi
 	bpid=$!
+	BENCH_PID=$bpid
 	sleep "$SESSIONS_WARMUP"
 	c0=$(cpu_ticks "${PIDS[@]}")
 	sleep "$SESSIONS_DURATION"
@@ -238,6 +241,7 @@ measure_sessions() { # pass system
 		rss=$((rss + $(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")))
 	done
 	wait "$bpid"
+	BENCH_PID=
 	hz=$(getconf CLK_TCK)
 	printf '{"server_cpu_percent": %s, "server_max_rss_bytes": %d}\n' \
 		"$(awk -v d=$((c1 - c0)) -v hz="$hz" -v s="$SESSIONS_DURATION" 'BEGIN { printf "%.1f", 100 * d / hz / s }')" \
