@@ -235,7 +235,7 @@ func met(v []float64, goal float64) string {
 	case slices.Max(v) >= goal:
 		return "in some passes"
 	}
-	return fmt.Sprintf("no (best %.2f)", slices.Max(v))
+	return fmt.Sprintf("no (best %.2f)", math.Floor(slices.Max(v)*100)/100) // rounded down, as span
 }
 
 // serverStats is what run.sh read from /proc about the servers during
