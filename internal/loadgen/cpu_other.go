@@ -4,8 +4,8 @@ package loadgen
 
 import "time"
 
-// cpuTime is unknown (-1) where getrusage is missing.
-func cpuTime() time.Duration { return -1 }
+// CPUTime is unknown (-1) where getrusage is missing.
+func CPUTime() time.Duration { return -1 }
 
 // maxRSS is unknown (-1) where getrusage is missing.
 func maxRSS() int64 { return -1 }

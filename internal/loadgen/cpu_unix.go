@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-// cpuTime returns the user and system CPU time the process has used.
-func cpuTime() time.Duration {
+// CPUTime returns the user and system CPU time the process has used, or
+// -1 where it cannot be read. The benchmark tools take their CPU per
+// operation from two readings of it.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return -1

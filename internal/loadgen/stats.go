@@ -85,7 +85,7 @@ func (w window) measure(run context.Context, d Driver, wg *sync.WaitGroup) measu
 	case <-done:
 	case <-run.Done():
 	}
-	m := measurement{from: w.from, conns0: d.ConnsOpened(), cpu0: cpuTime()}
+	m := measurement{from: w.from, conns0: d.ConnsOpened(), cpu0: CPUTime()}
 	select {
 	case <-done:
 	case <-run.Done():
@@ -97,7 +97,7 @@ func (w window) measure(run context.Context, d Driver, wg *sync.WaitGroup) measu
 	if m.to.Before(m.from) {
 		m.to = m.from
 	}
-	m.conns1, m.cpu1, m.maxRSS = d.ConnsOpened(), cpuTime(), maxRSS()
+	m.conns1, m.cpu1, m.maxRSS = d.ConnsOpened(), CPUTime(), maxRSS()
 	<-done
 	return m
 }

@@ -6,13 +6,14 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/lockd-dev/lockd/internal/loadgen"
 )
 
 // BenchmarkEntryBatch asks whether putting several lock commands into one
@@ -314,11 +315,11 @@ func (emptySnapshot) Release()                             {}
 
 // processCPU is the process's user and system CPU time so far.
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
+	c := loadgen.CPUTime()
+	if c < 0 {
+		b.Fatal("the process's CPU time cannot be read (getrusage)")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return c
 }
 
 var _ raft.BatchingFSM = (*countingFSM)(nil)

@@ -19,10 +19,10 @@ import (
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/lockd-dev/lockd"
+	"github.com/lockd-dev/lockd/internal/loadgen"
 )
 
 func main() {
@@ -33,11 +33,7 @@ func main() {
 }
 
 // cpu is this process's user+system CPU time.
-func cpu() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func cpu() time.Duration { return loadgen.CPUTime() }
 
 func run() error {
 	ep := flag.String("endpoint", "127.0.0.1:7070", "the lockd server")

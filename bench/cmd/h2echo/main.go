@@ -43,13 +43,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 
 	"github.com/lockd-dev/lockd/internal/api"
+	"github.com/lockd-dev/lockd/internal/loadgen"
 	"github.com/lockd-dev/lockd/internal/wire"
 	lockdv1 "github.com/lockd-dev/lockd/proto/lockd/v1"
 	"github.com/lockd-dev/lockd/proto/lockd/v1/lockdv1connect"
@@ -186,8 +186,7 @@ func load(args []string) error {
 	var calls atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, *streams)
-	var ru0 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := loadgen.CPUTime()
 	start := time.Now()
 	for range *streams {
 		if *lean {
@@ -233,13 +232,12 @@ func load(args []string) error {
 	}
 	wg.Wait()
 	secs := time.Since(start).Seconds()
-	var ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu1 := loadgen.CPUTime()
 	close(errs)
 	for err := range errs {
 		return err
 	}
-	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	cpu := cpu1 - cpu0
 	n := calls.Load()
 	fmt.Printf("{\"calls\": %d, \"calls_per_second\": %.1f, \"client_us_per_call\": %.1f}\n", n, float64(n)/secs, float64(cpu.Microseconds())/float64(n))
 	return nil

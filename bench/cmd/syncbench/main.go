@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/lockd-dev/lockd/internal/loadgen"
 )
 
 func main() {
@@ -88,12 +90,13 @@ type result struct {
 // errNoFallocate: the filesystem of --dir does not support fallocate.
 var errNoFallocate = errors.New("fallocate not supported")
 
+// cpu is the process's CPU time so far (loadgen.CPUTime), or an error
+// where it cannot be read.
 func cpu() (time.Duration, error) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, fmt.Errorf("getrusage: %w", err)
+	if c := loadgen.CPUTime(); c >= 0 {
+		return c, nil
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+	return 0, errors.New("the process's CPU time cannot be read (getrusage)")
 }
 
 // run creates the file, prepares it (fallocate or zeroes, then a full
