@@ -328,37 +328,26 @@ func writeHandoffs(w io.Writer, res results, passes []int) {
 // none for a run with errors): a system that was not measured is not
 // beaten.
 func lowestP99(n int, passes []int, lat func(system string, nodes, pass int) (p50, p99 float64, ok bool)) string {
-	others := 0
-	for _, row := range rows {
-		if row.nodes == n && row.system != "lockd" {
-			others++
-		}
-	}
 	lowest, compared, skipped := 0, 0, 0
 	for _, p := range passes {
 		_, mine, ok := lat("lockd", n, p)
 		if !ok {
 			continue // lockd not measured in this pass: nothing to compare
 		}
-		if others == 0 {
-			skipped++
-			continue
-		}
-		best, complete := true, true
+		best, others := true, 0
 		for _, row := range rows {
 			if row.nodes != n || row.system == "lockd" {
 				continue
 			}
 			_, theirs, ok := lat(row.system, row.nodes, p)
 			if !ok {
-				complete = false
+				others = 0 // a system without a clean result: no verdict
 				break
 			}
-			if theirs <= mine {
-				best = false
-			}
+			others++
+			best = best && mine < theirs
 		}
-		if !complete {
+		if others == 0 {
 			skipped++
 			continue
 		}

@@ -44,8 +44,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "syncbench: %d appends of %d bytes do not fit in --size %d\n", *syncs, *record, *size)
 		os.Exit(2)
 	}
+	// run removes the file whenever it returns; a signal removes it
+	// while run is busy.
 	path := filepath.Join(*dir, fmt.Sprintf("syncbench-%d.dat", os.Getpid()))
-	defer os.Remove(path)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -66,7 +67,6 @@ func main() {
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, "syncbench:", err)
-					os.Remove(path)
 					os.Exit(1)
 				}
 				file, call := "fallocate", "fsync"
