@@ -28,9 +28,10 @@ import (
 // data dir (openDataDir), raft-wal with its metadata store, the snapshot
 // store and the countingLogStore wrapper (openStores), raft.Config
 // (raftConfig), all with DefaultConfig() and the data dir in b.TempDir() (a
-// real disk, unless $TMPDIR is a tmpfs: then the fsyncs cost nothing). Differences from Node.Start: an in-memory transport (one
-// node, nothing is sent) without the ack tracker, no --join or --restore,
-// no snapshot-by-log-size goroutine (a run is too short for a snapshot
+// real disk, unless $TMPDIR is a tmpfs: then the fsyncs cost nothing).
+// Differences from Node.Start: an in-memory transport (one node, nothing
+// is sent) without the ack tracker, no --join or --restore, no
+// snapshot-by-log-size goroutine (a run is too short for a snapshot
 // anyway), and a trivial FSM that only counts commands: this measures the
 // Raft and log path, not lockd's FSM or its API.
 //
@@ -197,10 +198,9 @@ func benchEntryBatch(b *testing.B, inflight int) {
 
 // benchRaft is a single-node Raft on the node's stores and configuration.
 type benchRaft struct {
-	r     *raft.Raft
-	logs  *countingLogStore
-	fsm   *countingFSM
-	trans *raft.InmemTransport
+	r    *raft.Raft
+	logs *countingLogStore
+	fsm  *countingFSM
 }
 
 // logCounts returns the batches (StoreLogs calls, one fsync each) and
@@ -246,7 +246,7 @@ func openBenchRaft(b *testing.B) *benchRaft {
 	if err := raft.BootstrapCluster(rc, stores.logs, stores.stable, stores.snaps, trans, conf); err != nil {
 		b.Fatalf("bootstrap: %v", err)
 	}
-	br := &benchRaft{logs: stores.logs, fsm: &countingFSM{}, trans: trans}
+	br := &benchRaft{logs: stores.logs, fsm: &countingFSM{}}
 	stores.logs.replay.fill(true) // as Node.Start
 	br.r, err = raft.NewRaft(rc, br.fsm, stores.logs, stores.stable, stores.snaps, trans)
 	stores.logs.replay.fill(false)
