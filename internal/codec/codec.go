@@ -28,6 +28,13 @@ import (
 // platform; see the package comment). A constant: the check costs nothing.
 const generated = strconv.IntSize == 64
 
+// vouched reports whether the generated code may decode data into m: on
+// this platform, and data holds nothing it would read otherwise than
+// protobuf-go (validUTF8).
+func vouched(data []byte, m Message) bool {
+	return generated && validUTF8(data, tableOf(m.ProtoReflect().Descriptor()))
+}
+
 // Message is a message with generated code (protoc-gen-go-vtproto).
 // lockd's API messages and its state machine's log commands are.
 type Message interface {
@@ -94,7 +101,7 @@ func Append(dst []byte, m interface {
 // field (validUTF8) is decoded by protobuf-go, so what is refused stays
 // the same.
 func (Codec) Unmarshal(data []byte, message any) error {
-	if m, ok := message.(Message); ok && generated && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+	if m, ok := message.(Message); ok && vouched(data, m) {
 		m.Reset()
 		if err := m.UnmarshalVT(data); err != nil {
 			return fmt.Errorf("unmarshal into %T: %w", message, err)
@@ -123,7 +130,7 @@ func (Codec) Unmarshal(data []byte, message any) error {
 // tell nil from empty. The state machine decodes its log entries with it:
 // nodes of different builds must read an entry the same.
 func UnmarshalExact(data []byte, m Message) error {
-	if generated && validUTF8(data, tableOf(m.ProtoReflect().Descriptor())) {
+	if vouched(data, m) {
 		m.Reset()
 		if m.UnmarshalVT(data) == nil {
 			return nil
