@@ -99,6 +99,7 @@ func (c *checker) cycles() {
 		id int64
 	}
 	pending := map[k2]*lockOp{}
+	cut := map[*lockOp]bool{} // asks the run's end cancelled
 	lost := map[string]int64{}
 	end := int64(0)
 	for _, e := range c.events {
@@ -140,6 +141,7 @@ func (c *checker) cycles() {
 			if o := pending[k2{e.Session, e.OpID}]; o != nil {
 				// An error return is when the client stopped waiting.
 				o.ret, o.result, o.token = e.At, e.Result, e.Token
+				cut[o] = e.Detail == detailRunEnded
 			}
 		}
 	}
@@ -166,10 +168,11 @@ func (c *checker) cycles() {
 		if to == never {
 			to = end
 		}
-		if a.ret == never && b.ret == never && to-from <= bound {
-			// Both asks were still out when the history ended, too soon
-			// after the second for a refusal to be due: the run cut the
-			// round off, it proves nothing either way.
+		if (a.ret == never && b.ret == never || cut[a] || cut[b]) && to-from <= bound {
+			// Both asks were still out when the history ended, or the run's
+			// end cancelled one, too soon after the second for a refusal
+			// to be due: the run cut the round off, it proves nothing
+			// either way.
 			continue
 		}
 		c.r.Cycles.Rounds++

@@ -79,6 +79,30 @@ func TestCheckSetsRoundCutByTheEnd(t *testing.T) {
 	}
 }
 
+// A round whose asks the run's end cancelled soon after the second (both
+// return unknown with detailRunEnded) is not judged either; the same
+// returns without that detail are a cycle the client gave up on.
+func TestCheckSetsRoundCancelledByTheEnd(t *testing.T) {
+	for _, tt := range []struct {
+		detail     string
+		violations int
+	}{{detailRunEnded, 0}, {"", 1}} {
+		p := newPlanted(t)
+		plantSetAndRound(p, []uint64{20, 21}, resDeadlock, 114)
+		p.pairOp(300, 310, "C", opAcquire, "qx", resOK, 50, "p6:1")
+		p.pairOp(300, 311, "D", opAcquire, "qy", resOK, 51, "p6:1")
+		for _, side := range []struct{ s, lock string }{{"C", "qy"}, {"D", "qx"}} {
+			p.ids++
+			p.at(320, Event{Kind: kindInvoke, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1"})
+			p.at(335, Event{Kind: kindReturn, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1", Result: resUnknown, Detail: tt.detail})
+		}
+		r := p.check()
+		if len(r.Violations) != tt.violations || tt.violations == 1 && !hasViolation(r, "cycle not refused") {
+			t.Errorf("detail %q: violations %q; want %d", tt.detail, r.Violations, tt.violations)
+		}
+	}
+}
+
 // The checker catches a set granted piecemeal, a cycle left to wait until
 // the client gave up, and a refusal with no cycle.
 func TestCheckSetsPlanted(t *testing.T) {

@@ -45,6 +45,11 @@ const (
 	resDeadlock = "deadlock"
 )
 
+// detailRunEnded is the Detail of an unknown result returned because the
+// run's end cancelled the call: the client stopped waiting, the server was
+// not heard either way.
+const detailRunEnded = "the run ended"
+
 // Event is one line of the history: a message the register received, in
 // the register's arrival order (Seq), or a fault the tool injected. Times
 // are Unix nanoseconds from the one machine's wall clock (all processes of
