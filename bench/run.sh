@@ -46,8 +46,8 @@ log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 if [ "$INSTALL" = 1 ] && ! { command -v redis-server && command -v etcd && [ -f /usr/share/java/zookeeper.jar ] && command -v java; } >/dev/null; then
 	log "installing redis-server etcd-server zookeeper"
 	export DEBIAN_FRONTEND=noninteractive
-	timeout 600 apt-get install -y --no-install-recommends redis-server etcd-server zookeeper ||
-		{ timeout 300 apt-get update && timeout 600 apt-get install -y --no-install-recommends redis-server etcd-server zookeeper; }
+	timeout -k 10 600 apt-get install -y --no-install-recommends redis-server etcd-server zookeeper ||
+		{ timeout -k 10 300 apt-get update && timeout -k 10 600 apt-get install -y --no-install-recommends redis-server etcd-server zookeeper; }
 fi
 
 WORK=$(mktemp -d /tmp/lockd-bench.XXXXXX)
@@ -55,18 +55,24 @@ PIDS=()
 BENCH_PID= # the sessions workload's client, run in the background
 cleanup() {
 	local pid
-	if [ -n "$BENCH_PID" ]; then kill -9 "$BENCH_PID" 2>/dev/null || true; fi
+	# BENCH_PID is a timeout(1), which passes TERM on to its client (KILL
+	# would leave the client running).
+	if [ -n "$BENCH_PID" ]; then
+		kill "$BENCH_PID" 2>/dev/null || true
+		wait "$BENCH_PID" 2>/dev/null || true
+	fi
 	for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 	rm -rf "$WORK"
+	rm -f "$OUT.tmp" # a run that failed while writing leaves no half page
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- build -----------------------------------------------------------------
 log "building lockd and compare in $WORK"
-(cd "$ROOT" && timeout 600 go build -o "$WORK/lockd" ./cmd/lockd)
-(cd "$ROOT/bench" && timeout 600 go build -o "$WORK/compare" ./cmd/compare)
+(cd "$ROOT" && timeout -k 10 600 go build -o "$WORK/lockd" ./cmd/lockd)
+(cd "$ROOT/bench" && timeout -k 10 600 go build -o "$WORK/compare" ./cmd/compare)
 LOCKD=$WORK/lockd COMPARE=$WORK/compare
 mkdir -p "$WORK/results"
 
@@ -103,7 +109,7 @@ start_redis() {
 		>"$d/log" 2>&1 &
 	PIDS+=($!)
 	ENDPOINTS=127.0.0.1:$p
-	timeout 70 "$COMPARE" wait --system redis --endpoints "$ENDPOINTS"
+	timeout -k 10 70 "$COMPARE" wait --system redis --endpoints "$ENDPOINTS"
 }
 
 start_etcd() { # n
@@ -124,7 +130,7 @@ start_etcd() { # n
 		eps+="${eps:+,}127.0.0.1:${cp[i-1]}"
 	done
 	ENDPOINTS=$eps
-	timeout 70 "$COMPARE" wait --system etcd --endpoints "$ENDPOINTS"
+	timeout -k 10 70 "$COMPARE" wait --system etcd --endpoints "$ENDPOINTS"
 }
 
 start_zookeeper() { # n
@@ -160,7 +166,7 @@ start_zookeeper() { # n
 		eps+="${eps:+,}127.0.0.1:${cp[i-1]}"
 	done
 	ENDPOINTS=$eps
-	timeout 70 "$COMPARE" wait --system zookeeper --endpoints "$ENDPOINTS"
+	timeout -k 10 70 "$COMPARE" wait --system zookeeper --endpoints "$ENDPOINTS"
 }
 
 start_lockd() { # n
@@ -200,9 +206,9 @@ measure() { # pass system nodes
 		log "pass $pass: $system x$nodes, workload $wl"
 		local -a args=(--json --workload "$wl" --clients "$CLIENTS" --duration "$DURATION" --warmup "$WARMUP" --ttl "$TTL" --endpoints "$ENDPOINTS")
 		if [ "$system" = lockd ]; then
-			timeout "$(bench_limit)" "$LOCKD" bench "${args[@]}" >"$out"
+			timeout -k 10 "$(bench_limit)" "$LOCKD" bench "${args[@]}" >"$out"
 		else
-			timeout "$(bench_limit)" "$COMPARE" run --system "$system" "${args[@]}" >"$out"
+			timeout -k 10 "$(bench_limit)" "$COMPARE" run --system "$system" "${args[@]}" >"$out"
 		fi
 	done
 }
@@ -227,9 +233,9 @@ measure_sessions() { # pass system
 	local -a args=(--json --workload sessions --sessions "$SESSIONS" --clients "$CLIENTS" --ttl "$TTL"
 		--warmup "${SESSIONS_WARMUP}s" --duration "${SESSIONS_DURATION}s" --endpoints "$ENDPOINTS")
 	if [ "$system" = lockd ]; then
-		timeout $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$LOCKD" bench "${args[@]}" >"$out" &
+		timeout -k 10 $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$LOCKD" bench "${args[@]}" >"$out" &
 	else
-		timeout $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$COMPARE" run --system "$system" "${args[@]}" >"$out" &
+		timeout -k 10 $((SESSIONS_WARMUP + SESSIONS_DURATION + 120)) "$COMPARE" run --system "$system" "${args[@]}" >"$out" &
 	fi
 	bpid=$!
 	BENCH_PID=$bpid

@@ -46,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: compare run|wait|ports|results ...")
+		return errors.New("usage: compare run|wait|ports|results [flags]")
 	}
 	switch args[0] {
 	case "run":
