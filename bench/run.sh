@@ -53,6 +53,7 @@ fi
 WORK=$(mktemp -d /tmp/lockd-bench.XXXXXX)
 PIDS=()
 BENCH_PID= # the sessions workload's client, run in the background
+WRITING=   # set while $OUT.tmp is being written
 cleanup() {
 	local pid
 	# BENCH_PID is a timeout(1), which passes TERM on to its client (KILL
@@ -64,7 +65,8 @@ cleanup() {
 	for pid in "${PIDS[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
 	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
 	rm -rf "$WORK"
-	rm -f "$OUT.tmp" # a run that failed while writing leaves no half page
+	# A run that failed while writing its page leaves no half page.
+	if [ -n "$WRITING" ]; then rm -f "$OUT.tmp"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -246,8 +248,8 @@ measure_sessions() { # pass system
 	for pid in "${PIDS[@]}"; do
 		rss=$((rss + $(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")))
 	done
-	wait "$bpid"
 	BENCH_PID=
+	wait "$bpid"
 	hz=$(getconf CLK_TCK)
 	printf '{"server_cpu_percent": %s, "server_max_rss_bytes": %d}\n' \
 		"$(awk -v d=$((c1 - c0)) -v hz="$hz" -v s="$SESSIONS_DURATION" 'BEGIN { printf "%.1f", 100 * d / hz / s }')" \
@@ -278,6 +280,7 @@ provisional() {
 	awk -v l="${LOAD_BEFORE%% *}" -v n="$(nproc)" 'BEGIN { if (l > n) printf "**Provisional:** the 1-minute load average (%s) was above the core count (%d) before the run: other work shared the cores, so absolute numbers are low and noisy; the ratios (systems measured one after another under the same load) are the part to read.\n", l, n }'
 }
 ver() { "$@" 2>&1 | head -1 || true; }
+WRITING=1
 {
 	cat <<-EOF
 		# Benchmark results
@@ -334,4 +337,5 @@ ver() { "$@" 2>&1 | head -1 || true; }
 	"$COMPARE" results "$WORK/results"
 } >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
+WRITING=
 log "wrote $OUT"

@@ -168,11 +168,11 @@ func (c *checker) cycles() {
 		if to == never {
 			to = end
 		}
-		if (a.ret == never && b.ret == never || cut[a] || cut[b]) && to-from <= bound {
-			// Both asks were still out when the history ended, or the run's
-			// end cancelled one, too soon after the second for a refusal
+		if (a.ret == never || cut[a]) && (b.ret == never || cut[b]) && to-from <= bound {
+			// Each ask was still out when the history ended or cancelled
+			// by the run's end, too soon after the second for a refusal
 			// to be due: the run cut the round off, it proves nothing
-			// either way.
+			// either way. (An ask that returned otherwise is judged.)
 			continue
 		}
 		c.r.Cycles.Rounds++

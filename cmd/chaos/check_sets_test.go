@@ -80,26 +80,41 @@ func TestCheckSetsRoundCutByTheEnd(t *testing.T) {
 }
 
 // A round whose asks the run's end cancelled soon after the second (both
-// return unknown with detailRunEnded) is not judged either; the same
-// returns without that detail are a cycle the client gave up on.
+// return unknown with detailRunEnded) is not judged either. It is judged
+// when only one was cut (the other returned for a reason of its own), or
+// when the cycle had stood past the bound before the cut.
 func TestCheckSetsRoundCancelledByTheEnd(t *testing.T) {
 	for _, tt := range []struct {
-		detail     string
-		violations int
-	}{{detailRunEnded, 0}, {"", 1}} {
-		p := newPlanted(t)
-		plantSetAndRound(p, []uint64{20, 21}, resDeadlock, 114)
-		p.pairOp(300, 310, "C", opAcquire, "qx", resOK, 50, "p6:1")
-		p.pairOp(300, 311, "D", opAcquire, "qy", resOK, 51, "p6:1")
-		for _, side := range []struct{ s, lock string }{{"C", "qy"}, {"D", "qx"}} {
-			p.ids++
-			p.at(320, Event{Kind: kindInvoke, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1"})
-			p.at(335, Event{Kind: kindReturn, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1", Result: resUnknown, Detail: tt.detail})
-		}
-		r := p.check()
-		if len(r.Violations) != tt.violations || tt.violations == 1 && !hasViolation(r, "cycle not refused") {
-			t.Errorf("detail %q: violations %q; want %d", tt.detail, r.Violations, tt.violations)
-		}
+		name      string
+		detailC   string
+		detailD   string
+		ret       int64 // both asks return at ret (asked at 320)
+		violation string
+		rounds    int
+	}{
+		{"both cut", detailRunEnded, detailRunEnded, 335, "", 1},
+		{"neither cut", "", "", 335, "cycle not refused", 2},
+		{"one cut", detailRunEnded, "", 335, "cycle not refused", 2},
+		{"both cut past the bound", detailRunEnded, detailRunEnded, 2400, "cycle not refused", 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlanted(t)
+			plantSetAndRound(p, []uint64{20, 21}, resDeadlock, 114)
+			p.pairOp(300, 310, "C", opAcquire, "qx", resOK, 50, "p6:1")
+			p.pairOp(300, 311, "D", opAcquire, "qy", resOK, 51, "p6:1")
+			for _, side := range []struct{ s, lock, detail string }{{"C", "qy", tt.detailC}, {"D", "qx", tt.detailD}} {
+				p.ids++
+				p.at(320, Event{Kind: kindInvoke, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1"})
+				p.at(tt.ret, Event{Kind: kindReturn, Slot: "p6", Session: side.s, Op: opAcquire, OpID: p.ids, Lock: side.lock, Pair: "p6:1", Result: resUnknown, Detail: side.detail})
+			}
+			r := p.check()
+			if tt.violation == "" && len(r.Violations) != 0 || tt.violation != "" && (len(r.Violations) != 1 || !hasViolation(r, tt.violation)) {
+				t.Errorf("violations %q; want %q", r.Violations, tt.violation)
+			}
+			if r.Cycles.Rounds != tt.rounds {
+				t.Errorf("rounds judged %d, want %d", r.Cycles.Rounds, tt.rounds)
+			}
+		})
 	}
 }
 

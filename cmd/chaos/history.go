@@ -78,7 +78,7 @@ type Event struct {
 	// OpID pairs an invoke with its return (per session), and a fault with
 	// its heal.
 	OpID int64 `json:"opId,omitempty"`
-	// Result is ok or unknown.
+	// Result is ok, unknown or deadlock.
 	Result string `json:"result,omitempty"`
 	// Sent is the sender's clock when the message left, or when a lease
 	// loss was seen (Unix ns).
@@ -87,7 +87,8 @@ type Event struct {
 	Fault string `json:"fault,omitempty"`
 	// Target is the faulted node id or client slot ("*": any client).
 	Target string `json:"target,omitempty"`
-	// Detail says what the tool did.
+	// Detail says what the tool did, or why a return's result is what
+	// it is (the refusal's text, detailRunEnded).
 	Detail string `json:"detail,omitempty"`
 	// Names are the locks of a set operation (acquire-many,
 	// release-many), in the order the worker gave them.

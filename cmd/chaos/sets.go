@@ -237,7 +237,7 @@ func pairLock(ctx context.Context, rep *reporter, s *lockd.Session, m *lockd.Mut
 		ev.Token = m.Token()
 	case errors.Is(err, lockd.ErrDeadlock):
 		ev.Result, ev.Detail = resDeadlock, err.Error()
-	case ctx.Err() != nil:
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		ev.Detail = detailRunEnded
 	}
 	_ = rep.send(context.Background(), ev)

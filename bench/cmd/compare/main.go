@@ -46,7 +46,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: compare run|wait|ports|results [flags]")
+		return errors.New("usage: compare run|wait|ports|seconds|results ARGS")
 	}
 	switch args[0] {
 	case "run":
@@ -75,7 +75,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return writeResults(stdout, args[1])
 	}
-	return fmt.Errorf("unknown command %q (want run, wait, ports or results)", args[0])
+	return fmt.Errorf("unknown command %q (want run, wait, ports, seconds or results)", args[0])
 }
 
 // clientModules name the client library of each system, for the report.
