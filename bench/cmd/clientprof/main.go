@@ -32,9 +32,6 @@ func main() {
 	}
 }
 
-// cpu is this process's user+system CPU time.
-func cpu() time.Duration { return loadgen.CPUTime() }
-
 func run() error {
 	ep := flag.String("endpoint", "127.0.0.1:7070", "the lockd server")
 	clients := flag.Int("clients", 16, "workers, each its own client and session")
@@ -93,9 +90,9 @@ func run() error {
 	}
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	c0, p0, t0 := cpu(), pairs.Load(), time.Now()
+	c0, p0, t0 := loadgen.CPUTime(), pairs.Load(), time.Now()
 	time.Sleep(*dur)
-	c1, p1, t1 := cpu(), pairs.Load(), time.Now()
+	c1, p1, t1 := loadgen.CPUTime(), pairs.Load(), time.Now()
 	runtime.ReadMemStats(&m1)
 	if *cpuf != "" {
 		pprof.StopCPUProfile()

@@ -213,9 +213,7 @@ func span(v []float64, unit string) string {
 		case "k":
 			return fmt.Sprintf("%.2fk", x/1000)
 		case "×":
-			// Rounded down, so a ratio just under a target never
-			// prints as meeting it (1.496 is 1.49×, not 1.50×).
-			return fmt.Sprintf("%.2f×", math.Floor(x*100)/100)
+			return ratio(x) + "×"
 		}
 		return fmt.Sprintf("%.2f", x)
 	}
@@ -235,7 +233,13 @@ func met(v []float64, goal float64) string {
 	case slices.Max(v) >= goal:
 		return "in some passes"
 	}
-	return fmt.Sprintf("no (best %.2f)", math.Floor(slices.Max(v)*100)/100) // rounded down, as span
+	return "no (best " + ratio(slices.Max(v)) + ")"
+}
+
+// ratio prints a ratio to two places, rounded down, so one just under a
+// target never prints as meeting it (1.496 is 1.49, not 1.50).
+func ratio(x float64) string {
+	return fmt.Sprintf("%.2f", math.Floor(x*100)/100)
 }
 
 // serverStats is what run.sh read from /proc about the servers during

@@ -47,3 +47,14 @@ func TestLowestP99(t *testing.T) {
 		t.Errorf("three nodes never measured: got %q, want nothing", got)
 	}
 }
+
+// Ratios print rounded down, in the ratio column and in a missed target's
+// best, so a ratio just under a target never reads as meeting it.
+func TestRatiosRoundDown(t *testing.T) {
+	if got := span([]float64{1.496, 1.527}, "×"); got != "1.49×–1.52×" {
+		t.Errorf("span: got %q, want 1.49×–1.52×", got)
+	}
+	if got := met([]float64{4.949, 4.1}, 5); got != "no (best 4.94)" {
+		t.Errorf("met: got %q, want no (best 4.94)", got)
+	}
+}
