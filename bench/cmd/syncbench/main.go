@@ -50,9 +50,9 @@ func main() {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		<-sigs
+		sig := <-sigs
 		os.Remove(path)
-		os.Exit(130)
+		os.Exit(128 + int(sig.(syscall.Signal))) // as a shell reports it
 	}()
 	fmt.Printf("| file | sync | syncs/s | CPU µs per append+sync | p50 | p99 |\n|---|---|---:|---:|---:|---:|\n")
 	for r := 0; r < *rounds; r++ {
